@@ -1,0 +1,120 @@
+"""dtypes: eager.float32 & co., and PyTorch's promotion rules on top of numpy.
+
+numpy and PyTorch agree on float/float promotion (f32 + f64 -> f64) and, since
+numpy 2 (NEP 50), on Python scalars being "weak" (f32 tensor * 2.0 stays f32).
+They differ on int/float mixes (numpy: int64 + f32 -> f64, PyTorch -> f32) and on
+Python floats meeting integer tensors (PyTorch gives the default float dtype).
+Those two cases are handled here, once, for every op.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+_pyfloat = float
+_pyint = int
+_pybool = bool
+
+
+class dtype:
+    """A tensor element type; wraps a numpy dtype and prints as ``eager.<name>``."""
+
+    __slots__ = ("name", "np", "is_floating_point", "itemsize", "is_signed")
+
+    def __init__(self, name: str, np_type: type) -> None:
+        self.name = name
+        self.np = np.dtype(np_type)
+        self.is_floating_point = self.np.kind == "f"
+        self.is_signed = self.np.kind in "fi"
+        self.itemsize = self.np.itemsize
+
+    def __repr__(self) -> str:
+        return f"eager.{self.name}"
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+
+float16 = half = dtype("float16", np.float16)
+float32 = float = dtype("float32", np.float32)
+float64 = double = dtype("float64", np.float64)
+int8 = dtype("int8", np.int8)
+uint8 = dtype("uint8", np.uint8)
+int16 = short = dtype("int16", np.int16)
+int32 = int = dtype("int32", np.int32)
+int64 = long = dtype("int64", np.int64)
+bool = dtype("bool", np.bool_)  # noqa: A001 - mirrors torch.bool
+
+_ALL = (float16, float32, float64, int8, uint8, int16, int32, int64, bool)
+FROM_NP: dict[np.dtype, dtype] = {d.np: d for d in _ALL}
+_NAMES = {d.name: d for d in _ALL}
+DEFAULT_FLOAT = np.dtype(np.float32)
+
+
+def _by_name(name: str) -> dtype:
+    return _NAMES[name]
+
+
+def to_np(d) -> np.dtype:
+    """Accept an eager dtype, a numpy dtype/type or a name; return a numpy dtype."""
+    if isinstance(d, dtype):
+        return d.np
+    if d is _pyfloat:
+        return DEFAULT_FLOAT
+    if d is _pyint:
+        return np.dtype(np.int64)
+    if d is _pybool:
+        return np.dtype(np.bool_)
+    try:
+        npd = np.dtype(d)
+    except TypeError:
+        raise TypeError(f"dtype must be an eager dtype such as eager.float32, got {d!r}") from None
+    if npd not in FROM_NP:
+        raise TypeError(f"dtype {npd} is not supported; use one of "
+                        f"{', '.join(repr(x) for x in _ALL)}")
+    return npd
+
+
+def from_np(npd: np.dtype) -> dtype:
+    try:
+        return FROM_NP[npd]
+    except KeyError:
+        raise TypeError(f"numpy dtype {npd} has no eager equivalent") from None
+
+
+def promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    """PyTorch's promotion of two tensor dtypes (category first, then width)."""
+    if a == b:
+        return a
+    ka, kb = a.kind, b.kind
+    if ka == "f" and kb != "f":
+        return a
+    if kb == "f" and ka != "f":
+        return b
+    return np.promote_types(a, b)
+
+
+def scalar_dtype(value, other: np.dtype) -> np.dtype:
+    """dtype a Python scalar takes when it meets a tensor of dtype ``other`` (weak scalar)."""
+    t = value.__class__
+    if t is _pybool or t is np.bool_:
+        return other
+    if t is _pyint or isinstance(value, np.integer):
+        return other if other.kind != "b" else np.dtype(np.int64)
+    if t is _pyfloat or isinstance(value, np.floating):
+        return other if other.kind == "f" else DEFAULT_FLOAT
+    raise TypeError(f"unsupported scalar operand of type {t.__name__}: {value!r}")
+
+
+def infer_np_dtype(data) -> np.dtype:
+    """The dtype eager.tensor(data) picks, as PyTorch does: floats -> float32, ints -> int64."""
+    if isinstance(data, np.ndarray):
+        return data.dtype
+    arr = np.asarray(data)
+    if arr.dtype.kind == "f":
+        return DEFAULT_FLOAT
+    if arr.dtype.kind in "iu":
+        return np.dtype(np.int64)
+    if arr.dtype.kind == "b":
+        return np.dtype(np.bool_)
+    raise TypeError(f"cannot build a tensor from data of numpy dtype {arr.dtype}")

@@ -1,0 +1,309 @@
+"""The backward engine: an iterative walk of the tape in reverse topological order.
+
+Nodes run when every consumer has delivered its gradient (dependency counts),
+highest sequence number first, so a 100,000-op chain needs no recursion.
+After a node runs without ``retain_graph`` its saved buffers are freed.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import grad_mode
+from .function import AccumulateGrad, Node, _edge
+
+
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    return (x,)
+
+
+def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tuple:
+    """Root gradients, and for each whether the engine owns its buffer."""
+    from ..tensor import Tensor, tensor
+    grads = []
+    owned = []
+    for i, out in enumerate(outputs):
+        g = grad_outputs[i] if i < len(grad_outputs) else None
+        if g is None:
+            if out._data.size != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if out._data.dtype.kind != "f":
+                raise RuntimeError("grad can be implicitly created only for real scalar outputs "
+                                   f"but got {out.dtype}")
+            g = Tensor._make(np.ones_like(out._data))
+            owned.append(True)
+        else:
+            owned.append(False)
+            if not isinstance(g, Tensor):
+                g = tensor(g, dtype=out.dtype)
+            if tuple(g.shape) != tuple(out.shape):
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                                   f"{g.shape} and output[{i}] has a shape of {out.shape}.")
+            if g._data.dtype != out._data.dtype:
+                g = g.to(out.dtype)
+            if not create_graph:
+                g = g.detach()
+        grads.append(g)
+    return grads, owned
+
+
+def _roots(outputs: tuple) -> list:
+    roots = []
+    for i, out in enumerate(outputs):
+        if not out._rg:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
+                               "a grad_fn")
+        roots.append(_edge(out))
+    return roots
+
+
+def backward(tensors, grad_tensors=None, retain_graph: Optional[bool] = None,
+             create_graph: bool = False, inputs=None) -> None:
+    """Accumulate gradients of ``tensors`` into the ``.grad`` of the graph's leaves."""
+    outputs = _as_tuple(tensors)
+    grads = _make_grads(outputs, _as_tuple(grad_tensors), create_graph)
+    if retain_graph is None:
+        retain_graph = create_graph
+    targets = None
+    if inputs is not None:
+        ins = _as_tuple(inputs)
+        if not ins:
+            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+        targets = [_input_edge(t) for t in ins]
+    _run(_roots(outputs), grads, retain_graph, create_graph, targets, capture=False)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None,
+         create_graph: bool = False, allow_unused: Optional[bool] = None,
+         materialize_grads: bool = False) -> tuple:
+    """Return d(outputs)/d(inputs) without touching any ``.grad``."""
+    from ..tensor import zeros_like
+    outs = _as_tuple(outputs)
+    ins = _as_tuple(inputs)
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    for t in ins:
+        if not t._rg:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    grads = _make_grads(outs, _as_tuple(grad_outputs), create_graph)
+    if retain_graph is None:
+        retain_graph = create_graph
+    targets = [_input_edge(t) for t in ins]
+    captured = _run(_roots(outs), grads, retain_graph, create_graph, targets, capture=True)
+    result = []
+    for t, e in zip(ins, targets):
+        g = captured.get(e)
+        if g is None:
+            if materialize_grads:
+                g = zeros_like(t)
+            elif not allow_unused:
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
+                                   "in the graph. Set allow_unused=True if this is the desired "
+                                   "behavior.")
+        result.append(g)
+    return tuple(result)
+
+
+def _input_edge(t) -> tuple:
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    if not t._rg:
+        raise RuntimeError("One of the differentiated Tensors does not require grad")
+    return (t._grad_accumulator(), 0)
+
+
+def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
+         targets: Optional[list], capture: bool) -> dict:
+    """Execute the backward graph; return captured gradients when ``capture``."""
+    # 1. discover the graph (iteratively) and count dependencies
+    deps: dict = {}
+    parents: dict = {}
+    seen = set()
+    stack = []
+    for node, _ in roots:
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.append(node)
+    while stack:
+        node = stack.pop()
+        for nxt, _ in node.next_functions:
+            if nxt is None:
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if targets is not None:
+                parents.setdefault(nxt, []).append(node)
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+    # 2. with explicit inputs, run only nodes that lead to one of them
+    needed = None
+    target_nodes: dict = {}
+    if targets is not None:
+        for node, nr in targets:
+            target_nodes.setdefault(node, []).append(nr)
+        needed = set()
+        stack = [n for n in target_nodes if n in seen]
+        needed.update(stack)
+        while stack:
+            node = stack.pop()
+            for p in parents.get(node, ()):
+                if p not in needed:
+                    needed.add(p)
+                    stack.append(p)
+
+    # 3. seed the input buffers with the root gradients.  ``shared`` holds the ids of
+    # gradients whose buffer someone else may also hold (user-given roots, identity
+    # VJPs such as add's, views); a leaf stores a copy of those, never the buffer.
+    buffers: dict = {}
+    shared = set()
+    grads, owned = grads
+    for (node, nr), g, own in zip(roots, grads, owned):
+        if not own:
+            shared.add(id(g))
+        _accumulate_into(buffers, node, nr, g)
+    heap = []
+    for node in buffers:
+        if deps.get(node, 0) == 0:
+            heapq.heappush(heap, (-node._seq, id(node), node))
+
+    captured: dict = {}
+    prev = grad_mode.STATE.enabled
+    grad_mode.STATE.enabled = create_graph
+    try:
+        while heap:
+            _, _, node = heapq.heappop(heap)
+            node_grads = buffers.pop(node, None)
+            if node_grads is None:
+                continue
+            if needed is not None and node not in needed:
+                continue
+            node_grads = _pre_hooks(node, node_grads, create_graph, shared)
+            if node in target_nodes:
+                for nr in target_nodes[node]:
+                    if node_grads[nr] is not None:
+                        captured[(node, nr)] = node_grads[nr]
+                if capture and (isinstance(node, AccumulateGrad) or not _leads_further(
+                        node, needed, target_nodes)):
+                    continue
+            if isinstance(node, AccumulateGrad):
+                if not capture and node_grads[0] is not None:
+                    _accumulate_leaf(node.variable, node_grads[0], create_graph,
+                                     id(node_grads[0]) in shared)
+                continue
+            if all(g is None for g in node_grads):
+                _release_deps(node, deps, buffers, heap)
+                continue
+            out_grads = node.apply(node_grads)
+            if not retain_graph:
+                node.release()
+            for (nxt, nr), g in zip(node.next_functions, out_grads):
+                if nxt is None:
+                    continue
+                if g is not None:
+                    if g._data.base is not None or any(g is x for x in node_grads) or \
+                            id(g) in shared:
+                        shared.add(id(g))
+                    _accumulate_into(buffers, nxt, nr, g)
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    if nxt not in buffers:
+                        buffers[nxt] = None
+                    heapq.heappush(heap, (-nxt._seq, id(nxt), nxt))
+    finally:
+        grad_mode.STATE.enabled = prev
+    return captured
+
+
+def _leads_further(node: Node, needed, target_nodes) -> bool:
+    return any(n is not None and n in needed for n, _ in node.next_functions)
+
+
+def _release_deps(node: Node, deps: dict, buffers: dict, heap: list) -> None:
+    for nxt, _ in node.next_functions:
+        if nxt is None:
+            continue
+        deps[nxt] -= 1
+        if deps[nxt] == 0:
+            buffers.setdefault(nxt, None)
+            heapq.heappush(heap, (-nxt._seq, id(nxt), nxt))
+
+
+def _accumulate_into(buffers: dict, node: Node, nr: int, g) -> None:
+    buf = buffers.get(node)
+    if buf is None:
+        buf = [None] * node.num_outputs if not hasattr(node, "_n_out") else [None] * node._n_out
+        buffers[node] = buf
+    if buf[nr] is None:
+        buf[nr] = g
+    else:
+        buf[nr] = buf[nr] + g
+
+
+def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: set) -> list:
+    """Tensor hooks registered on non-leaf outputs, then retain_grad."""
+    if node._hooks:
+        grads = list(grads)
+        for nr, hooks in node._hooks.items():
+            for hook in list(hooks):
+                if grads[nr] is None:
+                    continue
+                r = hook(grads[nr])
+                if r is not None:
+                    grads[nr] = r
+                    shared.add(id(r))
+    if node._retained:
+        for nr, ref in node._retained.items():
+            t = ref()
+            g = grads[nr]
+            if t is None or g is None or t.grad_fn is not node:
+                continue
+            if t._grad is None:
+                t._grad = g if create_graph else _owned(g, True)
+                shared.add(id(g))
+            else:
+                t._grad = t._grad + g
+    return grads
+
+
+def _owned(g, is_shared: bool):
+    """A detached gradient with a buffer of its own (we accumulate into it in place)."""
+    from ..tensor import Tensor
+    data = g._data
+    if is_shared or not data.flags.writeable or data.base is not None or \
+            not data.flags.c_contiguous:
+        data = np.array(data)
+    return Tensor._make(data)
+
+
+def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
+    from ..tensor import Tensor
+    if var._hooks:
+        for hook in list(var._hooks):
+            r = hook(g)
+            if r is not None:
+                g = r
+    if g._data.shape != var._data.shape:
+        g = g.expand(var.shape) if g._data.size == 1 else g
+    if var._grad is None:
+        if create_graph:
+            var._grad = g
+        else:
+            var._grad = _owned(g, is_shared)
+        return
+    cur = var._grad
+    if create_graph or grad_mode.STATE.enabled:
+        var._grad = cur + g
+        return
+    dst = cur._data
+    if dst.flags.writeable and dst.shape == g._data.shape:
+        np.add(dst, g._data, out=dst, casting="same_kind")
+        cur._version[0] += 1
+    else:
+        var._grad = Tensor._make(dst + g._data)

@@ -1,0 +1,318 @@
+"""Tape nodes (``grad_fn`` objects) and user-defined ``autograd.Function``.
+
+Each node class carries PyTorch's name (``AddBackward0``...): ``type(node).__name__``
+and ``repr(node)`` look exactly like PyTorch's.  A node keeps only what its VJP
+rules read (``OpDef.saves``); everything else is a :class:`Meta` (shape, dtype).
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Optional
+
+import numpy as np
+
+from ..ops.registry import Meta
+from . import grad_mode
+
+_seq = itertools.count()
+_node_classes: dict[str, type] = {}
+
+FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved "
+             "tensors after they have already been freed). Saved intermediate values of the graph "
+             "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
+             "you need to backward through the graph a second time or if you need to access saved "
+             "tensors after calling backward.")
+
+
+class Node:
+    """A node of the backward graph; ``next_functions`` point towards the leaves."""
+
+    __slots__ = ("next_functions", "_seq", "_hooks", "_retained", "metadata", "__weakref__")
+    num_outputs = 1
+
+    def __init__(self) -> None:
+        self._seq = next(_seq)
+        self._hooks = None       # {output_nr: [hook]} for tensor.register_hook on non-leaves
+        self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
+        self.metadata = {}
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} object at {hex(id(self))}>"
+
+    def apply(self, grads: list) -> list:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free saved buffers (called after backward unless retain_graph)."""
+
+    def __call__(self, *grads):
+        return self.apply(list(grads))
+
+
+class AccumulateGrad(Node):
+    """The sink of a leaf tensor: adds incoming gradients into ``variable.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable) -> None:
+        super().__init__()
+        self.variable = variable
+        self.next_functions = ()
+
+
+def node_class(name: str) -> type:
+    """The (cached) OpNode subclass carrying PyTorch's grad_fn class name."""
+    cls = _node_classes.get(name)
+    if cls is None:
+        cls = type(name, (OpNode,), {"__slots__": ()})
+        cls.__module__ = "eager.autograd.graph"
+        _node_classes[name] = cls
+    return cls
+
+
+def _meta(arr: np.ndarray) -> Meta:
+    m = Meta.__new__(Meta)
+    m.shape = arr.shape
+    m.dtype = arr.dtype
+    return m
+
+
+class OpNode(Node):
+    """Backward node of a registered primitive: runs its VJP rules."""
+
+    __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
+                 "_has_saved")
+
+    def __init__(self, op, attrs: dict, operands: tuple, needs: tuple, next_functions: tuple,
+                 out_data: Optional[np.ndarray]) -> None:
+        self._seq = next(_seq)
+        self._hooks = None
+        self._retained = None
+        self.metadata = {}
+        self._op = op
+        self._attrs = attrs
+        self._needs = needs
+        self.next_functions = next_functions
+        saves = op.saves
+        saved = []
+        versions = []
+        shapes = []
+        for i, o in enumerate(operands):
+            data = o._data if hasattr(o, "_data") else o
+            shapes.append(_meta(data))
+            if saves is None or i in saves:
+                saved.append(o)
+                versions.append(o._version[0] if hasattr(o, "_version") else None)
+            else:
+                saved.append(None)
+                versions.append(None)
+        self._saved = saved
+        self._versions = versions
+        self._shapes = shapes
+        self._out = out_data
+        self._freed = False
+        self._has_saved = out_data is not None or any(s is not None for s in saved)
+
+    def release(self) -> None:
+        if self._has_saved:
+            self._freed = True
+            self._saved = None
+            self._out = None
+
+    def _unpack(self, Tensor) -> tuple:
+        if self._freed:
+            raise RuntimeError(FREED_MSG)
+        ins = []
+        for i, o in enumerate(self._saved):
+            if o is None:
+                ins.append(self._shapes[i])
+                continue
+            v = self._versions[i]
+            if v is not None and o._version[0] != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [{_type_str(o)} {list(o.shape)}], which is "
+                    f"{'output 0 of ' + o.grad_fn.name() if o.grad_fn is not None else 'a leaf'}"
+                    f", is at version {o._version[0]}; expected version {v} instead. Hint: the "
+                    f"operation that saved it is {self.name()}; avoid modifying it in place, or "
+                    "clone() it first.")
+            if isinstance(o, (np.ndarray, np.generic)):
+                o = Tensor._make(np.asarray(o))
+            ins.append(o)
+        out = None
+        if self._out is not None:
+            out = Tensor._make(self._out)
+            if grad_mode.STATE.enabled:       # create_graph: out is differentiable through self
+                out._rg = True
+                out.grad_fn = self
+        return ins, out
+
+    def apply(self, grads: list) -> list:
+        from ..tensor import Tensor
+        from .._surface import sum_to
+        g = grads[0]
+        ins, out = self._unpack(Tensor)
+        rules = self._op.vjp
+        attrs = self._attrs
+        res = []
+        for i, need in enumerate(self._needs):
+            if not need:
+                res.append(None)
+                continue
+            r = rules[i](g, out, *ins, **attrs)
+            m = self._shapes[i]
+            if r.shape != m.shape:
+                r = sum_to(r, m.shape)
+            if r._data.dtype != m.dtype:
+                r = r.to(m.dtype)
+            res.append(r)
+        return res
+
+
+def _type_str(t) -> str:
+    kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
+            "int32": "IntTensor", "bool": "BoolTensor"}.get(t._data.dtype.name, "Tensor")
+    return f"eager.{kind}"
+
+
+# ---------------------------------------------------------------------------
+# user-defined functions
+
+
+class FunctionCtx:
+    """The ``ctx`` handed to ``forward``/``backward`` of an autograd.Function."""
+
+    def __init__(self) -> None:
+        self._to_save: tuple = ()
+        self._versions: tuple = ()
+        self.needs_input_grad: tuple = ()
+        self._non_diff: set = set()
+        self.materialize_grads = True
+        self._freed = False
+
+    def save_for_backward(self, *tensors) -> None:
+        self._to_save = tensors
+        self._versions = tuple(t._version[0] if t is not None else None for t in tensors)
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._freed:
+            raise RuntimeError(FREED_MSG)
+        for t, v in zip(self._to_save, self._versions):
+            if t is not None and t._version[0] != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [{_type_str(t)} {list(t.shape)}] is at version "
+                    f"{t._version[0]}; expected version {v} instead.")
+        return self._to_save
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        self._non_diff.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors) -> None:
+        """Accepted for compatibility; eager does not track in-place custom functions."""
+
+
+class _FunctionNode(Node):
+    """Backward node of a user-defined Function (name: ``<ClassName>Backward``)."""
+
+    __slots__ = ("_fn", "_ctx", "_n_out", "_out_meta")
+
+    def apply(self, grads: list) -> list:
+        from ..tensor import Tensor, zeros
+        if self._ctx._freed:
+            raise RuntimeError(FREED_MSG)
+        if self._ctx.materialize_grads:
+            grads = [g if g is not None else zeros(m.shape, dtype=m.dtype)
+                     for g, m in zip(grads, self._out_meta)]
+        res = self._fn.backward(self._ctx, *grads)
+        if not isinstance(res, tuple):
+            res = (res,)
+        n_in = len(self.next_functions)
+        if len(res) < n_in:
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
+                               f"(expected {n_in}, got {len(res)})")
+        out = []
+        for r in res[:n_in]:
+            if r is not None and not isinstance(r, Tensor):
+                raise TypeError(f"{self.name()}.backward must return tensors or None, got "
+                                f"{type(r).__name__}")
+            out.append(r)
+        return out
+
+    def release(self) -> None:
+        self._ctx._freed = True
+        self._ctx._to_save = ()
+
+
+class FunctionMeta(type):
+    def __init__(cls, name, bases, ns):
+        super().__init__(name, bases, ns)
+        cls._backward_cls = type(f"{name}Backward", (_FunctionNode,), {"__slots__": ()})
+        cls._backward_cls.__module__ = "eager.autograd.graph"
+
+
+class Function(metaclass=FunctionMeta):
+    """Custom op: subclass with static ``forward(ctx, ...)`` and ``backward(ctx, *grads)``.
+
+    ``forward`` runs with grad recording off; if any tensor input requires grad
+    the outputs get a ``<Name>Backward`` grad_fn that calls ``backward``.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("subclasses of eager.autograd.Function must define forward")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("subclasses of eager.autograd.Function must define backward")
+
+    @classmethod
+    def apply(cls, *args: Any):
+        from ..tensor import Tensor
+        ctx = FunctionCtx()
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        with grad_mode.no_grad():
+            out = cls.forward(ctx, *args)
+        single = not isinstance(out, tuple)
+        outs = (out,) if single else out
+        record = grad_mode.STATE.enabled and any(t.requires_grad for t in tensors)
+        if record:
+            node = cls._backward_cls.__new__(cls._backward_cls)
+            Node.__init__(node)
+            node._fn = cls
+            node._ctx = ctx
+            node.next_functions = tuple(_edge(a) if isinstance(a, Tensor) else (None, 0)
+                                        for a in args)
+            node._n_out = len(outs)
+            node._out_meta = [Meta(o.shape, o._data.dtype) if isinstance(o, Tensor) else None
+                              for o in outs]
+            new_outs = []
+            for i, o in enumerate(outs):
+                if isinstance(o, Tensor):
+                    if any(o is a for a in args):
+                        o = Tensor._make(o._data)   # an input returned as-is gets a new identity
+                    if o._data.dtype.kind == "f" and id(o) not in ctx._non_diff:
+                        o._rg = True
+                        o.grad_fn = node
+                        o._output_nr = i
+                new_outs.append(o)
+            outs = tuple(new_outs)
+        return outs[0] if single else outs
+
+
+def _edge(t) -> tuple:
+    """(node, output_nr) that a gradient for tensor ``t`` should flow into."""
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    if t._rg:
+        return (t._grad_accumulator(), 0)
+    return (None, 0)

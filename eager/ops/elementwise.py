@@ -1,0 +1,292 @@
+"""Elementwise primitives: unary math, binary arithmetic, comparisons, where.
+
+Binary rules return the gradient in the broadcast output shape; the caller
+sums it back to each input's shape.  Python scalars arrive as 0-d arrays whose
+dtype the public API already chose (weak-scalar promotion).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _surface as S
+from .registry import Meta, broadcast_shapes, defop
+
+_RNG_SEED = 1234
+
+
+def _rng():
+    return np.random.default_rng(_RNG_SEED)
+
+
+def _float_dtype(d: np.dtype) -> np.dtype:
+    return d if d.kind == "f" else np.dtype(np.float32)
+
+
+def _unary_shape(x: Meta) -> Meta:
+    return Meta(x.shape, _float_dtype(x.dtype))
+
+
+def _same_shape(x: Meta) -> Meta:
+    return Meta(x.shape, x.dtype)
+
+
+def _floatify(fn):
+    """Integer inputs to transcendental ops give float32, as in PyTorch."""
+    def forward(x):
+        if x.dtype.kind != "f":
+            x = x.astype(np.float32)
+        return fn(x)
+    forward.__name__ = getattr(fn, "__name__", "forward")
+    return forward
+
+
+def _unary_samples(low=-2.0, high=2.0):
+    def samples():
+        r = _rng()
+        return [([r.uniform(low, high, size=s)], {}) for s in [(3, 4), (), (1,), (0, 2), (2, 1, 3)]]
+    return samples
+
+
+def _binary_samples(low=-2.0, high=2.0, rlow=None, rhigh=None):
+    rlow = low if rlow is None else rlow
+    rhigh = high if rhigh is None else rhigh
+
+    def samples():
+        r = _rng()
+        pairs = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 3), (4, 1)), ((), (2, 3)),
+                 ((1,), ()), ((0, 3), (3,))]
+        return [([r.uniform(low, high, size=a), r.uniform(rlow, rhigh, size=b)], {})
+                for a, b in pairs]
+    return samples
+
+
+# --- unary ------------------------------------------------------------------
+
+defop("neg", forward=np.negative, shape=_same_shape, arity=1, saves=(),
+      vjp=(lambda g, out, x: -g,), samples=_unary_samples())
+
+defop("exp", forward=_floatify(np.exp), shape=_unary_shape, arity=1, saves=(), saves_out=True,
+      vjp=(lambda g, out, x: g * out,), samples=_unary_samples())
+
+defop("log", forward=_floatify(np.log), shape=_unary_shape, arity=1, saves=(0,),
+      vjp=(lambda g, out, x: g / x,), samples=_unary_samples(0.2, 3.0))
+
+defop("sqrt", forward=_floatify(np.sqrt), shape=_unary_shape, arity=1, saves=(), saves_out=True,
+      vjp=(lambda g, out, x: g / (out * 2),), samples=_unary_samples(0.2, 3.0))
+
+defop("sin", forward=_floatify(np.sin), shape=_unary_shape, arity=1, saves=(0,),
+      vjp=(lambda g, out, x: g * x.cos(),), samples=_unary_samples())
+
+defop("cos", forward=_floatify(np.cos), shape=_unary_shape, arity=1, saves=(0,),
+      vjp=(lambda g, out, x: -(g * x.sin()),), samples=_unary_samples())
+
+defop("tanh", forward=_floatify(np.tanh), shape=_unary_shape, arity=1, saves=(), saves_out=True,
+      vjp=(lambda g, out, x: g * (1 - out * out),), samples=_unary_samples())
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        out = np.exp(-x)
+        out += 1
+        return np.reciprocal(out, out=out)
+
+
+defop("sigmoid", forward=_floatify(_sigmoid), shape=_unary_shape, arity=1, saves=(),
+      saves_out=True, vjp=(lambda g, out, x: g * (out * (1 - out)),), samples=_unary_samples())
+
+
+def _relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=True,
+      vjp=(lambda g, out, x: S.where(out > 0, g, 0),), samples=_unary_samples())
+
+defop("abs", forward=np.abs, shape=_same_shape, arity=1, saves=(0,),
+      vjp=(lambda g, out, x: g * x.sign(),), samples=_unary_samples())
+
+defop("sign", forward=np.sign, shape=_same_shape, arity=1, saves=(),
+      vjp=(lambda g, out, x: g.zeros_like_(),), samples=_unary_samples())
+
+
+def _clamp(x, min=None, max=None):
+    t = x.dtype.type
+    if max is None:
+        return np.maximum(x, t(min))
+    if min is None:
+        return np.minimum(x, t(max))
+    return np.minimum(np.maximum(x, t(min)), t(max))
+
+
+def _clamp_vjp(g, out, x, min=None, max=None):
+    if min is not None:
+        g = S.where(x >= min, g, 0)
+    if max is not None:
+        g = S.where(x <= max, g, 0)
+    return g
+
+
+def _clamp_samples():
+    r = _rng()
+    return [([r.uniform(-2, 2, size=(3, 4))], {"min": 0.0, "max": None}),
+            ([r.uniform(-2, 2, size=(5,))], {"min": -0.5, "max": 0.5}),
+            ([r.uniform(-2, 2, size=())], {"min": None, "max": 0.3})]
+
+
+defop("clamp", forward=_clamp, shape=_same_shape, arity=1, attrs=("min", "max"), saves=(0,),
+      vjp=(_clamp_vjp,), samples=_clamp_samples)
+
+# --- binary -------------------------------------------------------------------
+
+
+def _binary_shape(name):
+    def rule(x: Meta, y: Meta) -> Meta:
+        return Meta(broadcast_shapes(x.shape, y.shape, op=name), np.result_type(x.dtype, y.dtype))
+    return rule
+
+
+def _checked(name, fn):
+    """numpy forward with PyTorch-style broadcasting errors naming op and shapes."""
+    def forward(x, y):
+        try:
+            return fn(x, y)
+        except ValueError:
+            broadcast_shapes(np.shape(x), np.shape(y), op=name)
+            raise
+    forward.__name__ = name
+    return forward
+
+
+defop("add", forward=_checked("add", np.add), shape=_binary_shape("add"), arity=2, saves=(),
+      vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g), samples=_binary_samples())
+
+defop("sub", forward=_checked("sub", np.subtract), shape=_binary_shape("sub"), arity=2, saves=(),
+      vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g), samples=_binary_samples())
+
+defop("mul", forward=_checked("mul", np.multiply), shape=_binary_shape("mul"), arity=2,
+      vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x), samples=_binary_samples())
+
+
+def _div(x, y):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.true_divide(x, y)
+    if x.dtype.kind != "f" and y.dtype.kind != "f" and out.dtype != np.float32:
+        out = out.astype(np.float32)
+    return out
+
+
+def _div_shape(x: Meta, y: Meta) -> Meta:
+    d = np.result_type(x.dtype, y.dtype)
+    return Meta(broadcast_shapes(x.shape, y.shape, op="div"), _float_dtype(d))
+
+
+defop("div", forward=_checked("div", _div), shape=_div_shape, arity=2,
+      vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -(g * x) / (y * y)),
+      samples=_binary_samples(-2, 2, 0.5, 2.0))
+
+
+def _pow(x, y):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.power(x, y)
+
+
+def _pow_vjp_y(g, out, x, y):
+    # d/dy x**y = x**y * log(x); PyTorch masks x == 0 (with y >= 0) to 0 instead of nan.
+    return S.where(x == 0, 0, g * out * x.log())
+
+
+defop("pow", forward=_checked("pow", _pow), shape=_binary_shape("pow"), arity=2, saves_out=True,
+      vjp=(lambda g, out, x, y: g * y * x ** (y - 1), _pow_vjp_y),
+      samples=_binary_samples(0.3, 2.0, -2.0, 2.0))
+
+
+def _max_vjp(a_wins):
+    def rule(g, out, x, y):
+        # ties split the gradient evenly, as PyTorch does
+        mine = (x > y) if a_wins else (y > x)
+        return S.where(x == y, g / 2, S.where(mine, g, 0))
+    return rule
+
+
+def _min_vjp(a_wins):
+    def rule(g, out, x, y):
+        mine = (x < y) if a_wins else (y < x)
+        return S.where(x == y, g / 2, S.where(mine, g, 0))
+    return rule
+
+
+defop("maximum", forward=_checked("maximum", np.maximum), shape=_binary_shape("maximum"), arity=2,
+      vjp=(_max_vjp(True), _max_vjp(False)), samples=_binary_samples())
+
+defop("minimum", forward=_checked("minimum", np.minimum), shape=_binary_shape("minimum"), arity=2,
+      vjp=(_min_vjp(True), _min_vjp(False)), samples=_binary_samples())
+
+# --- comparisons and logic (no gradient) ------------------------------------------
+
+
+def _bool_binary_shape(name):
+    def rule(x: Meta, y: Meta) -> Meta:
+        return Meta(broadcast_shapes(x.shape, y.shape, op=name), np.dtype(np.bool_))
+    return rule
+
+
+for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+                   ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+                   ("logical_and", np.logical_and), ("logical_or", np.logical_or)]:
+    defop(_name, forward=_checked(_name, _fn), shape=_bool_binary_shape(_name), arity=2,
+          vjp=None, samples=_binary_samples())
+
+defop("logical_not", forward=np.logical_not, arity=1, vjp=None,
+      shape=lambda x: Meta(x.shape, np.dtype(np.bool_)), samples=_unary_samples())
+
+# --- where ----------------------------------------------------------------------------
+
+
+def _where_forward(c, x, y):
+    try:
+        return np.where(c, x, y)
+    except ValueError:
+        broadcast_shapes(np.shape(c), np.shape(x), np.shape(y), op="where")
+        raise
+
+
+def _where_shape(c: Meta, x: Meta, y: Meta) -> Meta:
+    if c.dtype.kind != "b":
+        raise TypeError(f"where: condition must be a bool tensor, got {c.dtype}")
+    return Meta(broadcast_shapes(c.shape, x.shape, y.shape, op="where"),
+                np.result_type(x.dtype, y.dtype))
+
+
+def _where_samples():
+    r = _rng()
+    return [([r.uniform(-1, 1, size=(3, 4)) > 0, r.uniform(-2, 2, size=(3, 4)),
+              r.uniform(-2, 2, size=(4,))], {}),
+            ([np.array(True), r.uniform(-2, 2, size=(2,)), r.uniform(-2, 2, size=())], {})]
+
+
+defop("where", forward=_where_forward, shape=_where_shape, arity=3, saves=(0,),
+      vjp=(None, lambda g, out, c, x, y: S.where(c, g, 0), lambda g, out, c, x, y: S.where(c, 0, g)),
+      samples=_where_samples)
+
+# --- dtype and copies ---------------------------------------------------------------------
+
+
+def _cast(x, dtype):
+    return x.astype(dtype)
+
+
+defop("cast", forward=_cast, shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)), arity=1,
+      attrs=("dtype",), saves=(), vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
+      samples=lambda: [([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"})])
+
+defop("copy", forward=np.copy, shape=_same_shape, arity=1, saves=(),
+      vjp=(lambda g, out, x: g,), samples=_unary_samples())
+
+
+def _fill(x, value):
+    return np.full(x.shape, value, dtype=x.dtype)
+
+
+defop("fill", forward=_fill, shape=lambda x, value: Meta(x.shape, x.dtype), arity=1,
+      attrs=("value",), saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
+      samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0})])

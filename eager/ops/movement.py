@@ -1,0 +1,164 @@
+"""Movement primitives: reshape, transpose (any permutation), expand, indexing."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _surface as S
+from .registry import Meta, defop
+
+
+def _rng():
+    return np.random.default_rng(99)
+
+
+def _reshape_shape(x: Meta, shape) -> Meta:
+    n_in = int(np.prod(x.shape, dtype=np.int64))
+    n_out = int(np.prod(shape, dtype=np.int64))
+    if n_in != n_out:
+        raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {n_in}")
+    return Meta(tuple(shape), x.dtype)
+
+
+defop("reshape", forward=lambda x, shape: np.reshape(x, shape), shape=_reshape_shape, arity=1,
+      attrs=("shape",), saves=(), kind="movement",
+      vjp=(lambda g, out, x, shape: g.reshape(x.shape),),
+      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"shape": (2, 6)}),
+                       ([_rng().uniform(-1, 1, size=())], {"shape": (1, 1)}),
+                       ([_rng().uniform(-1, 1, size=(0, 4))], {"shape": (4, 0)})])
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def _transpose_shape(x: Meta, perm) -> Meta:
+    if sorted(perm) != list(range(len(x.shape))):
+        raise RuntimeError(f"transpose: perm {list(perm)} is not a permutation of "
+                           f"{len(x.shape)} dims")
+    return Meta(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+defop("transpose", forward=lambda x, perm: np.transpose(x, perm), shape=_transpose_shape, arity=1,
+      attrs=("perm",), saves=(), kind="movement",
+      vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
+      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
+                       ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)})])
+
+
+def _expand_shape(x: Meta, shape) -> Meta:
+    lead = len(shape) - len(x.shape)
+    if lead < 0 or any(d != 1 and d != shape[i + lead] for i, d in enumerate(x.shape)):
+        raise RuntimeError(f"expand: cannot expand shape {list(x.shape)} to {list(shape)}")
+    return Meta(tuple(shape), x.dtype)
+
+
+defop("expand", forward=lambda x, shape: np.broadcast_to(x, shape), shape=_expand_shape, arity=1,
+      attrs=("shape",), saves=(), kind="movement",
+      vjp=(lambda g, out, x, shape: g,),          # sum_to(g, x.shape) is applied by the caller
+      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),
+                       ([_rng().uniform(-1, 1, size=())], {"shape": (2,)})])
+
+
+# --- indexing -------------------------------------------------------------------
+
+
+def _getitem(x, *idx, index):
+    key = S.decode_index(index, idx)
+    try:
+        out = x[key]
+    except IndexError as e:
+        raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None
+    return np.array(out) if not isinstance(out, np.ndarray) else out
+
+
+def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:
+    for item in index:
+        if item[0] == "t" and idx[item[1]].dtype.kind == "b" and idx[item[1]].shape != ():
+            raise TypeError("getitem: boolean-mask indexing has a data-dependent shape, which a "
+                            "static graph cannot express; use graphc.where(mask, x, 0) (or sum of "
+                            "a masked product) instead, or run this part eagerly")
+    # Index a zero-strided dummy of the right shape: exact numpy semantics, no data touched.
+    dummy = np.broadcast_to(np.zeros((), np.int8), x.shape)
+    arrays = [np.zeros(m.shape, dtype=m.dtype) for m in idx]
+    try:
+        out = dummy[S.decode_index(index, arrays)]
+    except IndexError as e:
+        raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None
+    return Meta(np.shape(out), x.dtype)
+
+
+def _getitem_vjp(g, out, x, *idx, index):
+    return g._op("getitem_grad", "IndexBackward0", *idx, index=index, shape=tuple(x.shape))
+
+
+def _getitem_grad(g, *idx, index, shape):
+    z = np.zeros(shape, dtype=g.dtype)
+    key = S.decode_index(index, idx)
+    if any(item[0] == "t" for item in index):
+        np.add.at(z, key, g)        # repeated indices accumulate
+    else:
+        z[key] = g
+    return z
+
+
+def _getitem_grad_shape(g: Meta, *idx: Meta, index, shape) -> Meta:
+    return Meta(tuple(shape), g.dtype)
+
+
+def _getitem_samples():
+    r = _rng()
+    return [([r.uniform(-1, 1, size=(4, 5))], {"index": (("i", 1),)}),
+            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("s", 1, None, 2), ("n",), ("e",))}),
+            ([r.uniform(-1, 1, size=(4, 5)), np.array([0, 2, 2])], {"index": (("t", 0),)}),
+            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("e",), ("i", -1))})]
+
+
+defop("getitem", forward=_getitem, shape=_getitem_shape, arity=None, attrs=("index",),
+      saves=(), kind="movement", vjp=(_getitem_vjp,), samples=_getitem_samples)
+
+
+def _getitem_grad_samples():
+    r = _rng()
+    return [([r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),), "shape": (4, 5)}),
+            ([r.uniform(-1, 1, size=(3, 5)), np.array([0, 2, 2])],
+             {"index": (("t", 0),), "shape": (4, 5)})]
+
+
+defop("getitem_grad", forward=_getitem_grad, shape=_getitem_grad_shape, arity=None,
+      attrs=("index", "shape"), saves=(), kind="movement",
+      vjp=(lambda g, out, gy, *idx, index, shape: g._op("getitem", "IndexBackward0", *idx,
+                                                         index=index),),
+      samples=_getitem_grad_samples)
+
+
+def _setitem(x, v, *idx, index):
+    out = x.copy()
+    out[S.decode_index(index, idx)] = v
+    return out
+
+
+def _setitem_shape(x: Meta, v: Meta, *idx: Meta, index) -> Meta:
+    return Meta(x.shape, x.dtype)
+
+
+def _setitem_vjp_x(g, out, x, v, *idx, index):
+    zero = g._wrap_const(np.zeros((), dtype=g._npdtype))
+    return g._op("setitem", "CopySlices", zero, *idx, index=index)
+
+
+def _setitem_vjp_v(g, out, x, v, *idx, index):
+    return g._op("getitem", "IndexBackward0", *idx, index=index)
+
+
+def _setitem_samples():
+    r = _rng()
+    return [([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),)}),
+            ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=())],
+             {"index": (("s", None, 2, None),)})]
+
+
+defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs=("index",), saves=(),
+      kind="movement", vjp=(_setitem_vjp_x, _setitem_vjp_v), samples=_setitem_samples)

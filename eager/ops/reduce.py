@@ -1,0 +1,133 @@
+"""Reductions over any set of axes, with keepdim."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _surface as S
+from .registry import Meta, defop, norm_axes, reduced_shape
+
+
+def _rng():
+    return np.random.default_rng(4321)
+
+
+def _reduce_shape(dtype_rule):
+    def rule(x: Meta, axis, keepdim) -> Meta:
+        axes = norm_axes(axis, len(x.shape))
+        return Meta(reduced_shape(x.shape, axes, keepdim), dtype_rule(x.dtype))
+    return rule
+
+
+def _keep_shape(shape: tuple, axis: tuple) -> tuple:
+    return tuple(1 if i in axis else d for i, d in enumerate(shape))
+
+
+def _expand_back(g, x, axis):
+    """Broadcast a reduced gradient back over the reduced axes of ``x``."""
+    return g.reshape(_keep_shape(x.shape, axis)).expand(x.shape)
+
+
+def _samples():
+    r = _rng()
+    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": (0, 1), "keepdim": False}),
+            ([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": True}),
+            ([r.uniform(-2, 2, size=(2, 3, 4))], {"axis": (0, 2), "keepdim": False}),
+            ([r.uniform(-2, 2, size=())], {"axis": (), "keepdim": False}),
+            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False})]
+
+
+def _sum(x, axis, keepdim):
+    return np.sum(x, axis=axis, keepdims=keepdim)
+
+
+defop("sum", forward=_sum, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+      saves=(), kind="reduce", samples=_samples,
+      vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),))
+
+
+def _mean(x, axis, keepdim):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.mean(x, axis=axis, keepdims=keepdim, dtype=x.dtype)
+
+
+def _mean_vjp(g, out, x, axis, keepdim):
+    n = 1
+    for a in axis:
+        n *= x.shape[a]
+    return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
+
+
+defop("mean", forward=_mean, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+      saves=(), kind="reduce", samples=_samples, vjp=(_mean_vjp,))
+
+
+def _minmax_forward(fn, name):
+    def forward(x, axis, keepdim):
+        if x.size == 0 and any(x.shape[a] == 0 for a in axis) or (x.size == 0 and not axis):
+            raise RuntimeError(f"{name}(): expected a non-empty reduction; the input has shape "
+                               f"{list(x.shape)} and the reduced dims include a zero-size dim")
+        return fn(x, axis=axis, keepdims=keepdim)
+    forward.__name__ = name
+    return forward
+
+
+def _minmax_vjp(g, out, x, axis, keepdim):
+    # The gradient is shared evenly among the elements equal to the extremum
+    # (PyTorch does this for the full reduction; for a single dim it picks one index).
+    keep = _keep_shape(x.shape, axis)
+    o = out.reshape(keep)
+    mask = (x == o)
+    count = mask.to(g._npdtype).sum(axis, keepdim=True)
+    return S.where(mask, (g.reshape(keep) / count).expand(x.shape), 0)
+
+
+def _nonempty_samples():
+    return [s for s in _samples() if 0 not in s[0][0].shape]
+
+
+defop("max", forward=_minmax_forward(np.max, "max"), shape=_reduce_shape(lambda d: d), arity=1,
+      attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
+      samples=_nonempty_samples, vjp=(_minmax_vjp,))
+
+defop("min", forward=_minmax_forward(np.min, "min"), shape=_reduce_shape(lambda d: d), arity=1,
+      attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
+      samples=_nonempty_samples, vjp=(_minmax_vjp,))
+
+
+def _arg_shape(x: Meta, axis, keepdim) -> Meta:
+    axes = norm_axes(axis, len(x.shape))
+    return Meta(reduced_shape(x.shape, axes, keepdim), np.dtype(np.int64))
+
+
+def _arg_forward(fn, name):
+    def forward(x, axis, keepdim):
+        if x.ndim and x.shape[axis] == 0:
+            raise RuntimeError(f"{name}(): expected reduction dim {axis} to have non-zero size")
+        ax = axis if x.ndim else None
+        return np.asarray(fn(x, axis=ax, keepdims=keepdim), dtype=np.int64)
+    forward.__name__ = name
+    return forward
+
+
+def _arg_samples():
+    r = _rng()
+    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": 1, "keepdim": False}),
+            ([r.uniform(-2, 2, size=(3, 4))], {"axis": 0, "keepdim": True})]
+
+
+defop("argmax", forward=_arg_forward(np.argmax, "argmax"), shape=_arg_shape, arity=1,
+      attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
+defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape, arity=1,
+      attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
+
+
+def _bool_reduce(fn):
+    def forward(x, axis, keepdim):
+        return fn(x, axis=axis, keepdims=keepdim)
+    return forward
+
+
+defop("all", forward=_bool_reduce(np.all), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
+      arity=1, attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_samples)
+defop("any", forward=_bool_reduce(np.any), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
+      arity=1, attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_samples)

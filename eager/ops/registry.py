@@ -1,0 +1,143 @@
+"""The op registry: every primitive is defined exactly once, here.
+
+An op record holds the numpy forward, the shape/dtype rule and the VJP rules.
+VJP rules are written with the *public* tensor methods (``g * out``,
+``x.sin()``, ``g.reshape(shape)``...), never with raw numpy, so the same rule
+computes numbers on the eager tape, records a new tape under
+``create_graph=True`` (higher order for free) and emits graph nodes when graphc
+differentiates a traced graph.
+
+Conventions shared by eager's engine and graphc's autodiff:
+
+* ``vjp`` is a tuple with one rule per differentiable input (``None`` for
+  inputs that have no gradient, e.g. the condition of ``where``).  A rule is
+  called as ``rule(g, out, *inputs, **attrs)`` and returns the gradient for its
+  input *in the broadcast output shape*; the caller then sums it back to the
+  input's shape (``sum_to``) and casts it to the input's dtype.  Rules only run
+  for inputs that need a gradient.
+* ``saves`` lists which inputs a rule reads (eager keeps only those alive on
+  the tape; the others are passed as :class:`Meta` holding shape and dtype).
+  ``saves_out`` says whether the rules read ``out``.
+* The shape rule gets one :class:`Meta` per input plus the attrs and returns
+  the output :class:`Meta`.  graphc's verifier re-derives every node with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+
+class Meta:
+    """Shape and dtype of a value whose data is not needed (an abstract value)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple, dtype: np.dtype) -> None:
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Meta) and self.shape == other.shape and self.dtype == other.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"Meta({self.shape}, {self.dtype})"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One primitive: its numpy forward, shape rule, VJP rules and metadata."""
+
+    name: str
+    forward: Callable[..., np.ndarray]
+    shape: Callable[..., Meta]
+    vjp: Optional[tuple]
+    arity: Optional[int]
+    attrs: tuple = ()
+    saves: Optional[tuple] = None
+    saves_out: bool = False
+    kind: str = "elementwise"      # elementwise | reduce | movement | linalg | other
+    doc: str = ""
+    samples: Callable[[], list] = field(default=lambda: [], compare=False)
+
+    @property
+    def differentiable(self) -> bool:
+        return self.vjp is not None and any(r is not None for r in self.vjp)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Sequence[str] = (),
+          saves: Optional[Sequence[int]] = None, saves_out: bool = False,
+          kind: str = "elementwise", doc: str = "", samples=None) -> OpDef:
+    """Register a primitive.  Names are unique: a second definition is a bug."""
+    if name in OPS:
+        raise ValueError(f"op {name!r} is defined twice")
+    op = OpDef(name=name, forward=forward, shape=shape, vjp=None if vjp is None else tuple(vjp),
+               arity=arity, attrs=tuple(attrs), saves=None if saves is None else tuple(saves),
+               saves_out=saves_out, kind=kind, doc=doc,
+               samples=samples if samples is not None else (lambda: []))
+    OPS[name] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
+
+
+# ---------------------------------------------------------------------------
+# shape-rule helpers shared by the op families
+
+
+def broadcast_shapes(*shapes: tuple, op: str = "op") -> tuple:
+    """numpy broadcasting with PyTorch's error wording, naming the op and shapes."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        a, b = shapes[0], shapes[-1]
+        for i in range(1, max(len(a), len(b)) + 1):
+            da = a[-i] if i <= len(a) else 1
+            db = b[-i] if i <= len(b) else 1
+            if da != db and da != 1 and db != 1:
+                raise RuntimeError(
+                    f"{op}: the size of tensor a ({da}) must match the size of tensor b ({db}) "
+                    f"at non-singleton dimension {max(len(a), len(b)) - i}; shapes are "
+                    f"{list(a)} and {list(b)}") from None
+        raise RuntimeError(f"{op}: shapes {[list(s) for s in shapes]} cannot be broadcast") from None
+
+
+def norm_axes(axis: Any, ndim: int, op: str = "op") -> tuple:
+    """Normalize an int/tuple/None axis spec to a sorted tuple of non-negative ints."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (int(axis),)
+    out = []
+    for a in axis:
+        a = int(a)
+        lim = max(ndim, 1)
+        if not -lim <= a < lim:
+            raise IndexError(f"{op}: dimension out of range (expected to be in range of "
+                             f"[{-lim}, {lim - 1}], but got {a})")
+        out.append(a % lim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"{op}: dim {tuple(axis)} appears multiple times in the list of dims")
+    return tuple(sorted(out))
+
+
+def reduced_shape(shape: tuple, axes: tuple, keepdim: bool) -> tuple:
+    if keepdim:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)

@@ -1,0 +1,831 @@
+"""eager.Tensor: a numpy array plus the autograd state PyTorch attaches to it."""
+from __future__ import annotations
+
+import builtins
+import warnings
+import weakref
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _dtype as D
+from ._format import format_tensor
+from ._surface import TensorOps, decode_index, encode_index
+from .autograd import grad_mode
+from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
+from .ops.registry import OPS
+
+_STATE = grad_mode.STATE
+_ndarray = np.ndarray
+
+NONLEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad field "
+    "to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. If you "
+    "access the non-leaf Tensor by mistake, make sure you access the leaf Tensor instead.")
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+
+
+class device:
+    """Only ``cpu`` exists; anything else is a clear error rather than a silent fallback."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec: Any = "cpu", index: Optional[int] = None) -> None:
+        if isinstance(spec, device):
+            self.type, self.index = spec.type, spec.index
+            return
+        if not isinstance(spec, str) or spec.split(":")[0] != "cpu":
+            raise RuntimeError(f"eager runs on the CPU only; device {spec!r} is not available "
+                               "(use device='cpu' or leave it out)")
+        self.type = "cpu"
+        self.index = index
+
+    def __repr__(self) -> str:
+        return "device(type='cpu')"
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return device(other).type == self.type
+        except RuntimeError:
+            return False
+
+    def __hash__(self) -> int:
+        return hash("cpu")
+
+
+_CPU = device("cpu")
+
+
+class Tensor(TensorOps):
+    """A multi-dimensional array with optional gradient tracking (PyTorch semantics)."""
+
+    __slots__ = ("_data", "_rg", "grad_fn", "_grad", "_version", "_acc", "_hooks",
+                 "_output_nr", "_retains", "__weakref__")
+    _priority = 1
+
+    # --- construction -------------------------------------------------------------
+    def __init__(self, *args: Any, dtype=None, device=None, requires_grad: bool = False) -> None:
+        """``Tensor(3, 5)`` is uninitialized float32 of that shape; ``Tensor(data)`` copies."""
+        if device is not None:
+            _check_device(device)
+        npd = D.to_np(dtype) if dtype is not None else D.DEFAULT_FLOAT
+        if len(args) == 1 and not isinstance(args[0], (builtins.int, np.integer)):
+            data = args[0]
+            if isinstance(data, Tensor):
+                data = data._data
+            arr = np.array(data, dtype=npd)
+        else:
+            shape = args[0] if len(args) == 1 and isinstance(args[0], tuple) else args
+            try:
+                arr = np.empty(tuple(builtins.int(s) for s in shape), dtype=npd)
+            except (TypeError, ValueError):
+                raise TypeError(f"Tensor(): expected a shape of ints or data, got {args!r}") from None
+        _init(self, arr)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @staticmethod
+    def _make(data: np.ndarray) -> "Tensor":
+        t = _new(Tensor)
+        if data.__class__ is not _ndarray:
+            data = np.asarray(data)
+        t._data = data
+        t._rg = False
+        t.grad_fn = None
+        t._grad = None
+        t._version = [0]
+        t._acc = None
+        t._hooks = None
+        t._output_nr = 0
+        t._retains = False
+        return t
+
+    def _wrap_const(self, arr: np.ndarray) -> "Tensor":
+        return Tensor._make(np.asarray(arr))
+
+    # --- the op dispatch ------------------------------------------------------------
+    def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tensor":
+        opdef = OPS[op]
+        arrays = [o._data if o.__class__ is Tensor else o for o in operands]
+        out = _make(opdef.forward(*arrays, **attrs))
+        if _STATE.enabled and opdef.vjp is not None:
+            _record(out, opdef, gname, operands, attrs)
+        return out
+
+    def _binary(self, op: str, other: Any, gname: str) -> "Tensor":
+        # Fast path: tensor (op) tensor of one dtype, or tensor (op) Python number.
+        a = self._data
+        oc = other.__class__
+        if oc is Tensor:
+            b = other._data
+            if a.dtype != b.dtype:
+                return TensorOps._binary(self, op, other, gname)
+            rg = self._rg or other._rg
+        elif oc is builtins.float or oc is builtins.int:
+            if a.dtype.kind == "b" or (a.dtype.kind != "f" and oc is builtins.float):
+                return TensorOps._binary(self, op, other, gname)
+            b = a.dtype.type(other)
+            other = b
+            rg = self._rg
+        else:
+            return TensorOps._binary(self, op, other, gname)
+        opdef = OPS[op]
+        out = _make(opdef.forward(a, b))
+        if rg and _STATE.enabled and opdef.vjp is not None:
+            _record(out, opdef, gname, (self, other), {})
+        return out
+
+    def _rbinary(self, op: str, other: Any, gname: str) -> "Tensor":
+        oc = other.__class__
+        kind = self._data.dtype.kind
+        if (oc is builtins.float and kind == "f") or (oc is builtins.int and kind != "b"):
+            a = self._data
+            b = a.dtype.type(other)
+            opdef = OPS[op]
+            out = _make(opdef.forward(b, a))
+            if self._rg and _STATE.enabled and opdef.vjp is not None:
+                _record(out, opdef, gname, (b, self), {})
+            return out
+        return TensorOps._rbinary(self, op, other, gname)
+
+    # --- basic properties -------------------------------------------------------------
+    @property
+    def _npdtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def shape(self):
+        from ._surface import Size
+        return Size(self._data.shape)
+
+    @property
+    def dtype(self) -> D.dtype:
+        return D.FROM_NP[self._data.dtype]
+
+    @property
+    def device(self) -> device:
+        return _CPU
+
+    @property
+    def is_cuda(self) -> bool:
+        return False
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def numel(self) -> int:
+        return self._data.size
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._data.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._data.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+    def stride(self, dim: Optional[int] = None):
+        st = tuple(s // self._data.itemsize for s in self._data.strides)
+        return st if dim is None else st[dim]
+
+    def is_contiguous(self) -> bool:
+        return self._data.flags.c_contiguous
+
+    def data_ptr(self) -> int:
+        return self._data.__array_interface__["data"][0]
+
+    # --- autograd state ------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self.grad_fn is not None:
+            if value:
+                return
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
+                               "want to use a computed variable in a subgraph that doesn't require "
+                               "differentiation use var_no_grad = var.detach().")
+        if value and self._data.dtype.kind != "f":
+            raise RuntimeError("only Tensors of floating point dtype can require gradients "
+                               f"(this tensor is {self.dtype}); convert it with .float() first")
+        self._rg = builtins.bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def grad(self) -> Optional["Tensor"]:
+        if self.grad_fn is not None and not self._retains:
+            warnings.warn(NONLEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Optional["Tensor"]) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got "
+                                f"{type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: "
+                                   f"{list(value.shape)} vs the tensor's {list(self.shape)}")
+            if value._data.dtype != self._data.dtype:
+                raise RuntimeError(f"assigned grad has data of a different type "
+                                   f"({value.dtype} vs {self.dtype})")
+        self._grad = value
+
+    @property
+    def data(self) -> "Tensor":
+        """A tensor sharing storage, detached from the graph (and from version tracking)."""
+        return Tensor._make(self._data)
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
+
+    def retain_grad(self) -> None:
+        if not self._rg:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is None or self._retains:
+            return
+        self._retains = True
+        node = self.grad_fn
+        if node._retained is None:
+            node._retained = {}
+        node._retained[self._output_nr] = weakref.ref(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains
+
+    def register_hook(self, hook: Callable) -> "RemovableHandle":
+        """Call ``hook(grad)`` when this tensor's gradient is computed; it may return a new grad."""
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            hooks = self._hooks
+        else:
+            node = self.grad_fn
+            if node._hooks is None:
+                node._hooks = {}
+            hooks = node._hooks.setdefault(self._output_nr, [])
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+
+    def detach(self) -> "Tensor":
+        """Same storage and version counter, no history, requires_grad=False."""
+        t = Tensor._make(self._data)
+        t._version = self._version
+        return t
+
+    def detach_(self) -> "Tensor":
+        self.grad_fn = None
+        self._rg = False
+        return self
+
+    def _grad_accumulator(self) -> AccumulateGrad:
+        acc = self._acc() if self._acc is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._acc = weakref.ref(acc)
+        return acc
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see eager.autograd.backward)."""
+        from .autograd.engine import backward
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
+                 inputs=inputs)
+
+    # --- conversions ------------------------------------------------------------------
+    def item(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to "
+                               "Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        if self._rg and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._data
+        if dtype is not None and arr.dtype != dtype:
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __bool__(self) -> builtins.bool:
+        if self._data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return builtins.bool(self._data.reshape(()))
+
+    def __float__(self) -> builtins.float:
+        return builtins.float(self.item())
+
+    def __int__(self) -> builtins.int:
+        return builtins.int(self.item())
+
+    def __index__(self) -> builtins.int:
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return builtins.int(self.item())
+
+    def __len__(self) -> builtins.int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __repr__(self) -> str:
+        suffixes = []
+        if self.grad_fn is not None:
+            suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self._rg:
+            suffixes.append("requires_grad=True")
+        return format_tensor(self._data, suffixes)
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        if self._data.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self._data.copy(), self._rg))
+
+    def __deepcopy__(self, memo):
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
+                               "the deepcopy protocol at the moment")
+        t = Tensor._make(self._data.copy())
+        t._rg = self._rg
+        if self._grad is not None:
+            t._grad = Tensor._make(self._grad._data.copy())
+        memo[id(self)] = t
+        return t
+
+    # --- in-place ops -----------------------------------------------------------------------
+    def _inplace(self, method: str, *args, gname: Optional[str] = None, **kwargs) -> "Tensor":
+        """Run ``method`` out of place, then write the result into self's buffer.
+
+        With grad recording on, self takes over the new node as its grad_fn (PyTorch's
+        rebase); without it this is a plain numpy in-place write.
+        """
+        recording = _STATE.enabled and (self._rg or builtins.any(
+            isinstance(a, Tensor) and a._rg for a in args))
+        if recording:
+            if self.grad_fn is None and self._rg:
+                raise RuntimeError(LEAF_INPLACE)
+            snap = Tensor._make(self._data.copy())
+            snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
+            res = getattr(snap, method)(*args, **kwargs)
+            self._write(res._data, method)
+            if res.grad_fn is not None:
+                node = res.grad_fn
+                if gname is not None and isinstance(node, OpNode):
+                    node.__class__ = node_class(gname)
+                self.grad_fn = node
+                self._output_nr = res._output_nr
+                self._rg = True
+        else:
+            if self.grad_fn is None and self._rg and _STATE.enabled:
+                raise RuntimeError(LEAF_INPLACE)
+            with grad_mode.no_grad():
+                res = getattr(self, method)(*args, **kwargs)
+            self._write(res._data, method)
+        return self
+
+    def _write(self, value: np.ndarray, op: str) -> None:
+        dst = self._data
+        if value.shape != dst.shape:
+            raise RuntimeError(f"{op}_: output with shape {list(dst.shape)} doesn't match the "
+                               f"broadcast shape {list(value.shape)}")
+        if value.dtype != dst.dtype and not np.can_cast(value.dtype, dst.dtype, "same_kind"):
+            raise RuntimeError(f"{op}_: result type {D.from_np(value.dtype)} can't be cast to the "
+                               f"desired output type {D.from_np(dst.dtype)}")
+        if not dst.flags.writeable:
+            raise RuntimeError(f"{op}_: this tensor is a broadcast (expanded) view or read-only "
+                               "buffer and cannot be written in place; clone() it first")
+        np.copyto(dst, value, casting="same_kind")
+        self._version[0] += 1
+
+    def _fast_inplace(self, ufunc, other) -> Optional["Tensor"]:
+        """numpy ``out=`` path for the common no-recording update ``w -= lr * g``."""
+        if _STATE.enabled and (self._rg or (other.__class__ is Tensor and other._rg)):
+            return None
+        b = other._data if other.__class__ is Tensor else other
+        if isinstance(b, (TensorOps,)) or not isinstance(b, (np.ndarray, builtins.int,
+                                                              builtins.float, np.number)):
+            return None
+        dst = self._data
+        try:
+            ufunc(dst, b, out=dst, casting="same_kind")
+        except (ValueError, TypeError, np.exceptions.UFuncTypeError):
+            return None   # let the general path produce the precise error
+        self._version[0] += 1
+        return self
+
+    def add_(self, other, *, alpha=1):
+        if alpha == 1 and self._fast_inplace(np.add, other) is not None:
+            return self
+        return self._inplace("add", other, alpha=alpha)
+
+    def sub_(self, other, *, alpha=1):
+        if alpha == 1 and self._fast_inplace(np.subtract, other) is not None:
+            return self
+        return self._inplace("sub", other, alpha=alpha)
+
+    def mul_(self, other):
+        if self._fast_inplace(np.multiply, other) is not None:
+            return self
+        return self._inplace("mul", other)
+
+    def div_(self, other):
+        if self._data.dtype.kind == "f" and self._fast_inplace(np.true_divide, other) is not None:
+            return self
+        return self._inplace("div", other)
+
+    def pow_(self, exponent):
+        return self._inplace("pow", exponent)
+
+    def neg_(self):
+        return self._inplace("neg")
+
+    def clamp_(self, min=None, max=None):
+        return self._inplace("clamp", min, max)
+
+    clip_ = clamp_
+
+    def relu_(self):
+        return self._inplace("relu")
+
+    def exp_(self):
+        return self._inplace("exp")
+
+    def fill_(self, value):
+        if isinstance(value, Tensor):
+            value = value.item()
+        if not (_STATE.enabled and self._rg):
+            if not self._data.flags.writeable:
+                raise RuntimeError("fill_: this tensor is a read-only (expanded) view; clone() it")
+            self._data.fill(value)
+            self._version[0] += 1
+            return self
+        return self._inplace("_filled", value, gname="FillBackward0")
+
+    def zero_(self):
+        if not (_STATE.enabled and self._rg):
+            return self.fill_(0)
+        return self._inplace("_filled", 0, gname="ZeroBackward0")
+
+    def _filled(self, value):
+        return self._op("fill", "FillBackward0", value=builtins.float(value) if
+                        self._data.dtype.kind == "f" else value)
+
+    def copy_(self, src) -> "Tensor":
+        if not isinstance(src, Tensor):
+            src = tensor(src, dtype=self.dtype)
+        return self._setitem_impl(Ellipsis, src, gname="CopyBackwards")
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def __setitem__(self, key, value) -> None:
+        self._setitem_impl(key, value, gname="CopySlices")
+
+    def _setitem_impl(self, key, value, gname: str) -> "Tensor":
+        spec, arrays, _ = encode_index(key, self)
+        if isinstance(value, Tensor):
+            v = value
+            if v._data.dtype != self._data.dtype:
+                v = v.to(self.dtype)
+        else:
+            v = Tensor._make(np.asarray(value, dtype=self._data.dtype))
+        recording = _STATE.enabled and (self._rg or v._rg)
+        if not recording:
+            if not self._data.flags.writeable:
+                raise RuntimeError("cannot assign into a read-only (expanded) view; clone() it")
+            try:
+                self._data[decode_index(spec, [a._data for a in arrays])] = v._data
+            except (ValueError, IndexError) as e:
+                raise RuntimeError(f"index assignment: {e} (tensor shape {list(self.shape)}, "
+                                   f"value shape {list(v.shape)})") from None
+            self._version[0] += 1
+            return self
+        if self.grad_fn is None and self._rg:
+            raise RuntimeError(LEAF_INPLACE)
+        snap = Tensor._make(self._data)
+        snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
+        res = snap._op("setitem", gname, v, *arrays, index=spec)
+        self._write(res._data, "setitem")
+        self.grad_fn = res.grad_fn
+        self._output_nr = 0
+        self._rg = True
+        return self
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        try:
+            self._hooks.remove(self._hook)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+_new = object.__new__
+
+
+def _init(t: Tensor, arr: np.ndarray) -> None:
+    t._data = arr
+    t._rg = False
+    t.grad_fn = None
+    t._grad = None
+    t._version = [0]
+    t._acc = None
+    t._hooks = None
+    t._output_nr = 0
+    t._retains = False
+
+
+_make = Tensor._make
+
+
+def _rebuild(data, rg):
+    t = Tensor._make(data)
+    t._rg = rg
+    return t
+
+
+def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None:
+    """Attach a backward node to ``out`` if any differentiable operand requires grad."""
+    if out._data.dtype.kind != "f":
+        return
+    vjp = opdef.vjp
+    needs = []
+    edges = []
+    anyneed = False
+    for i, o in enumerate(operands):
+        if o.__class__ is Tensor and o._rg and i < len(vjp) and vjp[i] is not None:
+            needs.append(True)
+            anyneed = True
+            edges.append(_edge(o))
+        else:
+            needs.append(False)
+            edges.append((None, 0))
+    if not anyneed:
+        return
+    node = node_class(gname)(opdef, attrs, operands, tuple(needs), tuple(edges),
+                             out._data if opdef.saves_out else None)
+    out._rg = True
+    out.grad_fn = node
+
+
+def _check_device(dev) -> None:
+    device(dev)
+
+
+# ---------------------------------------------------------------------------
+# creation functions
+
+
+def _finish(arr: np.ndarray, requires_grad: bool, device_=None) -> Tensor:
+    if device_ is not None:
+        _check_device(device_)
+    t = Tensor._make(arr)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _shape(size) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    try:
+        return tuple(builtins.int(s) for s in size)
+    except (TypeError, ValueError):
+        raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
+
+
+def _dt(dtype, default=None) -> np.dtype:
+    if dtype is None:
+        return default if default is not None else D.DEFAULT_FLOAT
+    return D.to_np(dtype)
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Copy ``data`` (nested lists, numbers, arrays, tensors) into a new leaf tensor."""
+    if isinstance(data, Tensor):
+        arr = data._data.copy() if dtype is None else data._data.astype(D.to_np(dtype))
+        return _finish(arr, requires_grad, device)
+    if isinstance(data, (list, tuple)) and data and builtins.any(
+            isinstance(d, Tensor) for d in _flat(data)):
+        data = _tensors_to_lists(data)
+    npd = D.to_np(dtype) if dtype is not None else D.infer_np_dtype(data)
+    try:
+        arr = np.array(data, dtype=npd)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"tensor(): could not convert data to a {D.from_np(npd)} tensor: {e}") \
+            from None
+    return _finish(arr, requires_grad, device)
+
+
+def _flat(seq):
+    stack = [seq]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, (list, tuple)):
+            stack.extend(s)
+        else:
+            yield s
+
+
+def _tensors_to_lists(data):
+    if isinstance(data, Tensor):
+        return data._data.tolist()
+    if isinstance(data, (list, tuple)):
+        return [_tensors_to_lists(d) for d in data]
+    return data
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor) and (dtype is None or D.to_np(dtype) == data._data.dtype):
+        return data
+    if isinstance(data, np.ndarray) and (dtype is None or D.to_np(dtype) == data.dtype):
+        return _finish(data, False, device)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """Share memory with a numpy array (writes show in both)."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
+    if arr.dtype not in D.FROM_NP:
+        raise TypeError(f"can't convert np.ndarray of type {arr.dtype}; supported: float64, "
+                        "float32, float16, int64, int32, int16, int8, uint8 and bool")
+    return Tensor._make(arr)
+
+
+_gen = np.random.default_rng()
+
+
+def manual_seed(seed: int):
+    """Seed eager's generator (numbers differ from PyTorch's; sequences are reproducible)."""
+    global _gen
+    _gen = np.random.default_rng(builtins.int(seed))
+    return _gen
+
+
+def seed() -> int:
+    s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
+    manual_seed(s)
+    return s
+
+
+def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+    g = generator if generator is not None else _gen
+    npd = _dt(dtype)
+    if npd.kind != "f":
+        raise RuntimeError(f"randn: expected a floating point dtype, got {D.from_np(npd)}")
+    arr = g.standard_normal(_shape(size), dtype=npd if npd != np.float16 else np.float32)
+    return _finish(arr.astype(npd, copy=False), requires_grad, device)
+
+
+def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+    g = generator if generator is not None else _gen
+    npd = _dt(dtype)
+    arr = g.random(_shape(size), dtype=npd if npd in (np.float32, np.float64) else np.float64)
+    return _finish(arr.astype(npd, copy=False), requires_grad, device)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    arr = _gen.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
+    return _finish(arr, requires_grad, device)
+
+
+def randn_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def rand_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _finish(np.zeros(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _finish(np.ones(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _finish(np.empty(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if dtype is None:
+        dtype = D.infer_np_dtype(fill_value) if not isinstance(fill_value, builtins.float) \
+            else D.DEFAULT_FLOAT
+    return _finish(np.full(_shape((size,)), fill_value, dtype=_dt(dtype)), requires_grad, device)
+
+
+def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return empty(t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
+
+
+def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device,
+                requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        isfloat = builtins.any(isinstance(v, builtins.float) for v in (start, end, step))
+        npd = D.DEFAULT_FLOAT if isfloat else np.dtype(np.int64)
+    else:
+        npd = D.to_np(dtype)
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    return _finish(np.arange(start, end, step).astype(npd), requires_grad, device)
+
+
+def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.linspace(start, end, steps).astype(_dt(dtype)), requires_grad, device)
+
+
+def eye(n: int, m: Optional[int] = None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)
+
+
+def _typed_ctor(npd):
+    def ctor(*args, requires_grad: bool = False):
+        return Tensor(*args, dtype=npd, requires_grad=requires_grad)
+    return ctor
+
+
+FloatTensor = _typed_ctor(np.float32)
+DoubleTensor = _typed_ctor(np.float64)
+LongTensor = _typed_ctor(np.int64)
+IntTensor = _typed_ctor(np.int32)
+BoolTensor = _typed_ctor(np.bool_)

@@ -1,0 +1,1 @@
+"""graphc: static-graph compiler."""

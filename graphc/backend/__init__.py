@@ -1,0 +1,1 @@
+"""Backend: lowering to LLVM IR, vectorizable math (``vecmath``) and BLAS calls (``blas``)."""

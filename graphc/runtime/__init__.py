@@ -1,0 +1,1 @@
+"""Runtime: JIT engines (``jit``); the calling convention and cache build on it."""

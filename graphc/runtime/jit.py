@@ -1,0 +1,328 @@
+"""Thread-safe JIT layer: LLVM IR text (or an llvmlite.ir.Module) in, callable addresses out.
+
+Every compiled module gets its own LLVM context and its own MCJIT execution
+engine, so modules never see each other's symbols (two modules may both define
+``kernel``) and freeing one never touches another.  All LLVM work (parsing,
+optimisation, code generation, engine creation and disposal) happens under one
+process-wide re-entrant lock, :data:`LLVM_LOCK`; LLVM's global state (target
+registry, option parser, ``add_symbol`` table) is not safe to use from several
+threads at once, and llvmlite only locks single C calls, not sequences of them.
+
+The object file MCJIT produced is captured while the engine finalizes, so a
+disk cache can store :meth:`JitModule.object_code` and later bring the code back
+with :func:`load_object_code` without running LLVM's optimiser or code
+generator again.  Cache keys must include :func:`host_cpu_key` because the code
+is tuned for (and may only run on) the host CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Union
+
+import llvmlite
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+__all__ = [
+    "LLVM_LOCK",
+    "JitError",
+    "JitModule",
+    "compile_module",
+    "load_object_code",
+    "host_cpu_key",
+    "host_cpu_name",
+    "host_cpu_features",
+]
+
+#: Hold this around any other direct use of ``llvmlite.binding``.
+LLVM_LOCK = threading.RLock()
+
+_initialized = False
+_host_info: tuple[str, str, str] | None = None
+
+
+class JitError(RuntimeError):
+    """LLVM rejected a module or a symbol was not found; the message says which."""
+
+
+def _ensure_initialized() -> None:
+    """Initialise the native target once (``llvm.initialize()`` raises on llvmlite >= 0.45)."""
+    global _initialized
+    if _initialized:
+        return
+    with LLVM_LOCK:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+def _host() -> tuple[str, str, str]:
+    """(triple, cpu name, feature string) of the host, computed once."""
+    global _host_info
+    if _host_info is None:
+        _ensure_initialized()
+        with LLVM_LOCK:
+            _host_info = (
+                llvm.get_process_triple(),
+                llvm.get_host_cpu_name(),
+                llvm.get_host_cpu_features().flatten(),
+            )
+    return _host_info
+
+
+def host_cpu_name() -> str:
+    """The CPU LLVM tunes for, e.g. ``'skylake'``."""
+    return _host()[1]
+
+
+def host_cpu_features() -> str:
+    """LLVM feature string of the host, e.g. ``'+avx2,+fma,...'`` (sorted)."""
+    return _host()[2]
+
+
+def host_cpu_key() -> str:
+    """A string that changes whenever compiled code could differ: use it in cache keys.
+
+    Includes the triple, CPU name, CPU features, the LLVM version and the
+    llvmlite version (the latter decides the LLVM passes' behaviour too).
+    """
+    triple, cpu, features = _host()
+    llvm_version = ".".join(str(v) for v in llvm.llvm_version_info)
+    return f"{triple}|{cpu}|{features}|llvm-{llvm_version}|llvmlite-{llvmlite.__version__}"
+
+
+def _target_machine(opt_level: int) -> llvm.TargetMachine:
+    """A host-tuned target machine configured like the one MCJIT uses."""
+    triple, cpu, features = _host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(
+        cpu=cpu, features=features, opt=opt_level, reloc="default",
+        codemodel="jitdefault", jit=True)
+
+
+def _check_opt_level(opt_level: int) -> int:
+    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise ValueError(f"opt_level must be an int in 0..3, got {opt_level!r}")
+    return opt_level
+
+
+def _optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
+    """Run LLVM's standard O1..O3 pipeline (new pass manager) tuned for ``tm``.
+
+    The vectorizers are switched on from O2 like clang does; the target
+    machine supplies the cost model that picks the vector width.
+    """
+    if opt_level == 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(module, pb)
+    finally:
+        mpm.close()
+        pb.close()
+        pto.close()
+
+
+def _first_lines(text: str, n: int = 12) -> str:
+    lines = text.splitlines()
+    more = f"\n... ({len(lines) - n} more lines)" if len(lines) > n else ""
+    return "\n".join(lines[:n]) + more
+
+
+class JitModule:
+    """Native code for one LLVM module, alive as long as this object is.
+
+    Keep a reference for as long as any address obtained from
+    :meth:`address` may be called: closing (or garbage collecting) the module
+    frees the machine code.
+    """
+
+    def __init__(self, *, name: str, opt_level: int | None,
+                 engine: llvm.ExecutionEngine, context: llvm.ContextRef,
+                 object_code: bytes | None, ir_before: str | None,
+                 ir_after: str | None, function_names: tuple[str, ...]) -> None:
+        self.name = name
+        self.opt_level = opt_level
+        self.function_names = function_names
+        self._engine = engine
+        self._context = context
+        self._object_code = object_code
+        self._ir_before = ir_before
+        self._ir_after = ir_after
+        self._asm: str | None = None
+        self._addresses: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        state = "closed" if self._engine is None else f"O{self.opt_level}"
+        return f"<JitModule {self.name!r} {state} functions={list(self.function_names)}>"
+
+    def address(self, name: str) -> int:
+        """Address of the defined function ``name``, for ``ctypes.CFUNCTYPE(...)(addr)``."""
+        cached = self._addresses.get(name)
+        if cached is not None:
+            return cached
+        with LLVM_LOCK:
+            if self._engine is None:
+                raise JitError(f"JitModule {self.name!r} is closed")
+            addr = self._engine.get_function_address(name)
+        if not addr:
+            known = ", ".join(self.function_names) or "unknown (loaded from object code)"
+            raise JitError(f"no function {name!r} in JIT module {self.name!r}; "
+                           f"defined functions: {known}")
+        self._addresses[name] = addr
+        return addr
+
+    def llvm_ir(self, optimized: bool = True) -> str:
+        """LLVM IR text after (default) or before the optimisation pipeline."""
+        text = self._ir_after if optimized else self._ir_before
+        if text is None:
+            raise JitError(f"JIT module {self.name!r} was loaded from object code "
+                           "without its IR text; pass llvm_ir=/optimized_ir= to "
+                           "load_object_code to keep it")
+        return text
+
+    def asm(self) -> str:
+        """Target assembly of the optimised module (generated on first use).
+
+        Produced by a separate code generation from the optimised IR with the
+        same target settings MCJIT used, so it matches the code that runs.
+        """
+        if self._asm is None:
+            ir_text = self.llvm_ir(optimized=True)
+            opt = 2 if self.opt_level is None else self.opt_level
+            with LLVM_LOCK:
+                context = llvm.create_context()
+                module = llvm.parse_assembly(ir_text, context=context)
+                tm = _target_machine(opt)
+                try:
+                    self._asm = tm.emit_assembly(module)
+                finally:
+                    tm.close()
+                    module.close()
+                    context.close()
+        return self._asm
+
+    def object_code(self) -> bytes:
+        """The relocatable object file MCJIT loaded; feed it to :func:`load_object_code`."""
+        if self._object_code is None:
+            raise JitError(f"no object code was captured for JIT module {self.name!r}")
+        return self._object_code
+
+    def close(self) -> None:
+        """Free the machine code now; addresses handed out become invalid."""
+        with LLVM_LOCK:
+            engine, context = self._engine, self._context
+            self._engine = self._context = None
+            self._addresses.clear()
+            if engine is not None:
+                engine.close()
+            if context is not None:
+                context.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: llvmlite may already be gone
+            pass
+
+
+def _new_engine(module: llvm.ModuleRef, opt_level: int
+                ) -> tuple[llvm.ExecutionEngine, list[bytes]]:
+    """An MCJIT engine owning ``module``, plus a list that will receive its object file."""
+    tm = _target_machine(opt_level)
+    engine = llvm.create_mcjit_compiler(module, tm)  # the engine now owns tm
+    captured: list[bytes] = []
+    engine.set_object_cache(notify_func=lambda _mod, buf: captured.append(bytes(buf)))
+    return engine, captured
+
+
+def compile_module(llvm_ir: Union[str, ir.Module], opt_level: int = 3, *,
+                   name: str | None = None) -> JitModule:
+    """Parse, verify, optimise at ``opt_level`` (0 = no passes) and JIT-compile for the host.
+
+    ``llvm_ir`` is LLVM IR text or an ``llvmlite.ir.Module``.  The module's
+    triple and data layout are set to the host's.  Raises :class:`JitError`
+    with the LLVM message when the IR does not parse or verify.
+    """
+    _check_opt_level(opt_level)
+    text = str(llvm_ir)
+    if name is None:
+        name = llvm_ir.name if isinstance(llvm_ir, ir.Module) else "<llvm ir>"
+    _ensure_initialized()
+    with LLVM_LOCK:
+        context = llvm.create_context()
+        try:
+            try:
+                module = llvm.parse_assembly(text, context=context)
+            except RuntimeError as exc:
+                raise JitError(f"LLVM could not parse module {name!r}: {exc}\n"
+                               f"{_first_lines(text)}") from None
+            try:
+                module.verify()
+            except RuntimeError as exc:
+                raise JitError(f"LLVM IR of module {name!r} is invalid: {exc}") from None
+            tm = _target_machine(opt_level)
+            try:
+                module.triple = tm.triple
+                module.data_layout = str(tm.target_data)
+                _optimize(module, tm, opt_level)
+            finally:
+                tm.close()
+            ir_after = str(module)
+            functions = tuple(f.name for f in module.functions if not f.is_declaration)
+            engine, captured = _new_engine(module, opt_level)
+            try:
+                engine.finalize_object()
+            except RuntimeError as exc:
+                engine.close()
+                raise JitError(f"code generation failed for module {name!r}: {exc}") from None
+        except BaseException:
+            context.close()
+            raise
+    return JitModule(name=name, opt_level=opt_level, engine=engine, context=context,
+                     object_code=captured[0] if captured else None,
+                     ir_before=text, ir_after=ir_after, function_names=functions)
+
+
+def load_object_code(data: bytes, *, name: str = "<object code>",
+                     function_names: tuple[str, ...] = (),
+                     llvm_ir: str | None = None,
+                     optimized_ir: str | None = None) -> JitModule:
+    """Load an object file from :meth:`JitModule.object_code` without recompiling.
+
+    The caller must have checked :func:`host_cpu_key` (the code may use CPU
+    features another host lacks).  Pass the IR texts along to keep
+    :meth:`JitModule.llvm_ir` and :meth:`JitModule.asm` working.
+    """
+    if not isinstance(data, (bytes, bytearray)) or not data:
+        raise JitError("load_object_code needs the non-empty bytes of an object file")
+    _ensure_initialized()
+    with LLVM_LOCK:
+        context = llvm.create_context()
+        try:
+            empty = llvm.parse_assembly("", context=context)
+            tm = _target_machine(2)
+            try:
+                empty.triple = tm.triple
+                empty.data_layout = str(tm.target_data)
+            finally:
+                tm.close()
+            engine, _ = _new_engine(empty, 2)
+            try:
+                engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(data)))
+                engine.finalize_object()
+            except RuntimeError as exc:
+                engine.close()
+                raise JitError(f"could not load object code for {name!r}: {exc}") from None
+        except BaseException:
+            context.close()
+            raise
+    return JitModule(name=name, opt_level=None, engine=engine, context=context,
+                     object_code=bytes(data), ir_before=llvm_ir,
+                     ir_after=optimized_ir, function_names=tuple(function_names))
