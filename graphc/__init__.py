@@ -1,1 +1,21 @@
-"""graphc: static-graph compiler."""
+"""graphc: define-then-run.  Trace a function written against the eager API into a
+graph IR, verify it, interpret or compile it, and cache it per input signature.
+"""
+from __future__ import annotations
+
+from .api import CacheInfo, CompiledFunction, compile, cond, where
+from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
+                     GraphVerificationError, LeakedTracerError, SignatureError,
+                     TracerArrayConversionError, TracerBoolConversionError, TracerError,
+                     UnsupportedOpError)
+from .interpreter import interpret, interpret_all
+from .ir import Graph, verify
+from .tracer import Tracer, trace
+
+__version__ = "0.1.0"
+
+__all__ = ["compile", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
+           "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",
+           "TracerBoolConversionError", "ConcretizationTypeError", "TracerArrayConversionError",
+           "LeakedTracerError", "GraphVerificationError", "GraphFormatError", "SignatureError",
+           "UnsupportedOpError"]

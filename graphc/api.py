@@ -1,0 +1,316 @@
+"""``graphc.compile``: trace once per input signature, cache, and run the cached program."""
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+import eager
+from eager._surface import TensorOps
+from eager.tensor import Tensor
+
+from . import tree
+from .errors import GraphcError, SignatureError
+from .interpreter import Plan
+from .ir import Graph, verify
+from .tracer import Tracer, TraceResult, arg_names, classify_leaf, trace_flat
+
+CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
+
+
+class _Entry:
+    """One cached signature: its trace and the executable that runs it."""
+
+    __slots__ = ("trace", "run", "stages", "key")
+
+    def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
+        self.trace = trace
+        self.run = run
+        self.stages = stages
+        self.key = key
+
+
+def _describe_key_item(item) -> str:
+    if item[0] == "S":
+        return f"static value {item[2]!r}"
+    if item[0] == "static_arg":
+        return f"static argument value {item[1]!r}"
+    kind = "Tensor" if item[0] == "T" else "ndarray"
+    rg = ", requires_grad" if item[0] == "T" and item[3] else ""
+    return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
+
+
+class CompiledFunction:
+    """A function compiled per input signature.  Call it like the original."""
+
+    def __init__(self, fn: Callable, static_argnums: Sequence[int] = (), opt_level: int = 2,
+                 recompile_limit: int = 8, backend: str = "interpreter", **options: Any) -> None:
+        if isinstance(static_argnums, int):
+            static_argnums = (static_argnums,)
+        if not callable(fn):
+            raise TypeError(f"graphc.compile expects a callable, got {type(fn).__name__}")
+        self.__wrapped__ = fn
+        functools.update_wrapper(self, fn, updated=())
+        self.static_argnums = tuple(static_argnums)
+        self.opt_level = int(opt_level)
+        self.recompile_limit = int(recompile_limit)
+        self.backend = backend
+        self.options = options
+        self._cache: dict = {}
+        self._order: list = []
+        self._hits = 0
+        self._misses = 0
+        self._traces = 0
+        self._warned = False
+        self._lock = threading.RLock()
+        self.recompile_reasons: list = []
+        try:
+            import inspect
+            self._nparams = len(inspect.signature(fn).parameters)
+            self._varargs = any(p.kind == p.VAR_POSITIONAL
+                                for p in inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            self._nparams, self._varargs = None, True
+
+    # --- signature --------------------------------------------------------------
+    def _signature(self, args: tuple) -> tuple:
+        names = None
+        items = []
+        dyn = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                try:
+                    hash(a)
+                except TypeError:
+                    names = names or arg_names(self.__wrapped__, len(args))
+                    raise SignatureError(f"static argument {names[i]} (position {i}) must be "
+                                         f"hashable, got {type(a).__name__}") from None
+                items.append(("static_arg", a))
+                continue
+            if a.__class__ is Tensor:
+                d = a._data
+                items.append(("T", d.shape, d.dtype, a._rg))
+                dyn.append(a)
+                continue
+            if a.__class__ is np.ndarray:
+                items.append(("A", a.shape, a.dtype))
+                dyn.append(a)
+                continue
+            leaves, td = tree.flatten(a)
+            names = names or arg_names(self.__wrapped__, len(args))
+            paths = tree.leaf_paths(td, names[i])
+            sub = [td]
+            for leaf, path in zip(leaves, paths):
+                k, spec = classify_leaf(leaf, path)
+                sub.append(k)
+                if spec.kind != "static":
+                    dyn.append(leaf)
+            items.append(tuple(sub) if td.kind != "leaf" else sub[1])
+        return tuple(items), dyn
+
+    def _check_arity(self, args: tuple) -> None:
+        if self._nparams is not None and not self._varargs and len(args) != self._nparams:
+            raise TypeError(f"{self.__name__}() takes {self._nparams} positional argument"
+                            f"{'s' if self._nparams != 1 else ''} but {len(args)} were given")
+
+    # --- calling ---------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(f"compiled {self.__name__}() takes positional arguments only; got "
+                            f"keyword arguments {sorted(kwargs)}")
+        key, dyn = self._signature(args)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._miss(args, key)
+        else:
+            self._hits += 1
+        return self._run(entry, args, dyn)
+
+    def _miss(self, args: tuple, key: tuple) -> _Entry:
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._hits += 1
+                return entry
+            self._check_arity(args)
+            self._misses += 1
+            if self._cache:
+                self.recompile_reasons.append(self._reason(key))
+            entry = self._build(args, key)
+            self._cache[key] = entry
+            self._order.append(key)
+            if len(self._cache) > self.recompile_limit and not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"graphc: {self.__name__} was traced {len(self._cache)} times (limit "
+                    f"{self.recompile_limit}); each new input signature re-traces. Latest reason: "
+                    f"{self.recompile_reasons[-1] if self.recompile_reasons else 'n/a'}. Use "
+                    "stable shapes/dtypes, or raise recompile_limit=.", RuntimeWarning, stacklevel=4)
+            return entry
+
+    def _build(self, args: tuple, key: tuple) -> _Entry:
+        self._traces += 1
+        res = trace_flat(self.__wrapped__, args, self.static_argnums, name=self.__name__)
+        verify(res.graph, "trace")
+        stages = {"traced": res.graph}
+        plan = Plan(res.graph)
+        return _Entry(res, plan.run, stages, key)
+
+    def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
+        tr = entry.trace
+        arrays = [a._data if a.__class__ is Tensor else np.asarray(a) for a in dyn]
+        outs = entry.run(arrays)
+        n_user = len(outs) - len(tr.mutated_inputs)
+        for idx, out_pos in tr.mutated_inputs:
+            target = dyn[idx]
+            data = target._data if isinstance(target, Tensor) else target
+            np.copyto(data, outs[out_pos], casting="same_kind")
+            if isinstance(target, Tensor):
+                target._version[0] += 1
+        leaves = []
+        it = iter(outs[:n_user])
+        for k in range(tr.out_tree.num_leaves):
+            if k in tr.out_static:
+                leaves.append(tr.out_static[k])
+            else:
+                v = next(it)
+                leaves.append(Tensor._make(v) if tr.tensor_io else v)
+        return tree.unflatten(tr.out_tree, leaves)
+
+    def _reason(self, key: tuple) -> str:
+        """Which field of which argument differs from the nearest cached signature."""
+        names = arg_names(self.__wrapped__, len(key))
+        best = None
+        for old in self._cache:
+            diffs = []
+            if len(old) != len(key):
+                diffs.append(f"number of arguments changed from {len(old)} to {len(key)}")
+            else:
+                for i, (a, b) in enumerate(zip(old, key)):
+                    if a != b:
+                        diffs.append(_diff_item(names[i], a, b))
+            if best is None or len(diffs) < len(best):
+                best = diffs
+        return f"re-traced {self.__name__}: " + "; ".join(best or ["new signature"])
+
+    # --- inspection ---------------------------------------------------------------------
+    def _entry_for(self, args: tuple) -> _Entry:
+        key, _ = self._signature(args)
+        entry = self._cache.get(key)
+        return entry if entry is not None else self._miss(args, key)
+
+    def graph(self, *args: Any) -> Graph:
+        """The traced graph for these arguments (traces if needed)."""
+        return self._entry_for(args).stages["traced"]
+
+    def ir(self, *args: Any, stage: str = "traced") -> str:
+        """Text IR of a stage: ``traced`` (more stages arrive with autodiff and passes)."""
+        stages = self._entry_for(args).stages
+        if stage not in stages:
+            raise ValueError(f"unknown stage {stage!r}; available: {', '.join(stages)}")
+        return str(stages[stage])
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
+
+    def explain(self) -> str:
+        lines = [f"{self.__name__}: {len(self._cache)} cached signature(s), "
+                 f"{self._hits} hits, {self._misses} misses"]
+        lines += [f"  {r}" for r in self.recompile_reasons]
+        return "\n".join(lines)
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._order.clear()
+
+    def __repr__(self) -> str:
+        return f"<graphc.CompiledFunction {self.__name__} ({len(self._cache)} signatures)>"
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+
+def _diff_item(name: str, a, b) -> str:
+    if isinstance(a, tuple) and isinstance(b, tuple) and a and b and a[0] == b[0] and \
+            a[0] in ("T", "A"):
+        parts = []
+        if a[1] != b[1]:
+            parts.append(f"shape {list(a[1])} -> {list(b[1])}")
+        if a[2] != b[2]:
+            parts.append(f"dtype {np.dtype(a[2]).name} -> {np.dtype(b[2]).name}")
+        if a[0] == "T" and a[3] != b[3]:
+            parts.append(f"requires_grad {a[3]} -> {b[3]}")
+        return f"argument {name}: " + ", ".join(parts)
+    if isinstance(a, tuple) and isinstance(b, tuple) and a and b and \
+            isinstance(a[0], tree.TreeDef) and isinstance(b[0], tree.TreeDef):
+        if a[0] != b[0]:
+            return f"argument {name}: structure {a[0]!r} -> {b[0]!r}"
+        for k, (x, y) in enumerate(zip(a[1:], b[1:])):
+            if x != y:
+                return _diff_item(f"{name} (leaf {k})", x, y)
+    return f"argument {name}: {_describe_key_item(a)} -> {_describe_key_item(b)}"
+
+
+def compile(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
+            opt_level: int = 2, recompile_limit: int = 8, **options: Any):
+    """Compile ``fn``: trace per input signature, verify, cache and run the graph.
+
+    Usable as ``@graphc.compile``, ``@graphc.compile(static_argnums=(1,))`` or
+    ``graphc.compile(fn, ...)``.
+    """
+    if fn is None:
+        return lambda f: CompiledFunction(f, static_argnums=static_argnums, opt_level=opt_level,
+                                          recompile_limit=recompile_limit, **options)
+    return CompiledFunction(fn, static_argnums=static_argnums, opt_level=opt_level,
+                            recompile_limit=recompile_limit, **options)
+
+
+def where(condition: Any, x: Any, y: Any):
+    """Elementwise select, traced as one node (both sides are computed)."""
+    return eager.where(condition, x, y)
+
+
+def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
+    """Data-dependent choice: both branches are traced and run; the result is selected.
+
+    With a concrete predicate (a Python bool, or eager/numpy values outside a
+    trace) only the chosen branch runs.  Inside a trace both branches are
+    computed and ``where(pred, true, false)`` picks each output leaf, so the
+    branches must return the same structure, shapes and dtypes.  Gradients
+    flow only through the selected branch.
+    """
+    if not isinstance(pred, Tracer):
+        p = pred
+        if isinstance(p, (TensorOps, np.ndarray)):
+            if (p.numel() if isinstance(p, TensorOps) else p.size) != 1:
+                raise ValueError("cond: pred must be a scalar (0-d or one element)")
+            p = bool(p)
+        return true_fn(*operands) if p else false_fn(*operands)
+    if pred.numel() != 1:
+        raise ValueError(f"cond: pred must be a scalar, got shape {list(pred.shape)}")
+    if pred._npdtype.kind != "b":
+        pred = pred != 0
+    t_out = true_fn(*operands)
+    f_out = false_fn(*operands)
+    t_leaves, t_tree = tree.flatten(t_out)
+    f_leaves, f_tree = tree.flatten(f_out)
+    if t_tree != f_tree:
+        raise TypeError(f"cond: true_fn returned structure {t_tree!r} but false_fn returned "
+                        f"{f_tree!r}; both branches must return the same structure")
+    out = []
+    p = pred.reshape(())
+    for k, (a, b) in enumerate(zip(t_leaves, f_leaves)):
+        sa = tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
+        sb = tuple(b.shape) if hasattr(b, "shape") else np.shape(b)
+        if sa != sb:
+            raise TypeError(f"cond: output leaf {k} has shape {list(sa)} in true_fn but "
+                            f"{list(sb)} in false_fn; both branches must agree")
+        out.append(eager.where(p, a, b))
+    return tree.unflatten(t_tree, out)

@@ -1,0 +1,505 @@
+"""Tracing: run the user's function once on Tracers and record a Graph.
+
+A Tracer shares eager's whole op surface (``eager._surface.TensorOps``), so the
+same code runs eagerly on Tensors and symbolically here.  Shapes and dtypes
+are known while tracing; values are not, and every attempt to look at one
+(``bool``, ``float``, ``.item()``, numpy functions) raises an error that names
+the argument the value depends on and the source line.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+import eager
+from eager import _dtype as D
+from eager._surface import Size, TensorOps
+from eager.tensor import Tensor
+
+from . import tree
+from .errors import (ConcretizationTypeError, GraphcError, LeakedTracerError, SignatureError,
+                     TracerArrayConversionError, TracerBoolConversionError, TracerError)
+from .ir import Graph, type_str
+
+_PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                  for m in (eager, sys.modules[__name__.rsplit(".", 1)[0]]))
+_SUPPORTED = set(D.FROM_NP)
+
+
+def user_src(skip: int = 1) -> str:
+    """``file.py:line`` of the innermost frame outside eager/ and graphc/."""
+    f = sys._getframe(skip)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIRS) and not fn.startswith("<frozen"):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
+class TraceContext:
+    """One trace in progress: its graph and whether tracers may still be used."""
+
+    def __init__(self, graph: Graph, fn_name: str) -> None:
+        self.graph = graph
+        self.fn_name = fn_name
+        self.active = True
+        self.input_paths: dict = {}      # input node id -> readable argument path
+        self._consts: dict = {}          # id(array) -> (array, node) to dedupe closed-over arrays
+        self.mutations: dict = {}        # input index -> tracer holding its final value
+        self._input_of: dict = {}        # id(input tracer) -> flattened input index
+        self.where = user_src(3)
+
+    def const(self, value: Any, src: str = "") -> int:
+        if isinstance(value, np.ndarray):
+            hit = self._consts.get(id(value))
+            if hit is not None and hit[0] is value:
+                return hit[1]
+            nid = self.graph.add_const(value.copy(), src=src)
+            self._consts[id(value)] = (value, nid)
+            return nid
+        return self.graph.add_const(np.asarray(value), src=src)
+
+    def depends_on(self, nid: int) -> list:
+        """Readable paths of the inputs that node ``nid`` depends on (iterative walk)."""
+        g = self.graph.nx
+        seen, stack, found = {nid}, [nid], []
+        while stack:
+            n = stack.pop()
+            if n in self.input_paths:
+                found.append(self.input_paths[n])
+            for p in g.predecessors(n):
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return sorted(found)
+
+
+class Tracer(TensorOps):
+    """A symbolic tensor: a node of the graph being traced."""
+
+    __slots__ = ("_ctx", "node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "__weakref__")
+    _priority = 2
+
+    def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype) -> None:
+        self._ctx = ctx
+        self.node = node
+        self._meta_shape = tuple(shape)
+        self._meta_dtype = np.dtype(dtype)
+        self._rg = False
+        self._grad = None
+
+    # --- the op surface hook ---------------------------------------------------------
+    def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tracer":
+        ctx = self._ctx
+        _check_live(self, op)
+        ids = []
+        src = user_src(2)
+        for o in operands:
+            if o.__class__ is Tracer:
+                if o._ctx is not ctx:
+                    _check_live(o, op)
+                    raise TracerError(
+                        f"{op} at {src}: a value traced by another (outer) trace was used inside "
+                        f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
+                        "over it")
+                ids.append(o.node)
+            elif isinstance(o, Tensor):
+                ids.append(ctx.const(o._data, src))
+            elif isinstance(o, (np.ndarray, np.generic)):
+                ids.append(ctx.const(np.asarray(o), src))
+            else:
+                raise TracerError(f"{op} at {src}: unsupported operand {type(o).__name__}")
+        try:
+            meta = ctx.graph.infer(op, ids, attrs)
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            raise type(e)(f"{e}  [while tracing {ctx.fn_name} at {src}]") from None
+        nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
+                                 role=_ROLE[0])
+        out = Tracer(ctx, nid, meta.shape, meta.dtype)
+        if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
+                o.__class__ is Tracer and o._rg for o in operands):
+            out._rg = True
+        return out
+
+    def _wrap_const(self, arr: np.ndarray) -> "Tracer":
+        arr = np.asarray(arr)
+        nid = self._ctx.const(arr, user_src(2))
+        return Tracer(self._ctx, nid, arr.shape, arr.dtype)
+
+    # --- static metadata ------------------------------------------------------------------
+    @property
+    def _npdtype(self) -> np.dtype:
+        return self._meta_dtype
+
+    @property
+    def shape(self) -> Size:
+        return Size(self._meta_shape)
+
+    @property
+    def dtype(self) -> D.dtype:
+        return D.FROM_NP[self._meta_dtype]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._meta_shape)
+
+    @property
+    def device(self):
+        return eager.device("cpu")
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._rg = bool(value)
+
+    def requires_grad_(self, value: bool = True) -> "Tracer":
+        self._rg = bool(value)
+        return self
+
+    def detach(self) -> "Tracer":
+        t = Tracer(self._ctx, self.node, self._meta_shape, self._meta_dtype)
+        return t
+
+    def __len__(self) -> int:
+        if not self._meta_shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._meta_shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        state = "" if self._ctx.active else ", leaked"
+        return (f"Tracer<{type_str(self._meta_shape, self._meta_dtype)}, %{self.node} in "
+                f"{self._ctx.fn_name}{state}>")
+
+    # --- everything that needs a concrete value ---------------------------------------------
+    def _concrete_error(self, what: str, cls: type) -> TracerError:
+        _check_live(self, what)
+        args = self._ctx.depends_on(self.node)
+        dep = (f"it depends on argument{'s' if len(args) > 1 else ''} {', '.join(args)}, which "
+               "graphc traces symbolically" if args else "it is a traced value")
+        return cls(
+            f"{what} at {user_src(3)} needs a concrete value, but {dep} (only shapes and dtypes "
+            "are known while tracing). Instead: use graphc.where(cond, a, b) or "
+            "graphc.cond(pred, true_fn, false_fn, *operands) for a data-dependent choice; mark the "
+            "argument static with static_argnums=(...) if it is a configuration value; or run the "
+            "function eagerly (call fn.__wrapped__).")
+
+    def __bool__(self):
+        raise self._concrete_error("bool() (Python control flow such as `if`/`while`/`and`) "
+                                   "of a traced value", TracerBoolConversionError)
+
+    def __float__(self):
+        raise self._concrete_error("float() of a traced value", ConcretizationTypeError)
+
+    def __int__(self):
+        raise self._concrete_error("int() of a traced value", ConcretizationTypeError)
+
+    def __index__(self):
+        raise self._concrete_error("using a traced value as an index", ConcretizationTypeError)
+
+    def __complex__(self):
+        raise self._concrete_error("complex() of a traced value", ConcretizationTypeError)
+
+    def item(self):
+        raise self._concrete_error(".item() of a traced value", ConcretizationTypeError)
+
+    def tolist(self):
+        raise self._concrete_error(".tolist() of a traced value", ConcretizationTypeError)
+
+    def numpy(self, **kwargs):
+        raise self._concrete_error(".numpy() of a traced value", ConcretizationTypeError)
+
+    def __array__(self, *args, **kwargs):
+        raise self._concrete_error("converting a traced value to a numpy array",
+                                   TracerArrayConversionError)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise self._concrete_error(f"numpy.{ufunc.__name__} on a traced value (use the eager "
+                                   f"equivalent, e.g. eager.{ufunc.__name__} or the tensor "
+                                   "method)", TracerArrayConversionError)
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise self._concrete_error(f"numpy.{func.__name__} on a traced value (use the eager "
+                                   "equivalent or a tensor method)", TracerArrayConversionError)
+
+    # --- autograd inside a trace: see graphc.autodiff (issue: compiled training step) -----------
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._grad = value
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.node in self._ctx.input_paths or not self._rg
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .autodiff import traced_backward
+        traced_backward(self, gradient)
+
+    # --- in-place ops become rebinding (functionalization) ----------------------------------
+    def _rebind(self, new: "Tracer") -> "Tracer":
+        if self._rg and self.is_leaf and _ROLE[0] == "forward" and eager.is_grad_enabled():
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                               f"operation. (traced at {user_src(3)})")
+        if new._meta_shape != self._meta_shape:
+            raise RuntimeError(f"in-place op: result shape {list(new._meta_shape)} does not match "
+                               f"the tensor's shape {list(self._meta_shape)}")
+        if new._meta_dtype != self._meta_dtype:
+            new = new.to(self._meta_dtype)
+        ctx = self._ctx
+        idx = _input_index(ctx, self)
+        self.node = new.node
+        if idx is not None:
+            ctx.mutations[idx] = self
+        return self
+
+    def add_(self, other, *, alpha=1):
+        return self._rebind(self.add(other, alpha=alpha))
+
+    def sub_(self, other, *, alpha=1):
+        return self._rebind(self.sub(other, alpha=alpha))
+
+    def mul_(self, other):
+        return self._rebind(self * other)
+
+    def div_(self, other):
+        return self._rebind(self / other)
+
+    def clamp_(self, min=None, max=None):
+        return self._rebind(self.clamp(min, max))
+
+    def zero_(self):
+        return self._rebind(self.zeros_like_())
+
+    def fill_(self, value):
+        return self._rebind(self._op("fill", "FillBackward0", value=float(value)
+                                     if self._meta_dtype.kind == "f" else value))
+
+    def copy_(self, src):
+        if not isinstance(src, TensorOps):
+            src = self._wrap_const(np.asarray(src, dtype=self._meta_dtype))
+        return self._rebind(src.to(self._meta_dtype).expand(self._meta_shape) + 0
+                            if src.shape != self.shape else src.to(self._meta_dtype) + 0)
+
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def __setitem__(self, key, value) -> None:
+        from eager._surface import encode_index
+        spec, arrays, _ = encode_index(key, self)
+        if not isinstance(value, TensorOps):
+            value = self._wrap_const(np.asarray(value, dtype=self._meta_dtype))
+        elif value._npdtype != self._meta_dtype:
+            value = value.to(self._meta_dtype)
+        for a in arrays:
+            if a._npdtype.kind == "b" and a.shape != ():
+                mask = a
+                if len(spec) == 1:
+                    self._rebind(eager.where(mask, value, self))
+                    return
+        self._rebind(self._op("setitem", "CopySlices", value, *arrays, index=spec))
+
+
+_GRAD = eager.autograd.grad_mode.STATE
+_ROLE = ["forward"]     # "backward" while graphc.autodiff emits gradient nodes
+_DIFF_OPS = None        # set below: names of differentiable ops
+
+
+def _set_diff_ops():
+    global _DIFF_OPS
+    from eager.ops import OPS
+    _DIFF_OPS = frozenset(n for n, o in OPS.items() if o.differentiable)
+
+
+_set_diff_ops()
+
+
+def _input_index(ctx: TraceContext, t: Tracer) -> Optional[int]:
+    return ctx._input_of.get(id(t))
+
+
+def _check_live(t: Tracer, what: str) -> None:
+    if not t._ctx.active:
+        raise LeakedTracerError(
+            f"{what}: a tracer from the trace of {t._ctx.fn_name} (started at {t._ctx.where}) was "
+            f"used after that trace ended (at {user_src(3)}). A traced value escaped the function, "
+            "e.g. by being stored in a global or an outer list; return it from the function "
+            "instead.")
+
+
+# ---------------------------------------------------------------------------
+# tracing a Python function
+
+
+def _sanitize(path: str) -> str:
+    s = re.sub(r"[\[\]'\"]+", "_", path).strip("_")
+    s = re.sub(r"_+", "_", s)
+    return s or "arg"
+
+
+def arg_names(fn: Callable, n: int) -> list:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(n):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                   params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        elif params and params[-1].kind == params[-1].VAR_POSITIONAL and i >= len(params) - 1:
+            names.append(f"{params[-1].name}[{i - len(params) + 1}]")
+        else:
+            names.append(f"args[{i}]")
+    return names
+
+
+class LeafSpec:
+    """How one flattened argument leaf enters the trace (and the cache key)."""
+
+    __slots__ = ("kind", "shape", "dtype", "value", "requires_grad")
+
+    def __init__(self, kind, shape=None, dtype=None, value=None, requires_grad=False):
+        self.kind = kind                  # "array" | "tensor" | "static"
+        self.shape = shape
+        self.dtype = dtype
+        self.value = value
+        self.requires_grad = requires_grad
+
+
+def classify_leaf(x: Any, path: str) -> tuple:
+    """(cache-key item, LeafSpec) for one argument leaf; SignatureError for bad types."""
+    if isinstance(x, Tensor):
+        d = x._data.dtype
+        if d not in _SUPPORTED:
+            raise SignatureError(f"argument {path}: dtype {d} is not supported")
+        return ("T", x._data.shape, d, x._rg), LeafSpec("tensor", x._data.shape, d,
+                                                       requires_grad=x._rg)
+    if isinstance(x, np.ndarray):
+        d = x.dtype
+        if d not in _SUPPORTED:
+            if d.kind in "fiub" and d.newbyteorder("=") in _SUPPORTED:
+                d = d.newbyteorder("=")
+            else:
+                raise SignatureError(
+                    f"argument {path}: numpy dtype {x.dtype} is not supported; use float32, "
+                    "float64, int32, int64 or bool")
+        return ("A", x.shape, d), LeafSpec("array", x.shape, d)
+    if isinstance(x, np.generic):
+        arr = np.asarray(x)
+        return classify_leaf(arr, path)
+    if isinstance(x, (bool, int, float)) or x is None:
+        return ("S", type(x).__name__, x), LeafSpec("static", value=x)
+    if isinstance(x, Tracer):
+        raise SignatureError(f"argument {path}: a tracer of another trace was passed to a compiled "
+                             "function; call the uncompiled function inside traced code")
+    raise SignatureError(
+        f"argument {path} has unsupported type {type(x).__name__}; compiled functions take numpy "
+        "arrays, eager Tensors, Python scalars and nested tuples/lists/dicts of them. Pass "
+        "anything else through static_argnums=(...).")
+
+
+class TraceResult:
+    """What tracing produced: the graph plus how to map Python values in and out."""
+
+    def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io):
+        self.graph = graph
+        self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
+        self.out_tree = out_tree
+        self.out_static = out_static      # {leaf index: python value} for non-array outputs
+        self.mutated_inputs = mutated_inputs  # [(input index, graph output index)]
+        self.tensor_io = tensor_io
+
+
+def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
+               name: Optional[str] = None) -> TraceResult:
+    """Trace ``fn(*args)``; dynamic leaves become graph inputs in flattened order."""
+    fname = name or getattr(fn, "__name__", "fn")
+    fname = _sanitize(fname) if not fname.isidentifier() else fname
+    g = Graph(fname)
+    ctx = TraceContext(g, fname)
+    names = arg_names(fn, len(args))
+    call_args = []
+    specs = []
+    used_names: set = set()
+    tensor_io = False
+    for i, a in enumerate(args):
+        if i in static_argnums:
+            call_args.append(a)
+            continue
+        leaves, td = tree.flatten(a)
+        paths = tree.leaf_paths(td, names[i])
+        new_leaves = []
+        for leaf, path in zip(leaves, paths):
+            _, spec = classify_leaf(leaf, path)
+            if spec.kind == "static":
+                new_leaves.append(leaf)
+                continue
+            tensor_io = tensor_io or spec.kind == "tensor"
+            nm = _sanitize(path)
+            base, k = nm, 1
+            while nm in used_names:
+                k += 1
+                nm = f"{base}_{k}"
+            used_names.add(nm)
+            nid = g.add_input(nm, spec.shape, spec.dtype)
+            ctx.input_paths[nid] = path
+            t = Tracer(ctx, nid, spec.shape, spec.dtype)
+            t._rg = spec.requires_grad
+            ctx._input_of[id(t)] = len(specs)
+            specs.append(spec)
+            new_leaves.append(t)
+        call_args.append(tree.unflatten(td, new_leaves))
+    try:
+        out = fn(*call_args)
+        out_leaves, out_tree = tree.flatten(out)
+        out_static = {}
+        for k, leaf in enumerate(out_leaves):
+            if isinstance(leaf, Tracer):
+                if leaf._ctx is not ctx:
+                    _check_live(leaf, "returning a value")
+                    raise TracerError(f"{fname} returned a tracer of another trace")
+                g.outputs.append(leaf.node)
+            elif isinstance(leaf, Tensor):
+                g.outputs.append(ctx.const(leaf._data))
+            elif isinstance(leaf, (np.ndarray, np.generic)):
+                g.outputs.append(ctx.const(np.asarray(leaf)))
+            elif isinstance(leaf, (bool, int, float)) or leaf is None:
+                out_static[k] = leaf
+            else:
+                raise SignatureError(f"{fname} returned an unsupported value of type "
+                                     f"{type(leaf).__name__} (output leaf {k})")
+        mutated = []
+        for idx, t in sorted(ctx.mutations.items()):
+            if t.node != g.inputs[idx]:
+                mutated.append((idx, len(g.outputs)))
+                g.outputs.append(t.node)
+    finally:
+        ctx.active = False
+    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io)
+
+
+def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:
+    """Trace ``fn`` on example arguments and return the verified Graph."""
+    from .ir import verify
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    res = trace_flat(fn, example_args, tuple(static_argnums))
+    verify(res.graph, "trace")
+    return res.graph
