@@ -4,6 +4,7 @@ graph IR, verify it, interpret or compile it, and cache it per input signature.
 from __future__ import annotations
 
 from .api import CacheInfo, CompiledFunction, compile, cond, where
+from .autodiff import grad, value_and_grad, vjp
 from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      GraphVerificationError, LeakedTracerError, SignatureError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError,
@@ -14,7 +15,7 @@ from .tracer import Tracer, trace
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
+__all__ = ["grad", "value_and_grad", "vjp", "compile", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
            "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",
            "TracerBoolConversionError", "ConcretizationTypeError", "TracerArrayConversionError",
            "LeakedTracerError", "GraphVerificationError", "GraphFormatError", "SignatureError",

@@ -70,11 +70,9 @@ class CompiledFunction:
         self.recompile_reasons: list = []
         try:
             import inspect
-            self._nparams = len(inspect.signature(fn).parameters)
-            self._varargs = any(p.kind == p.VAR_POSITIONAL
-                                for p in inspect.signature(fn).parameters.values())
+            self._sig = inspect.signature(fn)
         except (TypeError, ValueError):
-            self._nparams, self._varargs = None, True
+            self._sig = None
 
     # --- signature --------------------------------------------------------------
     def _signature(self, args: tuple) -> tuple:
@@ -89,11 +87,11 @@ class CompiledFunction:
                     names = names or arg_names(self.__wrapped__, len(args))
                     raise SignatureError(f"static argument {names[i]} (position {i}) must be "
                                          f"hashable, got {type(a).__name__}") from None
-                items.append(("static_arg", a))
+                items.append(("static_arg", a, type(a)))   # 2 and 2.0 trace differently
                 continue
             if a.__class__ is Tensor:
                 d = a._data
-                items.append(("T", d.shape, d.dtype, a._rg))
+                items.append(("T", d.shape, d.dtype, a._rg, a._rg and a._grad is not None))
                 dyn.append(a)
                 continue
             if a.__class__ is np.ndarray:
@@ -113,9 +111,15 @@ class CompiledFunction:
         return tuple(items), dyn
 
     def _check_arity(self, args: tuple) -> None:
-        if self._nparams is not None and not self._varargs and len(args) != self._nparams:
-            raise TypeError(f"{self.__name__}() takes {self._nparams} positional argument"
-                            f"{'s' if self._nparams != 1 else ''} but {len(args)} were given")
+        """Python's own binding rules (defaults count); the message names the argument."""
+        if self._sig is None:
+            return
+        try:
+            self._sig.bind(*args)
+        except TypeError as e:
+            params = ", ".join(self._sig.parameters)
+            raise SignatureError(f"{self.__name__}({params}) called with {len(args)} positional "
+                                 f"argument{'s' if len(args) != 1 else ''}: {e}") from None
 
     # --- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -162,23 +166,38 @@ class CompiledFunction:
 
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
         tr = entry.trace
-        arrays = [a._data if a.__class__ is Tensor else np.asarray(a) for a in dyn]
-        outs = entry.run(arrays)
-        n_user = len(outs) - len(tr.mutated_inputs)
+        if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
+                eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
+            return _run_differentiable(self, entry, dyn)
+        outs = entry.run(_arrays(dyn))
+        n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
         for idx, out_pos in tr.mutated_inputs:
             target = dyn[idx]
             data = target._data if isinstance(target, Tensor) else target
             np.copyto(data, outs[out_pos], casting="same_kind")
             if isinstance(target, Tensor):
                 target._version[0] += 1
+        for idx, out_pos in tr.grad_writes:
+            target = dyn[idx]
+            if target._grad is None:
+                target._grad = Tensor._make(np.array(outs[out_pos]))
+            else:
+                np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
+                target._grad._version[0] += 1
+        return self._wrap_outputs(tr, outs[:n_user])
+
+    def _wrap_outputs(self, tr, outs: list, make=None) -> Any:
         leaves = []
-        it = iter(outs[:n_user])
+        it = iter(outs)
         for k in range(tr.out_tree.num_leaves):
             if k in tr.out_static:
                 leaves.append(tr.out_static[k])
             else:
                 v = next(it)
-                leaves.append(Tensor._make(v) if tr.tensor_io else v)
+                if make is not None:
+                    leaves.append(make(v))
+                else:
+                    leaves.append(Tensor._make(v) if tr.tensor_io else v)
         return tree.unflatten(tr.out_tree, leaves)
 
     def _reason(self, key: tuple) -> str:
@@ -235,6 +254,100 @@ class CompiledFunction:
         if obj is None:
             return self
         return functools.partial(self, obj)
+
+
+def _arrays(dyn) -> list:
+    """Graph input arrays for the dynamic leaves (a requires-grad tensor's .grad follows it)."""
+    arrays = []
+    for a in dyn:
+        if a.__class__ is Tensor:
+            arrays.append(a._data)
+            if a._rg and a._grad is not None:
+                arrays.append(a._grad._data)
+        else:
+            arrays.append(np.asarray(a))
+    return arrays
+
+
+def _graph_inputs(tr, primals) -> list:
+    """Tracers for every graph input: the primals, plus their .grad where one was traced."""
+    out = []
+    for p, spec in zip(primals, tr.in_specs):
+        out.append(p)
+        if spec.has_grad:
+            out.append(p.zeros_like_())
+    return out
+
+
+def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
+    """Call with eager tensors that require grad: outputs get a CompiledFunctionBackward
+    node whose backward runs the compiled gradient graph (eager autograd flows through)."""
+    outs = _CompiledAutograd.apply(cf, entry, *dyn)
+    if not isinstance(outs, tuple):
+        outs = (outs,)
+    it = iter(outs)
+    return cf._wrap_outputs(entry.trace, list(outs), make=lambda v: next(it))
+
+
+def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
+    """Compiled (primals..., cotangents...) -> gradients for the float primals."""
+    vjp_cf = entry.stages.get("_vjp_fn")
+    if vjp_cf is not None:
+        return vjp_cf
+    from .autodiff import backprop
+    from .tracer import Tracer
+    tr = entry.trace
+    n_in = len(tr.in_specs)
+    fn = cf.__wrapped__
+    static = cf.static_argnums
+
+    def vjp_body(*flat):
+        primals, cts = flat[:n_in], flat[n_in:]
+        ctx = primals[0]._ctx
+        # rebuild the user's arguments around the traced primals and re-run the function
+        res_graph = tr.graph
+        from .autodiff import replay
+        outs = replay(res_graph, ctx, _graph_inputs(tr, primals))
+        want = [p for p in primals if p._npdtype.kind == "f"]
+        acc = {}
+        for o, c in zip(outs, cts):
+            if o._npdtype.kind != "f":
+                continue
+            for p, gr in zip(want, backprop(ctx, o, want, c)):
+                if gr is not None:
+                    acc[id(p)] = gr if id(p) not in acc else acc[id(p)] + gr
+        with eager.no_grad():
+            return tuple(acc[id(p)] if id(p) in acc else p.zeros_like_() for p in want)
+
+    vjp_body.__name__ = f"{cf.__name__}_vjp"
+    vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend)
+    entry.stages["_vjp_fn"] = vjp_cf
+    return vjp_cf
+
+
+def _make_autograd_function():
+    def forward(ctx, cf, entry, *tensors):
+        outs = entry.run(_arrays(tensors))
+        ctx.cf, ctx.entry = cf, entry
+        ctx.save_for_backward(*tensors)
+        return tuple(Tensor._make(o) for o in outs)
+
+    def backward(ctx, *gouts):
+        tensors = ctx.saved_tensors
+        vjp_cf = _vjp_function(ctx.cf, ctx.entry)
+        float_idx = [i for i, t in enumerate(tensors) if t._data.dtype.kind == "f"]
+        res = vjp_cf(*tensors, *gouts)
+        grads = [None] * len(tensors)
+        for k, i in enumerate(float_idx):
+            grads[i] = res[k]
+        return (None, None, *grads)
+
+    return type(eager.autograd.Function)("CompiledFunction", (eager.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward),
+        "__doc__": "Autograd bridge: eager backward through a compiled region."})
+
+
+_CompiledAutograd = _make_autograd_function()
 
 
 def _diff_item(name: str, a, b) -> str:

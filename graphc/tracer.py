@@ -53,6 +53,7 @@ class TraceContext:
         self._consts: dict = {}          # id(array) -> (array, node) to dedupe closed-over arrays
         self.mutations: dict = {}        # input index -> tracer holding its final value
         self._input_of: dict = {}        # id(input tracer) -> flattened input index
+        self.leaves: list = []           # input tracers of tensors that require grad
         self.where = user_src(3)
 
     def const(self, value: Any, src: str = "") -> int:
@@ -99,7 +100,7 @@ class Tracer(TensorOps):
         ctx = self._ctx
         _check_live(self, op)
         ids = []
-        src = user_src(2)
+        src = _SRC[0] if _SRC[0] is not None else user_src(2)
         for o in operands:
             if o.__class__ is Tracer:
                 if o._ctx is not ctx:
@@ -120,7 +121,7 @@ class Tracer(TensorOps):
         except (RuntimeError, ValueError, IndexError, TypeError) as e:
             raise type(e)(f"{e}  [while tracing {ctx.fn_name} at {src}]") from None
         nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
-                                 role=_ROLE[0])
+                                 role=_ROLE[0], by=_BY[0])
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
         if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
                 o.__class__ is Tracer and o._rg for o in operands):
@@ -225,6 +226,13 @@ class Tracer(TensorOps):
                                    TracerArrayConversionError)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # `ndarray <op> tracer` (e.g. a closed-over bias on the left): numpy calls the ufunc
+        # here instead of deferring to the reflected operator as it does for eager.Tensor
+        # (whose __array_ufunc__ is None), so trace that operator: the array becomes a const.
+        refl = _REFLECTED.get(ufunc)
+        if (refl is not None and method == "__call__" and not kwargs and len(inputs) == 2
+                and inputs[1] is self and not isinstance(inputs[0], TensorOps)):
+            return getattr(self, refl)(inputs[0])
         raise self._concrete_error(f"numpy.{ufunc.__name__} on a traced value (use the eager "
                                    f"equivalent, e.g. eager.{ufunc.__name__} or the tensor "
                                    "method)", TracerArrayConversionError)
@@ -318,7 +326,13 @@ class Tracer(TensorOps):
 
 _GRAD = eager.autograd.grad_mode.STATE
 _ROLE = ["forward"]     # "backward" while graphc.autodiff emits gradient nodes
+_SRC = [None]           # source line to attribute new nodes to (set while replaying/differentiating)
+_BY = ["trace"]         # which transform creates nodes: "trace" or "grad"
 _DIFF_OPS = None        # set below: names of differentiable ops
+_REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__",
+              np.true_divide: "__rtruediv__", np.power: "__rpow__", np.matmul: "__rmatmul__",
+              np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__",
+              np.greater_equal: "__le__", np.equal: "__eq__", np.not_equal: "__ne__"}
 
 
 def _set_diff_ops():
@@ -373,14 +387,17 @@ def arg_names(fn: Callable, n: int) -> list:
 class LeafSpec:
     """How one flattened argument leaf enters the trace (and the cache key)."""
 
-    __slots__ = ("kind", "shape", "dtype", "value", "requires_grad")
+    __slots__ = ("kind", "shape", "dtype", "value", "requires_grad", "has_grad", "grad_node")
 
-    def __init__(self, kind, shape=None, dtype=None, value=None, requires_grad=False):
+    def __init__(self, kind, shape=None, dtype=None, value=None, requires_grad=False,
+                 has_grad=False):
         self.kind = kind                  # "array" | "tensor" | "static"
         self.shape = shape
         self.dtype = dtype
         self.value = value
         self.requires_grad = requires_grad
+        self.has_grad = has_grad          # a requires_grad tensor whose .grad is set
+        self.grad_node = None             # graph input node holding that .grad
 
 
 def classify_leaf(x: Any, path: str) -> tuple:
@@ -389,8 +406,9 @@ def classify_leaf(x: Any, path: str) -> tuple:
         d = x._data.dtype
         if d not in _SUPPORTED:
             raise SignatureError(f"argument {path}: dtype {d} is not supported")
-        return ("T", x._data.shape, d, x._rg), LeafSpec("tensor", x._data.shape, d,
-                                                       requires_grad=x._rg)
+        hg = x._rg and x._grad is not None
+        return ("T", x._data.shape, d, x._rg, hg), LeafSpec("tensor", x._data.shape, d,
+                                                           requires_grad=x._rg, has_grad=hg)
     if isinstance(x, np.ndarray):
         d = x.dtype
         if d not in _SUPPORTED:
@@ -418,13 +436,20 @@ def classify_leaf(x: Any, path: str) -> tuple:
 class TraceResult:
     """What tracing produced: the graph plus how to map Python values in and out."""
 
-    def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io):
+    def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io,
+                 grad_writes=()):
         self.graph = graph
         self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
         self.out_tree = out_tree
         self.out_static = out_static      # {leaf index: python value} for non-array outputs
         self.mutated_inputs = mutated_inputs  # [(input index, graph output index)]
         self.tensor_io = tensor_io
+        self.grad_writes = list(grad_writes)  # [(input index, graph output index)] for .grad
+
+
+def _graph_input_pos(specs: list, idx: int) -> int:
+    """Graph input position of dynamic leaf ``idx`` (a leaf with .grad takes two inputs)."""
+    return idx + sum(1 for s in specs[:idx] if s.has_grad)
 
 
 def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
@@ -463,6 +488,13 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             t = Tracer(ctx, nid, spec.shape, spec.dtype)
             t._rg = spec.requires_grad
             ctx._input_of[id(t)] = len(specs)
+            if spec.requires_grad:
+                ctx.leaves.append(t)
+                if spec.has_grad:     # the tensor's current .grad is an input too
+                    gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
+                    ctx.input_paths[gid] = f"{path}.grad"
+                    t._grad = Tracer(ctx, gid, spec.shape, spec.dtype)
+                    spec.grad_node = gid
             specs.append(spec)
             new_leaves.append(t)
         call_args.append(tree.unflatten(td, new_leaves))
@@ -487,12 +519,25 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                                      f"{type(leaf).__name__} (output leaf {k})")
         mutated = []
         for idx, t in sorted(ctx.mutations.items()):
-            if t.node != g.inputs[idx]:
+            if t.node != g.inputs[_graph_input_pos(specs, idx)]:
                 mutated.append((idx, len(g.outputs)))
                 g.outputs.append(t.node)
+        grad_writes = []
+        for t in ctx.leaves:
+            idx = ctx._input_of[id(t)]
+            gr = t._grad
+            if gr is None:
+                continue
+            if not isinstance(gr, Tracer) or gr._ctx is not ctx:
+                raise TracerError(f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "
+                                  "to something that is not a traced value")
+            initial = specs[idx].grad_node
+            if gr.node != initial:
+                grad_writes.append((idx, len(g.outputs)))
+                g.outputs.append(gr.node)
     finally:
         ctx.active = False
-    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io)
+    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io, grad_writes)
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:

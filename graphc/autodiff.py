@@ -1,0 +1,365 @@
+"""Symbolic reverse mode: graph in, gradient graph out.
+
+``backprop`` walks the traced graph backwards from an output and applies each
+op's VJP rule -- the same rule eager's tape runs -- to Tracers, so the
+gradient is emitted as ordinary graph nodes (role ``backward``) that later
+stages optimize and compile like any other.  Because gradients are graphs,
+differentiating them again (``grad(grad(f))``) is the same walk.
+
+On top of it:
+
+* ``grad``, ``value_and_grad``, ``vjp``: JAX-style transforms that compose with
+  ``graphc.compile`` and with each other;
+* ``Tracer.backward()``: the seeds' ``loss.backward()`` inside a traced
+  function, accumulating into ``.grad`` of traced leaves;
+* ``grad_graph``: ``Graph.grad(wrt=...)`` on an existing graph.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+import eager
+from eager._surface import sum_to
+from eager.ops.registry import OPS
+
+from . import tree
+from . import tracer as T
+from .errors import GraphcError
+from .ir import Graph
+
+
+def _tracer_for(ctx: T.TraceContext, nid: int) -> T.Tracer:
+    d = ctx.graph.nx.nodes[nid]
+    return T.Tracer(ctx, nid, d["shape"], d["dtype"])
+
+
+def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
+             cotangent: Optional[T.Tracer] = None) -> list:
+    """Gradients of ``out`` (times ``cotangent``) w.r.t. each tracer in ``wrt``.
+
+    Returns a list with a Tracer, or None where ``out`` does not depend on it.
+    Node ids of a traced graph increase along every edge, so descending ids is a
+    reverse topological order; the walk is iterative.
+    """
+    g = ctx.graph.nx
+    if cotangent is None:
+        cotangent = out._wrap_const(np.ones(out._meta_shape, dtype=out._meta_dtype))
+    wrt_nodes = {w.node for w in wrt}
+    # nodes between the wrt set and the output: ancestors of out that descend from wrt
+    anc = {out.node}
+    stack = [out.node]
+    while stack:
+        n = stack.pop()
+        for p in g.predecessors(n):
+            if p not in anc:
+                anc.add(p)
+                stack.append(p)
+    relevant = set()
+    stack = [w for w in wrt_nodes if w in anc]
+    relevant.update(stack)
+    while stack:
+        n = stack.pop()
+        for s in g.successors(n):
+            if s in anc and s not in relevant:
+                relevant.add(s)
+                stack.append(s)
+    ct: dict = {}
+    results: dict = {}
+    if out.node in relevant:
+        ct[out.node] = cotangent
+    prev_role, prev_src, prev_by = T._ROLE[0], T._SRC[0], T._BY[0]
+    T._ROLE[0], T._BY[0] = "backward", "grad"
+    try:
+        with eager.no_grad():
+            for nid in sorted(relevant, reverse=True):
+                gout = ct.pop(nid, None)
+                if gout is None:
+                    continue
+                if nid in wrt_nodes:
+                    results[nid] = gout
+                d = g.nodes[nid]
+                op = d["op"]
+                if op in ("input", "const"):
+                    continue
+                opdef = OPS[op]
+                if opdef.vjp is None:
+                    continue
+                T._SRC[0] = d.get("src", "")
+                operands = [_tracer_for(ctx, o) for o in d["operands"]]
+                out_t = _tracer_for(ctx, nid)
+                for i, o in enumerate(d["operands"]):
+                    if o not in relevant or i >= len(opdef.vjp) or opdef.vjp[i] is None:
+                        continue
+                    if np.dtype(g.nodes[o]["dtype"]).kind != "f":
+                        continue
+                    r = opdef.vjp[i](gout, out_t, *operands, **d["attrs"])
+                    oshape = tuple(g.nodes[o]["shape"])
+                    if tuple(r.shape) != oshape:
+                        r = sum_to(r, oshape)
+                    if r._npdtype != np.dtype(g.nodes[o]["dtype"]):
+                        r = r.to(np.dtype(g.nodes[o]["dtype"]))
+                    ct[o] = r if o not in ct else ct[o] + r
+    finally:
+        T._ROLE[0], T._SRC[0], T._BY[0] = prev_role, prev_src, prev_by
+    return [results.get(w.node) for w in wrt]
+
+
+# ---------------------------------------------------------------------------
+# loss.backward() inside a trace
+
+
+def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
+    """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves."""
+    ctx = loss._ctx
+    T._check_live(loss, "backward")
+    if gradient is None:
+        if loss.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        ct = None
+    else:
+        ct = gradient if isinstance(gradient, T.Tracer) else loss._wrap_const(
+            np.asarray(gradient._data if isinstance(gradient, eager.Tensor) else gradient,
+                       dtype=loss._meta_dtype))
+    if not loss._rg:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a "
+                           "grad_fn")
+    leaves = [t for t in ctx.leaves if t._rg]
+    grads = backprop(ctx, loss, leaves, ct)
+    with eager.no_grad():
+        for t, gr in zip(leaves, grads):
+            if gr is None:
+                continue
+            t._grad = gr if t._grad is None else t._grad + gr
+
+
+# ---------------------------------------------------------------------------
+# grad / value_and_grad / vjp
+
+
+def _argnums(argnums, n: int) -> tuple:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for a in nums:
+        if not -n <= a < n:
+            raise ValueError(f"argnums {a} is out of range for {n} positional arguments")
+    return tuple(a % n for a in nums)
+
+
+def _find_ctx(args: tuple) -> Optional[T.TraceContext]:
+    leaves, _ = tree.flatten(args)
+    for x in leaves:
+        if isinstance(x, T.Tracer):
+            return x._ctx
+    return None
+
+
+def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str) -> tuple:
+    """Turn differentiated arguments into tracers of ``ctx``; return (args, [(i, td, leaves)])."""
+    from .tracer import arg_names
+    args = list(args)
+    info = []
+    for i in nums:
+        leaves, td = tree.flatten(args[i])
+        new = []
+        for k, x in enumerate(leaves):
+            if not isinstance(x, T.Tracer):
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    raise TypeError(f"{fname}: argument {i} is a Python number, which graphc "
+                                    "treats as static; pass a float array to differentiate it")
+                arr = np.asarray(x._data if isinstance(x, eager.Tensor) else x)
+                nid = ctx.const(arr)
+                x = T.Tracer(ctx, nid, arr.shape, arr.dtype)
+            if x._npdtype.kind != "f":
+                raise TypeError(f"{fname}: argument {i} (leaf {k}) has dtype "
+                                f"{x._npdtype.name}; only floating-point inputs can be "
+                                "differentiated -- convert it with .float()/.double() or leave it "
+                                "out of argnums")
+            new.append(x)
+        args[i] = tree.unflatten(td, new)
+        info.append((i, td, new))
+    return tuple(args), info
+
+
+def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
+    ctx = _find_ctx(args)
+    args, info = _diff_leaves(ctx, args, nums, fname)
+    res = fn(*args)
+    aux = None
+    if has_aux:
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise TypeError(f"{fname}: has_aux=True requires fn to return (value, aux)")
+        res, aux = res
+    if not isinstance(res, T.Tracer):
+        raise TypeError(f"{fname}: fn must return a traced scalar array, got "
+                        f"{type(res).__name__}")
+    if res.numel() != 1:
+        raise TypeError(f"{fname}: fn must return a scalar (0-d or one element), got shape "
+                        f"{list(res.shape)}; for non-scalar outputs use graphc.vjp with a "
+                        "cotangent")
+    if res._npdtype.kind != "f":
+        raise TypeError(f"{fname}: fn must return a floating-point scalar, got "
+                        f"{res._npdtype.name}")
+    flat = [x for _, _, leaves in info for x in leaves]
+    grads = backprop(ctx, res, flat)
+    out = []
+    k = 0
+    for i, td, leaves in info:
+        gl = []
+        for x in leaves:
+            gr = grads[k]
+            k += 1
+            gl.append(gr if gr is not None else x.zeros_like_())
+        out.append(tree.unflatten(td, gl))
+    return res, (out[0] if single else tuple(out)), aux
+
+
+def value_and_grad(fn: Callable, argnums=0, has_aux: bool = False) -> Callable:
+    """``f -> (x -> (f(x), df/dx))``; composes with compile and with itself."""
+    single = isinstance(argnums, int)
+    fname = f"value_and_grad({getattr(fn, '__name__', 'fn')})"
+
+    def traced(*args):
+        nums = _argnums(argnums, len(args))
+        value, g, aux = _value_and_grad_traced(fn, args, nums, has_aux, fname, single)
+        return ((value, aux), g) if has_aux else (value, g)
+
+    return _dual(traced, fname)
+
+
+def grad(fn: Callable, argnums=0, has_aux: bool = False) -> Callable:
+    """``f -> df/dx`` for scalar-valued ``f`` (zeros for unused inputs, as in JAX)."""
+    single = isinstance(argnums, int)
+    fname = f"grad({getattr(fn, '__name__', 'fn')})"
+
+    def traced(*args):
+        nums = _argnums(argnums, len(args))
+        value, g, aux = _value_and_grad_traced(fn, args, nums, has_aux, fname, single)
+        return (g, aux) if has_aux else g
+
+    return _dual(traced, fname)
+
+
+def _dual(traced: Callable, fname: str) -> Callable:
+    """Inside a trace call ``traced`` directly; outside, compile it per signature."""
+    from .api import compile as _compile
+    compiled = [None]
+
+    def wrapper(*args):
+        if _find_ctx(args) is not None:
+            return traced(*args)
+        if compiled[0] is None:
+            compiled[0] = _compile(traced)
+            compiled[0].__name__ = _ident(fname)
+        return compiled[0](*args)
+
+    wrapper.__name__ = _ident(fname)
+    wrapper.__qualname__ = wrapper.__name__
+    wrapper._graphc_traced = traced
+    return wrapper
+
+
+def _ident(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
+def vjp(fn: Callable, *primals: Any) -> tuple:
+    """``(fn(*primals), vjp_fn)`` where ``vjp_fn(cotangent)`` returns one gradient per primal."""
+    fname = f"vjp({getattr(fn, '__name__', 'fn')})"
+    n = len(primals)
+
+    def traced_vjp(*args):
+        ps, ct = args[:n], args[n]
+        ctx = _find_ctx(args)
+        ps, info = _diff_leaves(ctx, ps, tuple(range(n)), fname)
+        out = fn(*ps)
+        if not isinstance(out, T.Tracer):
+            raise TypeError(f"{fname}: fn must return a single array")
+        if not isinstance(ct, T.Tracer):
+            ct = out._wrap_const(np.asarray(ct._data if isinstance(ct, eager.Tensor) else ct,
+                                            dtype=out._meta_dtype))
+        if tuple(ct.shape) != tuple(out.shape):
+            raise ValueError(f"{fname}: cotangent shape {list(ct.shape)} does not match the "
+                             f"output shape {list(out.shape)}")
+        flat = [x for _, _, leaves in info for x in leaves]
+        grads = backprop(ctx, out, flat, ct)
+        res, k = [], 0
+        for i, td, leaves in info:
+            gl = []
+            for x in leaves:
+                gl.append(grads[k] if grads[k] is not None else x.zeros_like_())
+                k += 1
+            res.append(tree.unflatten(td, gl))
+        return tuple(res)
+
+    if _find_ctx(primals) is not None:
+        out = fn(*primals)
+        return out, (lambda ct: traced_vjp(*primals, ct))
+    fwd = _dual(lambda *a: fn(*a), f"{fname}_fwd")
+    bwd = _dual(traced_vjp, fname)
+    out = fwd(*primals)
+    return out, (lambda ct: bwd(*primals, ct))
+
+
+# ---------------------------------------------------------------------------
+# Graph.grad
+
+
+def replay(graph: Graph, ctx: T.TraceContext, inputs: Sequence[T.Tracer]) -> list:
+    """Re-emit ``graph``'s nodes into the trace ``ctx`` with ``inputs``; return output tracers."""
+    env = dict(zip(graph.inputs, inputs))
+    prev_src, prev_role = T._SRC[0], T._ROLE[0]
+    try:
+        for nid in graph.topo_order():
+            d = graph.nx.nodes[nid]
+            if d["op"] == "input":
+                continue
+            if d["op"] == "const":
+                v = d["attrs"]["value"]
+                env[nid] = T.Tracer(ctx, ctx.const(v, d.get("src", "")), v.shape, v.dtype)
+                continue
+            T._SRC[0] = d.get("src", "")
+            T._ROLE[0] = d.get("role", "forward")
+            ops = [env[o] for o in d["operands"]]
+            env[nid] = ops[0]._apply(d["op"], "", tuple(ops), dict(d["attrs"]))
+    finally:
+        T._SRC[0], T._ROLE[0] = prev_src, prev_role
+    return [env[o] for o in graph.outputs]
+
+
+def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 0) -> Graph:
+    """A new graph computing (output value, d output / d each wrt input)."""
+    if wrt is None:
+        wrt = [i for i in graph.inputs if np.dtype(graph.nx.nodes[i]["dtype"]).kind == "f"]
+    wrt = list(wrt)
+    for w in wrt:
+        if w not in graph.inputs:
+            raise GraphcError(f"grad: wrt node %{w} is not an input of graph {graph.name!r}")
+        if np.dtype(graph.nx.nodes[w]["dtype"]).kind != "f":
+            raise TypeError(f"grad: input {graph.nx.nodes[w]['attrs']['name']!r} is not "
+                            "floating point and cannot be differentiated")
+    if not graph.outputs:
+        raise GraphcError("grad: the graph has no outputs")
+    new = Graph(f"{graph.name}_grad")
+    ctx = T.TraceContext(new, new.name)
+    ins = []
+    for i in graph.inputs:
+        d = graph.nx.nodes[i]
+        nid = new.add_input(d["attrs"]["name"], d["shape"], d["dtype"])
+        ins.append(T.Tracer(ctx, nid, d["shape"], d["dtype"]))
+    outs = replay(graph, ctx, ins)
+    out = outs[output]
+    if out.numel() != 1:
+        raise TypeError(f"grad: output {output} has shape {list(out.shape)}; differentiate a "
+                        "scalar output or use graphc.vjp with a cotangent")
+    pos = {nid: k for k, nid in enumerate(graph.inputs)}
+    grads = backprop(ctx, out, [ins[pos[w]] for w in wrt])
+    with eager.no_grad():
+        grads = [gr if gr is not None else ins[pos[w]].zeros_like_()
+                 for gr, w in zip(grads, wrt)]
+    new.outputs = [out.node] + [gr.node for gr in grads]
+    new.meta["grad_of"] = graph.name
+    ctx.active = False
+    from .ir import verify
+    verify(new, "grad")
+    return new
