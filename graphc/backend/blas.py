@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from llvmlite import ir
 
+from graphc.errors import GraphcError
+
 __all__ = [
     "SGEMM_SYMBOL",
     "DGEMM_SYMBOL",
@@ -58,7 +60,7 @@ CBLAS_TRANS = 112
 _PREFIXES = ("scipy_", "")
 
 
-class BlasUnavailableError(RuntimeError):
+class BlasUnavailableError(GraphcError, RuntimeError):
     """The BLAS library could not be loaded; the message says why and what to install."""
 
 

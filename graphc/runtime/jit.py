@@ -13,16 +13,23 @@ disk cache can store :meth:`JitModule.object_code` and later bring the code back
 with :func:`load_object_code` without running LLVM's optimiser or code
 generator again.  Cache keys must include :func:`host_cpu_key` because the code
 is tuned for (and may only run on) the host CPU.
+
+Known cost: llvmlite (0.50) never frees the instrumentation callbacks of a
+``PassBuilder``, about 90 KB per optimised compilation (not per call).  A pass
+builder cannot be reused safely (its callbacks point into the previous run),
+so the disk cache is the remedy for processes that compile thousands of
+modules.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Union
 
 import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
+
+from graphc.errors import GraphcError
 
 __all__ = [
     "LLVM_LOCK",
@@ -42,7 +49,7 @@ _initialized = False
 _host_info: tuple[str, str, str] | None = None
 
 
-class JitError(RuntimeError):
+class JitError(GraphcError, RuntimeError):
     """LLVM rejected a module or a symbol was not found; the message says which."""
 
 
@@ -242,7 +249,7 @@ def _new_engine(module: llvm.ModuleRef, opt_level: int
     return engine, captured
 
 
-def compile_module(llvm_ir: Union[str, ir.Module], opt_level: int = 3, *,
+def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
                    name: str | None = None) -> JitModule:
     """Parse, verify, optimise at ``opt_level`` (0 = no passes) and JIT-compile for the host.
 
@@ -257,6 +264,7 @@ def compile_module(llvm_ir: Union[str, ir.Module], opt_level: int = 3, *,
     _ensure_initialized()
     with LLVM_LOCK:
         context = llvm.create_context()
+        module = engine = None
         try:
             try:
                 module = llvm.parse_assembly(text, context=context)
@@ -276,13 +284,17 @@ def compile_module(llvm_ir: Union[str, ir.Module], opt_level: int = 3, *,
                 tm.close()
             ir_after = str(module)
             functions = tuple(f.name for f in module.functions if not f.is_declaration)
-            engine, captured = _new_engine(module, opt_level)
+            engine, captured = _new_engine(module, opt_level)  # engine owns module now
             try:
                 engine.finalize_object()
             except RuntimeError as exc:
-                engine.close()
                 raise JitError(f"code generation failed for module {name!r}: {exc}") from None
         except BaseException:
+            # dispose in dependency order: engine (owns module) or module, then context
+            if engine is not None:
+                engine.close()
+            elif module is not None:
+                module.close()
             context.close()
             raise
     return JitModule(name=name, opt_level=opt_level, engine=engine, context=context,
@@ -297,14 +309,17 @@ def load_object_code(data: bytes, *, name: str = "<object code>",
     """Load an object file from :meth:`JitModule.object_code` without recompiling.
 
     The caller must have checked :func:`host_cpu_key` (the code may use CPU
-    features another host lacks).  Pass the IR texts along to keep
-    :meth:`JitModule.llvm_ir` and :meth:`JitModule.asm` working.
+    features another host lacks) and the integrity of the bytes (store a hash
+    next to them): LLVM rejects data that is not an object file, but a
+    truncated or corrupted one can crash the process.  Pass the IR texts along
+    to keep :meth:`JitModule.llvm_ir` and :meth:`JitModule.asm` working.
     """
     if not isinstance(data, (bytes, bytearray)) or not data:
         raise JitError("load_object_code needs the non-empty bytes of an object file")
     _ensure_initialized()
     with LLVM_LOCK:
         context = llvm.create_context()
+        empty = engine = None
         try:
             empty = llvm.parse_assembly("", context=context)
             tm = _target_machine(2)
@@ -314,13 +329,20 @@ def load_object_code(data: bytes, *, name: str = "<object code>",
             finally:
                 tm.close()
             engine, _ = _new_engine(empty, 2)
+            obj = llvm.ObjectFileRef.from_data(bytes(data))
+            if not obj._ptr:  # LLVM rejected it; passing it on would crash
+                raise JitError(f"could not load object code for {name!r}: "
+                               "not an object file LLVM understands")
             try:
-                engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(data)))
+                engine.add_object_file(obj)
                 engine.finalize_object()
             except RuntimeError as exc:
-                engine.close()
                 raise JitError(f"could not load object code for {name!r}: {exc}") from None
         except BaseException:
+            if engine is not None:
+                engine.close()
+            elif empty is not None:
+                empty.close()
             context.close()
             raise
     return JitModule(name=name, opt_level=None, engine=engine, context=context,

@@ -1,0 +1,994 @@
+"""Vectorizable transcendental functions emitted as LLVM IR.
+
+A call to libm's ``exp`` inside a loop stops LLVM's loop vectorizer, so the
+backend emits its own scalar implementations instead: straight-line code (one
+basic block, special cases resolved with ``select``, no calls except LLVM
+intrinsics that have vector forms), defined once per module as ``internal``
+``alwaysinline`` functions.  After inlining, the vectorizer turns a loop over
+them into ``<4 x double>`` / ``<8 x float>`` (or wider) code.
+
+Methods (all classic, see fdlibm / Cephes):
+
+* exp: Cody-Waite reduction ``x = n ln2 + r`` (``ln2`` split in a short head so
+  ``n * head`` is exact), polynomial for ``e**r - 1``, scale by ``2**n`` built
+  from bits in two halves so results in the subnormal range are rounded once
+  and overflow happens naturally.  ``n`` is rounded with the ``1.5 * 2**52``
+  shifter trick instead of a rounding instruction.
+* log: exponent and mantissa taken from the bits (subnormals pre-scaled),
+  mantissa moved to ``[sqrt(1/2), sqrt(2))``, then the fdlibm
+  ``log(1+f) = f - hfsq + s*(hfsq+R(s*s))`` formula.
+* tanh: ``tanh|x| = -u / (u + 2)`` with ``u = expm1(-2|x|)`` (an expm1 for
+  non-positive arguments), sign restored with ``copysign`` so ``-0.0`` stays.
+* sigmoid: ``e = exp(-|x|)``; ``1/(1+e)`` for ``x >= 0`` else ``e/(1+e)``:
+  never NaN for finite ``x``, no overflow.
+* sin/cos: ``x = n pi/2 + r`` with a 4-part Cody-Waite split (exact products
+  for ``|n| < 2**20``), fdlibm-style kernels on ``|r| <= pi/4``, quadrant from
+  the low bits of ``n``.  Accurate for ``|x| < 2**20 * pi/2``; beyond that the
+  reduction error grows like ``|x| * 2**-53`` (the result is the sine of a
+  number within about one ulp of ``x``), and for ``|x| >= 2**51`` the result is
+  NaN (documented deviation from numpy, which does a full Payne-Hanek reduction).
+* pow (f64): ``exp(y * log|x|)`` evaluated in double-double: ``log`` with a
+  5-interval select-based second reduction and an error-free split of the
+  result, ``y * log`` with Dekker's exact product, ``exp`` taking the low part
+  as a correction.  C99/numpy special cases (signed zeros, infinities,
+  negative bases with integer exponents, ``pow(1, nan) = pow(nan, 0) = 1``)
+  are applied with selects.
+* f32: exp, log, tanh and sigmoid have native single-precision polynomials (8
+  lanes per AVX2 register); sin, cos and pow convert to double, reuse the f64
+  code and round once, which keeps them within one ulp for a 2x lane cost.
+
+Polynomial coefficients are Chebyshev fits (``mpmath.chebyfit``, 60 digits)
+of the smooth remainder functions named at each table, rounded to the target
+precision; ``docs/backend-accuracy.md`` shows how to regenerate them and the
+measured accuracy (:func:`measure_ulp`).
+
+Polynomials use ``llvm.fmuladd`` (fused where the CPU has FMA, never a libm
+call).  No fast-math flags are used anywhere, so NaN and infinities behave
+as in IEEE arithmetic.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+import numpy as np
+from llvmlite import ir
+
+__all__ = [
+    "FUNCTIONS",
+    "UNARY_FUNCTIONS",
+    "BINARY_FUNCTIONS",
+    "TRIG_ACCURATE_LIMIT",
+    "TRIG_NAN_LIMIT",
+    "ULP_BOUNDS",
+    "get_function",
+    "get_exp",
+    "get_log",
+    "get_tanh",
+    "get_sigmoid",
+    "get_sin",
+    "get_cos",
+    "get_pow",
+    "get_sqrt",
+    "get_abs",
+    "define_map_kernel",
+    "UlpRow",
+    "measure_ulp",
+    "format_ulp_table",
+]
+
+# ---------------------------------------------------------------------------
+# Constants (computed exactly at import from high-precision values)
+# ---------------------------------------------------------------------------
+
+_PI = Fraction(Decimal(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899863"))
+
+
+def _ln(x: float) -> Fraction:
+    with localcontext() as ctx:
+        ctx.prec = 80
+        return Fraction(Decimal(x).ln())
+
+
+_LN2 = _ln(2.0)
+
+
+def _round_bits(v: Fraction, bits: int) -> float:
+    """``v`` rounded to ``bits`` significant bits (so products with short ints are exact)."""
+    e = math.floor(math.log2(abs(v)))
+    if Fraction(2) ** e > abs(v):
+        e -= 1
+    elif Fraction(2) ** (e + 1) <= abs(v):
+        e += 1
+    scale = Fraction(2) ** (bits - 1 - e)
+    return float(Fraction(round(v * scale)) / scale)
+
+
+def _f32(x: float) -> float:
+    """Nearest float32 value, as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _split(v: Fraction, bits: int, to_type: Callable[[float], float] = float
+           ) -> tuple[float, float]:
+    """Cody-Waite pair ``hi + lo ~= v`` with ``hi`` of ``bits`` significant bits."""
+    hi = _round_bits(v, bits)
+    return hi, to_type(float(v - Fraction(hi)))
+
+
+def _f64_bits(x: float) -> int:
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+# Polynomial tables, lowest degree first.
+# e**r = 1 + r + r*r * Q(r), Q(r) = (e**r - 1 - r) / r**2 on |r| <= ln2/2.
+_EXP_Q_F64 = (0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326025,
+              0.001388888888888367, 0.00019841269875205077, 2.4801587325822283e-05,
+              2.75572549134867e-06, 2.7557273295539724e-07, 2.5105419192016337e-08,
+              2.091483135138041e-09)
+_EXP_Q_F32 = (0.5, 0.1666666716337204, 0.041666463017463684, 0.00833331048488617,
+              0.0013933820882812142, 0.00019891180272679776)
+# log(1+f) = 2s + s*z*G(z), s = f/(2+f), z = s*s, G(z) = (2 atanh(s)/s - 2)/z,
+# on z <= ((sqrt2-1)/(sqrt2+1))**2.
+_LOG_G_F64 = (0.666666666666667, 0.3999999999989827, 0.28571428626533335,
+              0.22222211043822487, 0.18182895746801428, 0.1533150172120742,
+              0.1461916477718642)
+_LOG_G_F32 = (0.6666666865348816, 0.4000012278556824, 0.28550735116004944,
+              0.23332761228084564)
+# Same G on the narrower range of the 5-interval reduction used by pow
+# (|s| <= (2**0.1-1)/(2**0.1+1)).
+_LOGDD_G_F64 = (0.6666666666666666, 0.39999999999996483, 0.28571428594191267,
+                0.22222170676431602, 0.1822944632802616)
+# sin r = r + r**3 S(w), cos r = 1 - w/2 + w*w C(w), w = r*r, |r| <= pi/4.
+_SIN_S_F64 = (-0.16666666666666666, 0.008333333333333331, -0.00019841269841264968,
+              2.755731921926441e-06, -2.5052106206531682e-08, 1.605852751943773e-10,
+              -7.586455940017973e-13)
+_COS_C_F64 = (0.041666666666666664, -0.0013888888888887367, 2.480158729872029e-05,
+              -2.7557317248229367e-07, 2.0876141380294955e-09, -1.1382280957702634e-11)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Per-precision constants; one instance for f32 and one for f64."""
+
+    suffix: str
+    fty: ir.Type
+    ity: ir.IntType
+    mant: int
+    bias: int
+    shifter: float
+    shifter_bits: int
+    ln2_hi: float
+    ln2_lo: float
+    log2e: float
+    exp_hi: float      # clamp: above, exp overflows to inf by itself
+    exp_lo: float      # clamp: below, exp underflows to 0 by itself
+    expm1_lo: float    # below, expm1 rounds to -1 and tanh to +-1
+    min_normal: float
+    one_bits: int
+    sqrt_half_bits: int
+    exp_q: tuple[float, ...]
+    log_g: tuple[float, ...]
+
+
+def _make_f64() -> _Spec:
+    hi, lo = _split(_LN2, 40)
+    shifter = 1.5 * 2.0 ** 52
+    return _Spec(
+        suffix="f64", fty=ir.DoubleType(), ity=ir.IntType(64),
+        mant=52, bias=1023, shifter=shifter, shifter_bits=_f64_bits(shifter),
+        ln2_hi=hi, ln2_lo=lo, log2e=float(1 / _LN2),
+        exp_hi=710.0, exp_lo=-746.0, expm1_lo=-44.0, min_normal=2.0 ** -1022,
+        one_bits=_f64_bits(1.0), sqrt_half_bits=_f64_bits(math.sqrt(0.5)),
+        exp_q=_EXP_Q_F64, log_g=_LOG_G_F64)
+
+
+def _make_f32() -> _Spec:
+    hi, lo = _split(_LN2, 16, _f32)
+    shifter = 1.5 * 2.0 ** 23
+    return _Spec(
+        suffix="f32", fty=ir.FloatType(), ity=ir.IntType(32),
+        mant=23, bias=127, shifter=shifter, shifter_bits=_f32_bits(shifter),
+        ln2_hi=hi, ln2_lo=lo, log2e=_f32(float(1 / _LN2)),
+        exp_hi=89.0, exp_lo=-104.0, expm1_lo=-20.0, min_normal=2.0 ** -126,
+        one_bits=_f32_bits(1.0), sqrt_half_bits=_f32_bits(_f32(math.sqrt(0.5))),
+        exp_q=_EXP_Q_F32, log_g=_LOG_G_F32)
+
+
+_F64 = _make_f64()
+_F32 = _make_f32()
+
+def _pio2_parts() -> tuple[float, ...]:
+    """pi/2 in four parts; the first three have 33 bits so n * part is exact for |n| < 2**20."""
+    rest = _PI / 2
+    parts = []
+    for _ in range(3):
+        hi = _round_bits(rest, 33)
+        parts.append(hi)
+        rest -= Fraction(hi)
+    parts.append(float(rest))
+    return tuple(parts)
+
+
+_PIO2_PARTS = _pio2_parts()
+_TWO_OVER_PI = float(2 / _PI)
+
+#: Below this |x|, sin/cos are accurate to a few ulp (exact Cody-Waite products).
+TRIG_ACCURATE_LIMIT = 2.0 ** 20 * math.pi / 2
+#: From this |x| on, sin/cos return NaN (the reduction cannot find the quadrant).
+TRIG_NAN_LIMIT = 2.0 ** 51
+
+# pow: 5 intervals of the mantissa in [2**-0.5, 2**0.5) with centres 2**(j/5);
+# the middle centre is exactly 1 so log stays relatively accurate near x = 1.
+_LOGDD_BOUNDS = tuple(2.0 ** ((2 * j + 1) / 10) for j in range(-2, 2))
+_LOGDD_CENTRES = tuple(2.0 ** (j / 5) if j else 1.0 for j in range(-2, 3))
+
+
+def _log_dd_const(c: float) -> tuple[float, float]:
+    v = _ln(c)
+    hi = float(v)
+    return hi, float(v - Fraction(hi))
+
+
+_LOGDD_LOGC = tuple(_log_dd_const(c) for c in _LOGDD_CENTRES)
+_VELTKAMP = 2.0 ** 27 + 1.0
+_POW_Y_CLAMP = 2.0 ** 64
+
+
+# ---------------------------------------------------------------------------
+# IR emission helpers
+# ---------------------------------------------------------------------------
+
+class _Emitter:
+    """Thin wrapper over IRBuilder so the math below reads like the formulas."""
+
+    def __init__(self, builder: ir.IRBuilder, spec: _Spec) -> None:
+        self.b = builder
+        self.s = spec
+        self.module = builder.module
+
+    # constants
+    def c(self, value: float) -> ir.Constant:
+        return ir.Constant(self.s.fty, value)
+
+    def ci(self, value: int) -> ir.Constant:
+        return ir.Constant(self.s.ity, value)
+
+    def f(self, v: ir.Value | float) -> ir.Value:
+        return v if isinstance(v, ir.Value) else self.c(v)
+
+    # floating point
+    def add(self, a, b):
+        return self.b.fadd(self.f(a), self.f(b))
+
+    def sub(self, a, b):
+        return self.b.fsub(self.f(a), self.f(b))
+
+    def mul(self, a, b):
+        return self.b.fmul(self.f(a), self.f(b))
+
+    def div(self, a, b):
+        return self.b.fdiv(self.f(a), self.f(b))
+
+    def neg(self, a):
+        return self.b.fneg(a)
+
+    def _intrinsic(self, name: str, nargs: int) -> ir.Function:
+        fty = self.s.fty
+        return self.module.declare_intrinsic(
+            name, [fty], fnty=ir.FunctionType(fty, [fty] * nargs))
+
+    def fma(self, a, b, c):
+        """a*b + c, fused when the target has FMA (``llvm.fmuladd``)."""
+        return self.b.call(self._intrinsic("llvm.fmuladd", 3),
+                           [self.f(a), self.f(b), self.f(c)])
+
+    def fabs(self, a):
+        return self.b.call(self._intrinsic("llvm.fabs", 1), [a])
+
+    def copysign(self, mag, sign):
+        return self.b.call(self._intrinsic("llvm.copysign", 2), [mag, sign])
+
+    def poly(self, x, coeffs: tuple[float, ...]):
+        """Horner evaluation of sum(coeffs[i] * x**i)."""
+        acc = self.c(coeffs[-1])
+        for k in reversed(coeffs[:-1]):
+            acc = self.fma(acc, x, k)
+        return acc
+
+    # comparisons (ordered: false when an operand is NaN)
+    def lt(self, a, b):
+        return self.b.fcmp_ordered("<", self.f(a), self.f(b))
+
+    def le(self, a, b):
+        return self.b.fcmp_ordered("<=", self.f(a), self.f(b))
+
+    def gt(self, a, b):
+        return self.b.fcmp_ordered(">", self.f(a), self.f(b))
+
+    def ge(self, a, b):
+        return self.b.fcmp_ordered(">=", self.f(a), self.f(b))
+
+    def eq(self, a, b):
+        return self.b.fcmp_ordered("==", self.f(a), self.f(b))
+
+    def unordered(self, a, b):
+        """True when a or b is NaN."""
+        return self.b.fcmp_unordered("uno", a, b)
+
+    def sel(self, cond, a, b):
+        return self.b.select(cond, self.f(a), self.f(b))
+
+    def and_(self, a, b):
+        return self.b.and_(a, b)
+
+    def or_(self, a, b):
+        return self.b.or_(a, b)
+
+    def not_(self, a):
+        return self.b.not_(a)
+
+    # integers / bits
+    def bits(self, x):
+        return self.b.bitcast(x, self.s.ity)
+
+    def from_bits(self, i):
+        return self.b.bitcast(i, self.s.fty)
+
+    def iadd(self, a, b):
+        return self.b.add(a, self.ci(b) if isinstance(b, int) else b)
+
+    def isub(self, a, b):
+        return self.b.sub(a, self.ci(b) if isinstance(b, int) else b)
+
+    def iand(self, a, b: int):
+        return self.b.and_(a, self.ci(b))
+
+    def lshr(self, a, k: int):
+        return self.b.lshr(a, self.ci(k))
+
+    def shl(self, a, k: int):
+        return self.b.shl(a, self.ci(k))
+
+    def inz(self, a):
+        """a != 0 for an integer."""
+        return self.b.icmp_unsigned("!=", a, self.ci(0))
+
+    def sign_bit(self, x):
+        return self.b.icmp_signed("<", self.bits(x), self.ci(0))
+
+    # composite steps
+    def round_shift(self, v):
+        """(float(rint(v)), int bits holding rint(v)) for |v| < 2**(mant-1).
+
+        Adding 1.5 * 2**mant forces rounding to an integer; the integer then
+        sits in the low mantissa bits.  Branch-free and vectorizable on any
+        SSE2 target, unlike ``llvm.rint`` without SSE4.1.
+        """
+        t = self.add(v, self.s.shifter)
+        return self.sub(t, self.s.shifter), self.isub(self.bits(t), self.s.shifter_bits)
+
+    def int_to_float(self, k):
+        """float(k) for |k| < 2**(mant-1), via the shifter (AVX2 has no i64 -> f64)."""
+        return self.sub(self.from_bits(self.iadd(k, self.s.shifter_bits)), self.s.shifter)
+
+    def pow2(self, n):
+        """2**n from bits, for n in the normal exponent range."""
+        return self.from_bits(self.shl(self.iadd(n, self.s.bias), self.s.mant))
+
+    def two_sum(self, a, b):
+        """(s, e) with s = fl(a+b) and a + b = s + e exactly (Knuth)."""
+        s = self.add(a, b)
+        bb = self.sub(s, a)
+        e = self.add(self.sub(a, self.sub(s, bb)), self.sub(b, bb))
+        return s, e
+
+    def fast_two_sum(self, a, b):
+        """(s, e) with a + b = s + e exactly, valid when |a| >= |b| (Dekker)."""
+        s = self.add(a, b)
+        return s, self.sub(b, self.sub(s, a))
+
+    def split(self, a):
+        """Veltkamp split of a into two 26-bit halves (no FMA needed)."""
+        t = self.mul(a, _VELTKAMP)
+        hi = self.sub(t, self.sub(t, a))
+        return hi, self.sub(a, hi)
+
+    def two_prod_err(self, a, b, p):
+        """Error term e with a*b = p + e exactly, p = fl(a*b) (Dekker)."""
+        ah, al = self.split(a)
+        bh, bl = self.split(b)
+        e = self.sub(self.mul(ah, bh), p)
+        e = self.add(e, self.mul(ah, bl))
+        e = self.add(e, self.mul(al, bh))
+        return self.add(e, self.mul(al, bl))
+
+
+# ---------------------------------------------------------------------------
+# Function bodies
+# ---------------------------------------------------------------------------
+
+def _exp_core(e: _Emitter, x, lo=None):
+    """e**(x + lo) for any x (NaN propagates, +-inf and out-of-range clamp)."""
+    s = e.s
+    xc = e.sel(e.gt(x, s.exp_hi), s.exp_hi, x)
+    xc = e.sel(e.lt(xc, s.exp_lo), s.exp_lo, xc)
+    nf, n = e.round_shift(e.mul(xc, s.log2e))
+    r = e.sub(e.sub(xc, e.mul(nf, s.ln2_hi)), e.mul(nf, s.ln2_lo))
+    if lo is not None:
+        r = e.add(r, e.sel(e.eq(xc, x), lo, 0.0))
+    p = e.add(1.0, e.fma(e.mul(r, r), e.poly(r, s.exp_q), r))
+    # 2**n = 2**n1 * 2**n2 with n1 = floor(n/2): both factors stay normal for
+    # n in [-1076, 1024], and the second product rounds once (subnormals, inf).
+    m = e.iadd(n, 2 * (s.bias + 1))
+    m1 = e.lshr(m, 1)
+    e1 = e.isub(m1, 1)
+    e2 = e.isub(e.isub(m, m1), 1)
+    s1 = e.from_bits(e.shl(e1, s.mant))
+    s2 = e.from_bits(e.shl(e2, s.mant))
+    return e.mul(e.mul(p, s1), s2)
+
+
+def _expm1_nonpositive(e: _Emitter, y):
+    """e**y - 1 for y <= 0 (or NaN), accurate near 0."""
+    s = e.s
+    yc = e.sel(e.lt(y, s.expm1_lo), s.expm1_lo, y)
+    nf, n = e.round_shift(e.mul(yc, s.log2e))
+    r = e.sub(e.sub(yc, e.mul(nf, s.ln2_hi)), e.mul(nf, s.ln2_lo))
+    em1 = e.fma(e.mul(r, r), e.poly(r, s.exp_q), r)
+    scale = e.pow2(n)
+    return e.fma(scale, em1, e.sub(scale, 1.0))
+
+
+def _body_exp(e: _Emitter, x):
+    return _exp_core(e, x)
+
+
+def _log_reduce(e: _Emitter, x):
+    """(k as float, m) with x = 2**k * m, m in [sqrt(1/2), sqrt(2)), for finite x > 0."""
+    s = e.s
+    tiny = e.lt(x, s.min_normal)
+    xs = e.sel(tiny, e.mul(x, 2.0 ** s.mant), x)
+    ix = e.iadd(e.bits(xs), s.one_bits - s.sqrt_half_bits)
+    k = e.isub(e.lshr(ix, s.mant), s.bias)
+    k = e.b.add(k, e.b.select(tiny, e.ci(-s.mant), e.ci(0)))
+    m = e.from_bits(e.iadd(e.iand(ix, (1 << s.mant) - 1), s.sqrt_half_bits))
+    return e.int_to_float(k), m
+
+
+def _body_log(e: _Emitter, x):
+    s = e.s
+    kf, m = _log_reduce(e, x)
+    f = e.sub(m, 1.0)
+    hfsq = e.mul(e.mul(f, f), 0.5)
+    sv = e.div(f, e.add(f, 2.0))
+    z = e.mul(sv, sv)
+    big_r = e.mul(z, e.poly(z, s.log_g))
+    inner = e.add(e.mul(sv, e.add(hfsq, big_r)), e.mul(kf, s.ln2_lo))
+    res = e.sub(e.mul(kf, s.ln2_hi), e.sub(e.sub(hfsq, inner), f))
+    res = e.sel(e.eq(x, math.inf), math.inf, res)
+    res = e.sel(e.lt(x, 0.0), math.nan, res)
+    res = e.sel(e.eq(x, 0.0), -math.inf, res)
+    return e.sel(e.unordered(x, x), x, res)
+
+
+def _body_tanh(e: _Emitter, x):
+    u = _expm1_nonpositive(e, e.mul(e.fabs(x), -2.0))
+    t = e.div(e.neg(u), e.add(u, 2.0))
+    return e.copysign(t, x)
+
+
+def _body_sigmoid(e: _Emitter, x):
+    ex = _exp_core(e, e.neg(e.fabs(x)))
+    return e.div(e.sel(e.ge(x, 0.0), 1.0, ex), e.add(ex, 1.0))
+
+
+def _trig(e: _Emitter, x, quadrant_offset: int):
+    """sin(x) (offset 0) or cos(x) = sin(x + pi/2) (offset 1), f64 only."""
+    ok = e.lt(e.fabs(x), TRIG_NAN_LIMIT)
+    xs = e.sel(ok, x, 0.0)
+    nf, n = e.round_shift(e.mul(xs, _TWO_OVER_PI))
+    q = e.iand(e.iadd(n, quadrant_offset), 3)
+    r = xs
+    for part in _PIO2_PARTS:
+        r = e.sub(r, e.mul(nf, part))
+    w = e.mul(r, r)
+    sin_r = e.fma(e.mul(r, w), e.poly(w, _SIN_S_F64), r)
+    hz = e.mul(w, 0.5)
+    one_minus_hz = e.sub(1.0, hz)
+    cos_tail = e.add(e.sub(e.sub(1.0, one_minus_hz), hz), e.mul(e.mul(w, w), e.poly(w, _COS_C_F64)))
+    cos_r = e.add(one_minus_hz, cos_tail)
+    res = e.sel(e.inz(e.iand(q, 1)), cos_r, sin_r)
+    res = e.sel(e.inz(e.iand(q, 2)), e.neg(res), res)
+    if quadrant_offset == 0:
+        res = e.sel(e.eq(x, 0.0), x, res)  # sin(-0.0) = -0.0: -0.0 + 0.0 rounds to +0.0
+    return e.sel(ok, res, math.nan)
+
+
+def _body_sin(e: _Emitter, x):
+    return _trig(e, x, 0)
+
+
+def _body_cos(e: _Emitter, x):
+    return _trig(e, x, 1)
+
+
+def _log_dd(e: _Emitter, ax):
+    """log(ax) as an unevaluated sum hi + lo (about 2**-63 relative), ax finite > 0."""
+    kf, m = _log_reduce(e, ax)
+    # second reduction: m = c * (1+s)/(1-s) with c one of five centres
+    c = e.c(_LOGDD_CENTRES[-1])
+    lc_hi = e.c(_LOGDD_LOGC[-1][0])
+    lc_lo = e.c(_LOGDD_LOGC[-1][1])
+    for j in reversed(range(len(_LOGDD_BOUNDS))):
+        below = e.lt(m, _LOGDD_BOUNDS[j])
+        c = e.sel(below, _LOGDD_CENTRES[j], c)
+        lc_hi = e.sel(below, _LOGDD_LOGC[j][0], lc_hi)
+        lc_lo = e.sel(below, _LOGDD_LOGC[j][1], lc_lo)
+    num = e.sub(m, c)                       # exact (Sterbenz)
+    den, den_lo = e.two_sum(m, c)
+    inv = e.div(1.0, den)                   # one division; s_lo absorbs its rounding
+    sv = e.mul(num, inv)
+    prod = e.mul(sv, den)
+    prod_err = e.two_prod_err(sv, den, prod)
+    s_lo = e.mul(e.sub(e.sub(e.sub(num, prod), prod_err), e.mul(sv, den_lo)), inv)
+    z = e.mul(sv, sv)
+    tail = e.mul(e.mul(sv, z), e.poly(z, _LOGDD_G_F64))
+    # log = k*ln2_hi + log(c)_hi + 2s  +  (small terms)
+    s1, err1 = e.two_sum(e.mul(kf, _F64.ln2_hi), lc_hi)
+    s2, err2 = e.two_sum(s1, e.mul(sv, 2.0))
+    small = e.add(e.add(e.mul(kf, _F64.ln2_lo), lc_lo), e.add(e.mul(s_lo, 2.0), tail))
+    return e.fast_two_sum(s2, e.add(e.add(err1, err2), small))
+
+
+def _is_integer(e: _Emitter, a):
+    """a is an integer, for a = |y| >= 0 (every double >= 2**52 is)."""
+    rounded = e.sub(e.add(a, 2.0 ** 52), 2.0 ** 52)
+    return e.or_(e.ge(a, 2.0 ** 52), e.eq(rounded, a))
+
+
+def _body_pow(e: _Emitter, x, y, double_double: bool = True):
+    """pow for f64; ``double_double=False`` is the cheaper core used for f32 inputs."""
+    ax = e.fabs(x)
+    ay = e.fabs(y)
+    finite_pos = e.and_(e.gt(ax, 0.0), e.lt(ax, math.inf))
+    base = e.sel(finite_pos, ax, 1.0)
+    # |y| > 2**64 with |x| != 1 over/underflows exactly like 2**64 does.
+    yc = e.sel(e.gt(y, _POW_Y_CLAMP), _POW_Y_CLAMP, y)
+    yc = e.sel(e.lt(yc, -_POW_Y_CLAMP), -_POW_Y_CLAMP, yc)
+    if double_double:
+        l_hi, l_lo = _log_dd(e, base)
+        t_hi = e.mul(yc, l_hi)
+        t_lo = e.add(e.two_prod_err(yc, l_hi, t_hi), e.mul(yc, l_lo))
+        res = _exp_core(e, t_hi, t_lo)
+    else:
+        # float inputs: |y log x| < 104 unless the float result over/underflows,
+        # so a plain double product is accurate to ~2**-46 relative, far below
+        # float's 2**-24.
+        res = _exp_core(e, e.mul(yc, _body_log(e, base)))
+
+    y_int = _is_integer(e, ay)
+    half_int = _is_integer(e, e.mul(ay, 0.5))
+    y_odd = e.and_(e.and_(y_int, e.not_(half_int)), e.lt(ay, 2.0 ** 53))
+    y_neg = e.lt(y, 0.0)
+    res = e.sel(e.eq(ax, 0.0), e.sel(y_neg, math.inf, 0.0), res)
+    res = e.sel(e.eq(ax, math.inf), e.sel(y_neg, 0.0, math.inf), res)
+    res = e.sel(e.and_(e.sign_bit(x), y_odd), e.neg(res), res)
+    neg_base_frac = e.and_(e.and_(e.lt(x, 0.0), e.lt(ax, math.inf)), e.not_(y_int))
+    res = e.sel(neg_base_frac, math.nan, res)
+    res = e.sel(e.unordered(x, y), math.nan, res)
+    return e.sel(e.or_(e.eq(x, 1.0), e.eq(y, 0.0)), 1.0, res)
+
+
+# ---------------------------------------------------------------------------
+# Public getters
+# ---------------------------------------------------------------------------
+
+def _spec(ty: ir.Type) -> _Spec:
+    if isinstance(ty, ir.DoubleType):
+        return _F64
+    if isinstance(ty, ir.FloatType):
+        return _F32
+    raise TypeError(f"vecmath supports float and double, not {ty}")
+
+
+def _define(module: ir.Module, name: str, ty: ir.Type, nargs: int,
+            emit_body: Callable[..., ir.Value]) -> ir.Function:
+    """Define ``name`` once per module as an internal, always-inlined pure function."""
+    spec = _spec(ty)
+    full = f"graphc.vm.{name}.{spec.suffix}"
+    existing = module.globals.get(full)
+    if existing is not None:
+        return existing
+    fn = ir.Function(module, ir.FunctionType(spec.fty, [spec.fty] * nargs), name=full)
+    fn.linkage = "internal"
+    for attr in ("alwaysinline", "nounwind", "readnone"):
+        fn.attributes.add(attr)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    builder.ret(emit_body(builder, spec, *fn.args))
+    return fn
+
+
+def _native(body: Callable[..., ir.Value]) -> Callable[..., ir.Value]:
+    def emit(builder: ir.IRBuilder, spec: _Spec, *args: ir.Value) -> ir.Value:
+        return body(_Emitter(builder, spec), *args)
+    return emit
+
+
+def _via_f64(name: str, f32_body: str | None = None) -> Callable[..., ir.Value]:
+    """f32 variant that widens to double, calls an f64 function and rounds once.
+
+    ``f32_body`` names a cheaper f64 body that is still exact enough for float.
+    """
+    def emit(builder: ir.IRBuilder, spec: _Spec, *args: ir.Value) -> ir.Value:
+        if spec is _F64:
+            return _native(_BODIES[name])(builder, spec, *args)
+        inner = f32_body or name
+        f64 = _define(builder.module, inner, ir.DoubleType(), len(args),
+                      _native(_BODIES[inner]))
+        wide = [builder.fpext(a, ir.DoubleType()) for a in args]
+        return builder.fptrunc(builder.call(f64, wide), spec.fty)
+    return emit
+
+
+_BODIES: dict[str, Callable[..., ir.Value]] = {
+    "exp": _body_exp, "log": _body_log, "tanh": _body_tanh, "sigmoid": _body_sigmoid,
+    "sin": _body_sin, "cos": _body_cos, "pow": _body_pow,
+    "pow_for_f32": lambda e, x, y: _body_pow(e, x, y, double_double=False),
+}
+_EMITTERS: dict[str, tuple[int, Callable[..., ir.Value]]] = {
+    "exp": (1, _native(_body_exp)),
+    "log": (1, _native(_body_log)),
+    "tanh": (1, _native(_body_tanh)),
+    "sigmoid": (1, _native(_body_sigmoid)),
+    "sin": (1, _via_f64("sin")),
+    "cos": (1, _via_f64("cos")),
+    "pow": (2, _via_f64("pow", "pow_for_f32")),
+}
+
+
+def get_exp(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """exp(x): ``ty`` is ``ir.FloatType()`` or ``ir.DoubleType()``."""
+    return get_function(module, "exp", ty)
+
+
+def get_log(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """log(x): -inf at +-0, NaN for x < 0."""
+    return get_function(module, "log", ty)
+
+
+def get_tanh(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """tanh(x): odd, keeps -0.0, saturates to +-1."""
+    return get_function(module, "tanh", ty)
+
+
+def get_sigmoid(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """1 / (1 + exp(-x)) without overflow or NaN for finite x."""
+    return get_function(module, "sigmoid", ty)
+
+
+def get_sin(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """sin(x); accurate for |x| < TRIG_ACCURATE_LIMIT, NaN for |x| >= TRIG_NAN_LIMIT."""
+    return get_function(module, "sin", ty)
+
+
+def get_cos(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """cos(x); same ranges as :func:`get_sin`."""
+    return get_function(module, "cos", ty)
+
+
+def get_pow(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """pow(x, y) with C99/numpy special cases."""
+    return get_function(module, "pow", ty)
+
+
+def get_sqrt(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """``llvm.sqrt`` (correctly rounded, vectorizes to sqrtpd/sqrtps)."""
+    _spec(ty)
+    return module.declare_intrinsic("llvm.sqrt", [ty])
+
+
+def get_abs(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """``llvm.fabs`` (clears the sign bit, also of NaN and -0.0)."""
+    _spec(ty)
+    return module.declare_intrinsic("llvm.fabs", [ty])
+
+
+FUNCTIONS: dict[str, Callable[[ir.Module, ir.Type], ir.Function]] = {
+    "exp": get_exp, "log": get_log, "tanh": get_tanh, "sigmoid": get_sigmoid,
+    "sin": get_sin, "cos": get_cos, "pow": get_pow, "sqrt": get_sqrt, "abs": get_abs,
+}
+UNARY_FUNCTIONS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "sqrt", "abs")
+BINARY_FUNCTIONS = ("pow",)
+
+
+def get_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
+    """The function ``name`` (see :data:`FUNCTIONS`) for ``ty``, defined in ``module`` once."""
+    if name == "sqrt":
+        return get_sqrt(module, ty)
+    if name == "abs":
+        return get_abs(module, ty)
+    try:
+        nargs, emit = _EMITTERS[name]
+    except KeyError:
+        raise KeyError(f"vecmath has no function {name!r}; available: "
+                       f"{', '.join(FUNCTIONS)}") from None
+    return _define(module, name, ty, nargs, emit)
+
+
+def define_map_kernel(module: ir.Module, name: str, ty: ir.Type,
+                      kernel_name: str | None = None) -> ir.Function:
+    """Define ``void k(T* x, [T* y,] T* out, i64 n)``: ``out[i] = name(x[i][, y[i]])``.
+
+    A plain counted loop with ``noalias`` pointers, used to measure accuracy
+    and to check that the functions vectorize.
+    """
+    fn_math = get_function(module, name, ty)
+    nargs = len(fn_math.function_type.args)
+    ptr, i64 = ir.PointerType(), ir.IntType(64)
+    kname = kernel_name or f"map_{name}_{_spec(ty).suffix}"
+    kernel = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * (nargs + 1) + [i64]),
+                         name=kname)
+    for arg in kernel.args[:-1]:
+        arg.add_attribute("noalias")
+    *inputs, out, n = kernel.args
+    entry = kernel.append_basic_block("entry")
+    loop = kernel.append_basic_block("loop")
+    done = kernel.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_signed(">", n, ir.Constant(i64, 0)), loop, done)
+    b.position_at_end(loop)
+    i = b.phi(i64, name="i")
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    vals = [b.load(b.gep(p, [i], source_etype=ty), typ=ty) for p in inputs]
+    b.store(b.call(fn_math, vals), b.gep(out, [i], source_etype=ty))
+    nxt = b.add(i, ir.Constant(i64, 1), flags=["nuw", "nsw"])
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("==", nxt, n), done, loop)
+    b.position_at_end(done)
+    b.ret_void()
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Accuracy measurement
+# ---------------------------------------------------------------------------
+
+#: Documented max ulp error per (function, dtype) on the measured domains
+#: (sin/cos: |x| < TRIG_ACCURATE_LIMIT), with some margin over the measured
+#: maxima in docs/backend-accuracy.md.  Tests assert these.
+ULP_BOUNDS: dict[tuple[str, str], float] = {
+    ("exp", "float64"): 1.5, ("exp", "float32"): 1.5,
+    ("log", "float64"): 1.0, ("log", "float32"): 1.0,
+    ("tanh", "float64"): 3.0, ("tanh", "float32"): 3.0,
+    ("sigmoid", "float64"): 2.5, ("sigmoid", "float32"): 2.5,
+    ("sin", "float64"): 3.0, ("sin", "float32"): 1.0,
+    ("cos", "float64"): 3.0, ("cos", "float32"): 1.0,
+    ("pow", "float64"): 1.5, ("pow", "float32"): 1.0,
+}
+
+
+@dataclass(frozen=True)
+class UlpRow:
+    """One line of the accuracy table."""
+
+    function: str
+    dtype: str
+    domain: str
+    points: int
+    max_ulp: float
+    max_abs_error: float
+    worst_input: tuple[float, ...]
+    special_mismatches: int
+
+
+def _np_sigmoid(x: np.ndarray) -> np.ndarray:
+    """The stable numpy form (what an eager sigmoid computes), never 1/(1+inf)."""
+    with np.errstate(all="ignore"):
+        one = x.dtype.type(1)
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+_NP_REFS: dict[str, Callable[..., np.ndarray]] = {
+    "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _np_sigmoid,
+    "sin": np.sin, "cos": np.cos, "pow": np.power,
+}
+
+
+def _reference_dtype(dtype: np.dtype) -> type:
+    """A wider type for the 'true' value: longdouble if it is wider than double."""
+    if dtype == np.float32:
+        return np.float64
+    if np.finfo(np.longdouble).nmant > 52:
+        return np.longdouble
+    return np.float64  # no extended type here: errors are then relative to numpy's own f64
+
+
+def _ulp_errors(got: np.ndarray, ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """|got - ref| in units of the ulp of ref in ``dtype``; exact class check for nan/inf."""
+    info = np.finfo(dtype)
+    p = info.nmant + 1
+    emin = info.minexp
+    with np.errstate(all="ignore"):
+        ref_t = ref.astype(dtype)
+        _, e = np.frexp(ref)
+        e = np.maximum(e.astype(np.int64) - 1, emin)
+        ulp = np.ldexp(np.ones_like(ref), (e - (p - 1)).astype(np.int32))
+        err = np.abs(got.astype(ref.dtype) - ref) / ulp
+    special = ~np.isfinite(ref_t) | ~np.isfinite(got)
+    same = (np.isnan(ref_t) & np.isnan(got)) | (ref_t == got)
+    return np.where(special, np.where(same, 0.0, np.inf), err.astype(np.float64))
+
+
+def _special_mismatches(name: str, args: list[np.ndarray], got: np.ndarray) -> int:
+    """Where numpy (same dtype) gives NaN, +-inf or a signed zero, we must give the same."""
+    with np.errstate(all="ignore"):
+        want = _NP_REFS[name](*args)
+    check = ~np.isfinite(want) | (want == 0) | ~np.isfinite(got)
+    nan_ok = np.isnan(want) & np.isnan(got)
+    eq_ok = (want == got) & (np.signbit(want) == np.signbit(got))
+    # a zero result only has to match in sign when numpy's is an exact zero from
+    # the input (e.g. tanh(-0.0)); a flushed underflow may differ by rounding.
+    zero_ok = (want == 0) & (got == 0) & (np.signbit(want) == np.signbit(got))
+    bad = check & ~(nan_ok | eq_ok | zero_ok)
+    if name in ("sin", "cos"):
+        bad &= ~(np.abs(args[0]) >= TRIG_NAN_LIMIT)
+    return int(np.count_nonzero(bad))
+
+
+def _wide(rng: np.random.Generator, n: int, dtype: np.dtype, lo_exp: float, hi_exp: float,
+          *, signed: bool = True) -> np.ndarray:
+    """Log-uniform magnitudes 2**U(lo_exp, hi_exp), random signs."""
+    x = np.exp2(rng.uniform(lo_exp, hi_exp, n))
+    if signed:
+        x *= rng.choice([-1.0, 1.0], n)
+    return x.astype(dtype)
+
+
+def _specials(dtype: np.dtype) -> np.ndarray:
+    info = np.finfo(dtype)
+    tiny_sub = info.smallest_subnormal
+    vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0,
+            float(tiny_sub), -float(tiny_sub), float(info.tiny), -float(info.tiny),
+            float(info.max), -float(info.max), 3.0, -3.0, 1e-30, -1e-30]
+    if dtype == np.float64:
+        vals += [709.782712893384, 709.7827128933841, -745.1332191019411,
+                 -745.1332191019412, -708.3964185322641, 710.0, -746.0, 1e300, -1e300]
+    else:
+        vals += [88.72283, 88.72284, -103.97208, -103.27893, -87.33655, 89.0, -104.0,
+                 1e38, -1e38]
+    return np.array(vals, dtype=dtype)
+
+
+def _domains(name: str, dtype: np.dtype, rng: np.random.Generator, n: int
+             ) -> list[tuple[str, list[np.ndarray]]]:
+    """Input sets per function: (label, [x] or [x, y])."""
+    f64 = dtype == np.float64
+    big = 1023 if f64 else 127
+    small = -1074 if f64 else -149
+    exp_max = 709.78 if f64 else 88.72
+    exp_min = -745.1 if f64 else -103.9
+    u = lambda a, b: rng.uniform(a, b, n).astype(dtype)  # noqa: E731
+    specials = _specials(dtype)
+    if name == "exp":
+        return [("|x| < 1", [u(-1, 1)]),
+                ("normal results", [u(-708 if f64 else -87, exp_max)]),
+                ("subnormal results", [u(exp_min, -708 if f64 else -87)]),
+                ("near overflow", [u(exp_max - 1, exp_max + 1)]),
+                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+                ("special values", [specials])]
+    if name == "log":
+        positive = _wide(rng, n, dtype, small, big + 0.99, signed=False)
+        return [("all positive (incl. subnormal)", [positive]),
+                ("(0, 10)", [u(0, 10)]),
+                ("near 1", [(1 + rng.uniform(-1e-3, 1e-3, n)).astype(dtype)]),
+                ("negative", [-_wide(rng, n, dtype, -10, 10, signed=False)]),
+                ("special values", [specials])]
+    if name in ("tanh", "sigmoid"):
+        lim = 20 if name == "tanh" else (745 if f64 else 104)
+        return [("|x| < 1", [u(-1, 1)]),
+                (f"|x| < {lim}", [u(-lim, lim)]),
+                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+                ("all magnitudes", [_wide(rng, n, dtype, small, big + 0.99)]),
+                ("special values", [specials])]
+    if name in ("sin", "cos"):
+        return [("|x| < pi", [u(-np.pi, np.pi)]),
+                ("|x| < 1e3", [u(-1e3, 1e3)]),
+                ("|x| < 1e5", [u(-1e5, 1e5)]),
+                ("|x| < 2**20 pi/2", [u(-TRIG_ACCURATE_LIMIT, TRIG_ACCURATE_LIMIT)]),
+                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+                ("beyond: 2**20 pi/2 < |x| < 1e9", [_wide(rng, n, dtype, 20.6, 29.8)]),
+                ("special values", [specials])]
+    if name == "pow":
+        xs = _wide(rng, n, dtype, small, big + 0.99, signed=False)
+        ylim = 1074.0 if f64 else 149.0
+        log2_x = np.maximum(np.abs(np.log2(xs.astype(np.float64))), 1e-3)
+        y_scaled = rng.uniform(-ylim, ylim, n) / log2_x
+        ints = rng.integers(-40, 41, n).astype(dtype)
+        sp = np.array(np.meshgrid(specials, specials)).reshape(2, -1).astype(dtype)
+        return [("x in (0, 10), y in (-10, 10)", [u(0, 10), u(-10, 10)]),
+                ("x all positive, y in (-2, 2)", [xs, u(-2, 2)]),
+                ("x all positive, |y log2 x| < max exponent", [xs, y_scaled.astype(dtype)]),
+                ("x < 0, integer y", [-u(0, 10), ints]),
+                ("x near 1, |y| large", [(1 + rng.uniform(-1e-6, 1e-6, n)).astype(dtype),
+                                         u(-1e8, 1e8) if f64 else u(-1e4, 1e4)]),
+                ("special values (all pairs)", [sp[0], sp[1]])]
+    raise KeyError(name)
+
+
+def _run_kernel(jm, kernel: str, args: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    arrays = [np.ascontiguousarray(a, dtype=dtype) for a in args]
+    out = np.empty_like(arrays[0])
+    proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(arrays) + 1)), ctypes.c_int64)
+    proto(jm.address(kernel))(*[a.ctypes.data for a in arrays], out.ctypes.data, out.size)
+    return out
+
+
+def measure_ulp(n: int = 20000, seed: int = 0,
+                functions: tuple[str, ...] = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"),
+                dtypes: tuple[str, ...] = ("float64", "float32")) -> list[UlpRow]:
+    """Max ulp error of the JIT-compiled (O3) functions against a wider reference.
+
+    The reference is numpy in long double for float64 (when long double is
+    wider than double) and numpy in float64 for float32, rounded to the ulp of
+    the true value.  ``special_mismatches`` counts inputs where numpy's result
+    in the same dtype is NaN, an infinity or a signed zero and ours differs.
+    """
+    from graphc.runtime.jit import compile_module  # noqa: PLC0415 - backend -> runtime
+
+    module = ir.Module(name="vecmath_accuracy")
+    for name in functions:
+        for dt in dtypes:
+            define_map_kernel(module, name, ir.FloatType() if dt == "float32" else ir.DoubleType())
+    jm = compile_module(module, 3)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name in functions:
+        for dt_name in dtypes:
+            dtype = np.dtype(dt_name)
+            ref_type = _reference_dtype(dtype)
+            kernel = f"map_{name}_{'f32' if dtype == np.float32 else 'f64'}"
+            for label, args in _domains(name, dtype, rng, n):
+                got = _run_kernel(jm, kernel, args, dtype)
+                with np.errstate(all="ignore"):
+                    ref = _NP_REFS[name](*[a.astype(ref_type) for a in args])
+                errs = _ulp_errors(got, ref, dtype)
+                with np.errstate(all="ignore"):
+                    abs_err = np.abs(got.astype(ref.dtype) - ref)
+                abs_err = np.where(np.isfinite(abs_err), abs_err, 0.0)
+                if name in ("sin", "cos"):  # documented NaN range, not an error
+                    errs = np.where(np.abs(args[0]) >= TRIG_NAN_LIMIT, 0.0, errs)
+                worst = int(np.argmax(errs))
+                rows.append(UlpRow(
+                    function=name, dtype=dt_name, domain=label, points=int(got.size),
+                    max_ulp=float(errs[worst]), max_abs_error=float(abs_err.max()),
+                    worst_input=tuple(float(a[worst]) for a in args),
+                    special_mismatches=_special_mismatches(name, args, got)))
+    jm.close()
+    return rows
+
+
+def format_ulp_table(rows: list[UlpRow]) -> str:
+    """Markdown table of :func:`measure_ulp` rows."""
+    lines = ["| function | dtype | inputs | points | max ulp | max abs error | worst input "
+             "| special mismatches |",
+             "|---|---|---|---:|---:|---:|---|---:|"]
+    for r in rows:
+        worst = ", ".join(f"{v:.17g}" for v in r.worst_input)
+        domain = r.domain.replace("|", "\\|")
+        lines.append(f"| {r.function} | {r.dtype} | {domain} | {r.points} | "
+                     f"{r.max_ulp:.3g} | {r.max_abs_error:.2g} | {worst} | "
+                     f"{r.special_mismatches} |")
+    return "\n".join(lines)
