@@ -1,0 +1,84 @@
+"""eager.nn.functional: stateless layers and losses, written with the public tensor ops.
+
+Every function here only calls methods of the shared op surface, so it runs on
+eager tensors (recording a tape) and on graphc tracers (recording graph nodes)
+alike.  Composite functions therefore name their tape nodes after the primitives
+they are built from (``mse_loss`` shows ``SumBackward0``/``PowBackward0``, not
+PyTorch's fused ``MseLossBackward0``).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+from .._surface import TensorOps, matmul
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def linear(input: TensorOps, weight: TensorOps, bias: Optional[TensorOps] = None) -> TensorOps:
+    """``input @ weight.T + bias`` with ``weight`` of shape (out_features, in_features)."""
+    out = matmul(input, weight.t())
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def relu(input: TensorOps, inplace: bool = False) -> TensorOps:
+    return input.relu_() if inplace else input.relu()
+
+
+def tanh(input: TensorOps) -> TensorOps:
+    return input.tanh()
+
+
+def sigmoid(input: TensorOps) -> TensorOps:
+    return input.sigmoid()
+
+
+def legacy_reduction(size_average: Optional[bool], reduce: Optional[bool]) -> str:
+    """Map the pre-1.0 ``size_average``/``reduce`` flags to ``reduction`` (with PyTorch's warning).
+
+    Older tutorials write ``MSELoss(size_average=False)``, which means ``reduction='sum'``.
+    """
+    if size_average is None:
+        size_average = True
+    if reduce is None:
+        reduce = True
+    if size_average and reduce:
+        ret = "mean"
+    elif reduce:
+        ret = "sum"
+    else:
+        ret = "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{ret}' instead.", UserWarning, stacklevel=3)
+    return ret
+
+
+def check_reduction(reduction: str) -> str:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def mse_loss(input: TensorOps, target: TensorOps, size_average: Optional[bool] = None,
+             reduce: Optional[bool] = None, reduction: str = "mean") -> TensorOps:
+    """Squared error ``(input - target) ** 2``, averaged, summed or kept elementwise."""
+    if size_average is not None or reduce is not None:
+        reduction = legacy_reduction(size_average, reduce)
+    check_reduction(reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size "
+                      f"({input.shape}). This will likely lead to incorrect results due to "
+                      "broadcasting. Please ensure they have the same size.", UserWarning,
+                      stacklevel=2)
+    err = (input - target).pow(2)
+    if reduction == "mean":
+        return err.mean()
+    if reduction == "sum":
+        return err.sum()
+    return err
+
+
+__all__ = ["linear", "relu", "tanh", "sigmoid", "mse_loss"]

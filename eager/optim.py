@@ -1,0 +1,281 @@
+"""eager.optim: ``SGD`` and ``Adam`` with PyTorch's update formulas.
+
+Updates run in place on each parameter's numpy buffer (bumping its version
+counter, as PyTorch's in-place ops do), never on the tape.  The arithmetic
+follows PyTorch's single-tensor ("for-loop") implementations step by step, in
+the parameter's dtype; PyTorch's vectorized CPU kernels may fuse a
+multiply-add, so results agree to rounding rather than bit for bit.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+
+from .autograd.grad_mode import enable_grad
+from .nn import _typename, _zero_grad
+from .tensor import Tensor
+
+
+class Optimizer:
+    """Base class: holds ``param_groups`` (dicts with ``'params'`` and hyper-parameters) and
+    per-parameter ``state``; subclasses implement ``step``."""
+
+    def __init__(self, params: Any, defaults: dict) -> None:
+        self.defaults = defaults
+        self.state: dict = {}
+        self.param_groups: list = []
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            f"Tensors or dicts, but got {_typename(params)}")
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group of parameters, filling unspecified hyper-parameters from ``defaults``."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, (set, frozenset)):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, "
+                            "but the ordering of tensors in sets will change between runs. "
+                            "Please use a list instead.")
+        else:
+            params = list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
+                                f"{_typename(p)}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        group = dict(param_group)
+        group["params"] = params
+        for name, default in self.defaults.items():
+            group.setdefault(name, default)
+        if len({id(p) for p in params}) != len(params):
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in "
+                          "future, this will cause an error; see "
+                          "github.com/pytorch/pytorch/issues/40967 for more information",
+                          stacklevel=3)
+        existing = {id(p) for g in self.param_groups for p in g["params"]}
+        if existing & {id(p) for p in params}:
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                _zero_grad(p, set_to_none)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        raise NotImplementedError
+
+    def _closure(self, closure: Optional[Callable[[], Any]]) -> Any:
+        if closure is None:
+            return None
+        with enable_grad():
+            return closure()
+
+    # --- serialization ----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}``."""
+        index: dict = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: s for p, s in self.state.items() if id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyper-parameters and per-parameter state saved by ``state_dict()``."""
+        state_dict = copy.deepcopy(state_dict)
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for mine, saved in zip(self.param_groups, saved_groups):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError("loaded state dict contains a parameter group that doesn't "
+                                 "match the size of optimizer's group")
+        by_index = {}
+        for mine, saved in zip(self.param_groups, saved_groups):
+            by_index.update(zip(saved["params"], mine["params"]))
+        self.state = {}
+        for idx, s in state_dict["state"].items():
+            p = by_index.get(idx)
+            if p is None:
+                continue
+            self.state[p] = {k: _cast_state(k, v, p) for k, v in s.items()}
+        for mine, saved in zip(self.param_groups, saved_groups):
+            for k, v in saved.items():
+                if k != "params":
+                    mine[k] = v
+
+    def __repr__(self) -> str:
+        s = type(self).__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            s += f"\nParameter Group {i}\n"
+            for key in sorted(group):
+                if key != "params":
+                    s += f"    {key}: {group[key]}\n"
+        return s + ")"
+
+    def _grads(self, group: dict):
+        """(param, param array, grad array) for every parameter of the group that has a grad."""
+        for p in group["params"]:
+            g = p._grad
+            if g is None:
+                continue
+            yield p, p._data, g._data
+
+
+def _cast_state(key: str, value: Any, p: Tensor) -> Any:
+    # PyTorch keeps 'step' as is and casts the other state tensors to the parameter's dtype.
+    if isinstance(value, Tensor) and key != "step" and value._data.dtype != p._data.dtype:
+        return Tensor._make(value._data.astype(p._data.dtype))
+    return value
+
+
+def _written(p: Tensor) -> None:
+    p._version[0] += 1
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, Nesterov and weight decay::
+
+        g = grad + weight_decay * p
+        buf = g                                   (first step)
+        buf = momentum * buf + (1 - dampening) * g
+        g = g + momentum * buf   if nesterov   else   g = buf
+        p = p - lr * g
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0,
+                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
+                 maximize: bool = False) -> None:
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
+                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        loss = self._closure(closure)
+        for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
+            dampening, wd = group["dampening"], group["weight_decay"]
+            nesterov, maximize = group["nesterov"], group["maximize"]
+            for p, x, g in self._grads(group):
+                if maximize:
+                    g = -g
+                if wd != 0:
+                    g = g + wd * x
+                if momentum != 0:
+                    state = self.state.setdefault(p, {})
+                    buf = state.get("momentum_buffer")
+                    if buf is None:
+                        buf = Tensor._make(np.array(g, copy=True))
+                        state["momentum_buffer"] = buf
+                    else:
+                        b = buf._data
+                        b *= momentum
+                        b += (1 - dampening) * g
+                    g = g + momentum * buf._data if nesterov else buf._data
+                x += (-lr) * g
+                _written(p)
+        return loss
+
+
+class Adam(Optimizer):
+    """Adam (and AMSGrad) exactly as PyTorch computes it::
+
+        g = grad + weight_decay * p
+        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+        v_hat = max(v_hat, v)                                       (amsgrad)
+        denom = sqrt(v or v_hat) / sqrt(1 - beta2**t) + eps
+        p = p - lr / (1 - beta1**t) * m / denom
+    """
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
+                 maximize: bool = False) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        amsgrad=amsgrad, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        loss = self._closure(closure)
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+            for p, x, g in self._grads(group):
+                state = self.state.setdefault(p, {})
+                if not state:
+                    state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
+                    state["exp_avg"] = Tensor._make(np.zeros_like(x))
+                    state["exp_avg_sq"] = Tensor._make(np.zeros_like(x))
+                    if amsgrad:
+                        state["max_exp_avg_sq"] = Tensor._make(np.zeros_like(x))
+                if maximize:
+                    g = -g
+                step_t = state["step"]._data
+                step_t += 1
+                if wd != 0:
+                    g = g + wd * x
+                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+                _lerp_(m, g, 1 - beta1)
+                v *= beta2
+                v += (1 - beta2) * g * g
+                step = float(step_t)
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+                step_size = lr / bias_correction1
+                if amsgrad:
+                    vmax = state["max_exp_avg_sq"]._data
+                    np.maximum(vmax, v, out=vmax)
+                    denom = np.sqrt(vmax) / bias_correction2_sqrt + eps
+                else:
+                    denom = np.sqrt(v) / bias_correction2_sqrt + eps
+                x += (-step_size) * (m / denom)
+                _written(p)
+        return loss
+
+
+def _lerp_(start: np.ndarray, end: np.ndarray, weight: float) -> None:
+    """``start += weight * (end - start)`` the way PyTorch's CPU lerp rounds it."""
+    if weight < 0.5:
+        start += weight * (end - start)
+    else:
+        start[...] = end - (end - start) * (1 - weight)
+
+
+__all__ = ["Optimizer", "SGD", "Adam"]
