@@ -212,6 +212,9 @@ class TensorOps:
             if max is not None:
                 out = minimum(out, max)
             return out
+        if self._npdtype.kind != "f" and (isinstance(min, builtins.float) or
+                                          isinstance(max, builtins.float)):
+            return self.to(D.DEFAULT_FLOAT).clamp(min, max)   # int tensor, float bound: float32
         gname = ("ClampBackward1" if min is not None and max is not None
                  else "ClampMinBackward0" if min is not None else "ClampMaxBackward0")
         lo = None if min is None else builtins.float(min)
@@ -219,6 +222,10 @@ class TensorOps:
         return self._op("clamp", gname, min=lo, max=hi)
 
     clip = clamp
+
+    def where(self, condition, other):
+        """``x.where(condition, y)`` is ``where(condition, x, y)``."""
+        return where(condition, self, other)
 
     def maximum(self, other):
         return maximum(self, other)
@@ -551,7 +558,12 @@ def _coerce_pair(t: TensorOps, other: Any, op: str):
                     other = other.to(target)
         return t, other
     if isinstance(other, _SCALARS):
-        return t, np.asarray(other, dtype=D.scalar_dtype(other, t._npdtype))
+        sd = D.scalar_dtype(other, t._npdtype)
+        if sd != t._npdtype:
+            # the scalar changes the category (int tensor + 2.5 -> float32, bool + 1 -> int64);
+            # numpy would widen int64 with a float32 0-d operand to float64, so cast first
+            t = t.to(sd)
+        return t, np.asarray(other, dtype=sd)
     if isinstance(other, np.ndarray):
         return _coerce_pair(t, _const_like(t, other), op)
     if isinstance(other, (list, tuple)):
@@ -628,10 +640,11 @@ def where(condition, x, y):
         x = np.asarray(x, dtype=D.infer_np_dtype(x))
         x = condition._wrap_const(x)
         like = x
+    # a scalar side may also cast the tensor side (int64 tensor vs 2.5 -> float32)
     if not isinstance(x, TensorOps):
-        x = _coerce_pair(like, x, "where")[1]
-    if not isinstance(y, TensorOps):
-        y = _coerce_pair(like, y, "where")[1]
+        y, x = _coerce_pair(like, x, "where")
+    elif not isinstance(y, TensorOps):
+        x, y = _coerce_pair(like, y, "where")
     if isinstance(x, TensorOps) and isinstance(y, TensorOps) and x._npdtype != y._npdtype:
         x, y = _coerce_pair(x, y, "where")
     return _dispatch("where", "WhereBackward0", (condition, x, y), {})

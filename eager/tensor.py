@@ -11,6 +11,8 @@ import numpy as np
 from . import _dtype as D
 from ._format import format_tensor
 from ._surface import TensorOps, decode_index, encode_index
+from . import _surface as _surface_mod
+from .autograd import function as _function_mod
 from .autograd import grad_mode
 from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
 from .ops.registry import OPS
@@ -60,8 +62,9 @@ _CPU = device("cpu")
 class Tensor(TensorOps):
     """A multi-dimensional array with optional gradient tracking (PyTorch semantics)."""
 
+    # ``_view`` is set only on views (see _link_view), never in _make: read it with getattr.
     __slots__ = ("_data", "_rg", "grad_fn", "_grad", "_version", "_acc", "_hooks",
-                 "_output_nr", "_retains", "__weakref__")
+                 "_output_nr", "_retains", "_view", "__weakref__")
     _priority = 1
 
     # --- construction -------------------------------------------------------------
@@ -76,7 +79,8 @@ class Tensor(TensorOps):
                 data = data._data
             arr = np.array(data, dtype=npd)
         else:
-            shape = args[0] if len(args) == 1 and isinstance(args[0], tuple) else args
+            # Tensor() is an empty 1-D tensor, as in PyTorch
+            shape = args[0] if len(args) == 1 and isinstance(args[0], tuple) else (args or (0,))
             try:
                 arr = np.empty(tuple(builtins.int(s) for s in shape), dtype=npd)
             except (TypeError, ValueError):
@@ -109,6 +113,8 @@ class Tensor(TensorOps):
         opdef = OPS[op]
         arrays = [o._data if o.__class__ is Tensor else o for o in operands]
         out = _make(opdef.forward(*arrays, **attrs))
+        if opdef.kind == "movement":
+            _link_view(out, operands, op, attrs)
         if _STATE.enabled and opdef.vjp is not None:
             _record(out, opdef, gname, operands, attrs)
         return out
@@ -404,6 +410,7 @@ class Tensor(TensorOps):
         if recording:
             if self.grad_fn is None and self._rg:
                 raise RuntimeError(LEAF_INPLACE)
+            _check_view_of_leaf(self)
             snap = Tensor._make(self._data.copy())
             snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
             res = getattr(snap, method)(*args, **kwargs)
@@ -415,6 +422,7 @@ class Tensor(TensorOps):
                 self.grad_fn = node
                 self._output_nr = res._output_nr
                 self._rg = True
+                _rebase_bases(self)
         else:
             if self.grad_fn is None and self._rg and _STATE.enabled:
                 raise RuntimeError(LEAF_INPLACE)
@@ -551,6 +559,7 @@ class Tensor(TensorOps):
             return self
         if self.grad_fn is None and self._rg:
             raise RuntimeError(LEAF_INPLACE)
+        _check_view_of_leaf(self)
         snap = Tensor._make(self._data)
         snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
         res = snap._op("setitem", gname, v, *arrays, index=spec)
@@ -558,6 +567,7 @@ class Tensor(TensorOps):
         self.grad_fn = res.grad_fn
         self._output_nr = 0
         self._rg = True
+        _rebase_bases(self)
         return self
 
 
@@ -597,6 +607,63 @@ def _init(t: Tensor, arr: np.ndarray) -> None:
 
 
 _make = Tensor._make
+_function_mod._Tensor = Tensor
+_function_mod._sum_to = _surface_mod.sum_to
+
+# --- views -----------------------------------------------------------------------
+# numpy reshape/transpose/basic indexing return views of the input's buffer.  As in
+# PyTorch, such a view shares its base's version counter (so an in-place write through
+# either invalidates tensors the graph saved), and an in-place op recorded on a view
+# gives its base a new history (CopySlices) instead of silently bypassing it.
+_VIEW_OPS = ("reshape", "transpose", "getitem")
+VIEW_OF_LEAF_INPLACE = ("a view of a leaf Variable that requires grad is being used in an "
+                        "in-place operation.")
+
+
+def _link_view(out: Tensor, operands: tuple, op: str, attrs: dict) -> None:
+    base = operands[0]
+    dst = out._data
+    if dst.base is None or base.__class__ is not Tensor or \
+            not np.may_share_memory(dst, base._data):
+        return
+    out._version = base._version
+    if op in _VIEW_OPS and dst.flags.writeable:
+        out._view = (base, op, attrs, operands[1:])
+
+
+def _check_view_of_leaf(t: Tensor) -> None:
+    """Raise if ``t`` is a view whose root base is a leaf that requires grad."""
+    view = getattr(t, "_view", None)
+    if view is None:
+        return
+    while view is not None:
+        t = view[0]
+        view = getattr(t, "_view", None)
+    if t.grad_fn is None and t._rg:
+        raise RuntimeError(VIEW_OF_LEAF_INPLACE)
+
+
+def _rebase_bases(t: Tensor) -> None:
+    """After an in-place op on view ``t`` (buffer already written), re-record its bases."""
+    view = getattr(t, "_view", None)
+    while view is not None:
+        base, op, attrs, extra = view
+        if op == "getitem":
+            snap = Tensor._make(base._data)
+            snap._rg, snap.grad_fn, snap._output_nr = base._rg, base.grad_fn, base._output_nr
+            new = snap._op("setitem", "CopySlices", t, *extra, index=attrs["index"])
+        elif op == "reshape":
+            new = t._op("reshape", "CopySlices", shape=base._data.shape)
+        else:
+            perm = attrs["perm"]
+            inv = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+            new = t._op("transpose", "CopySlices", perm=inv)
+        if new.grad_fn is not None:
+            base.grad_fn = new.grad_fn
+            base._output_nr = 0
+            base._rg = True
+        t = base
+        view = getattr(t, "_view", None)
 
 
 def _rebuild(data, rg):
@@ -625,6 +692,8 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
         return
     node = node_class(gname)(opdef, attrs, operands, tuple(needs), tuple(edges),
                              out._data if opdef.saves_out else None)
+    if opdef.saves_out:
+        node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
     out._rg = True
     out.grad_fn = node
 

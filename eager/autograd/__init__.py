@@ -7,6 +7,9 @@ from . import grad_mode
 from .engine import backward, grad
 from .function import AccumulateGrad, Function, FunctionCtx, Node
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+# Imported eagerly: this rebinds the package attribute ``gradcheck`` (set to the submodule by the
+# import system) to the function, as in PyTorch.
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 
 def Variable(data, requires_grad: bool = False, volatile: bool = False):
@@ -26,13 +29,6 @@ def Variable(data, requires_grad: bool = False, volatile: bool = False):
     return t
 
 
-def __getattr__(name):
-    if name in ("gradcheck", "gradgradcheck"):
-        from . import gradcheck as _gc
-        return getattr(_gc, name)
-    raise AttributeError(f"module 'eager.autograd' has no attribute {name!r}")
-
-
 __all__ = ["Variable", "Function", "FunctionCtx", "Node", "AccumulateGrad", "backward", "grad",
            "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode",
-           "gradcheck", "gradgradcheck", "grad_mode"]
+           "gradcheck", "gradgradcheck", "GradcheckError", "grad_mode"]

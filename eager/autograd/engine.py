@@ -130,13 +130,17 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
         if node is not None and node not in seen:
             seen.add(node)
             stack.append(node)
+    track_parents = targets is not None
     while stack:
         node = stack.pop()
         for nxt, _ in node.next_functions:
             if nxt is None:
                 continue
-            deps[nxt] = deps.get(nxt, 0) + 1
-            if targets is not None:
+            if nxt in deps:
+                deps[nxt] += 1
+            else:
+                deps[nxt] = 1
+            if track_parents:
                 parents.setdefault(nxt, []).append(node)
             if nxt not in seen:
                 seen.add(nxt)
@@ -171,35 +175,45 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
     heap = []
     for node in buffers:
         if deps.get(node, 0) == 0:
-            heapq.heappush(heap, (-node._seq, id(node), node))
+            heapq.heappush(heap, (-node._seq, node))
 
     captured: dict = {}
-    prev = grad_mode.STATE.enabled
-    grad_mode.STATE.enabled = create_graph
+    state = grad_mode.STATE
+    prev = state.enabled
+    state.enabled = create_graph
+    pop, push = heapq.heappop, heapq.heappush
     try:
         while heap:
-            _, _, node = heapq.heappop(heap)
+            node = pop(heap)[1]
             node_grads = buffers.pop(node, None)
             if node_grads is None:
                 continue
             if needed is not None and node not in needed:
                 continue
-            node_grads = _pre_hooks(node, node_grads, create_graph, shared)
-            if node in target_nodes:
+            if node._hooks or node._retained:
+                node_grads = _pre_hooks(node, node_grads, create_graph, shared)
+            if target_nodes and node in target_nodes:
                 for nr in target_nodes[node]:
                     if node_grads[nr] is not None:
                         captured[(node, nr)] = node_grads[nr]
-                if capture and (isinstance(node, AccumulateGrad) or not _leads_further(
-                        node, needed, target_nodes)):
+                if capture and (node.__class__ is AccumulateGrad or not _leads_further(
+                        node, needed)):
                     continue
-            if isinstance(node, AccumulateGrad):
-                if not capture and node_grads[0] is not None:
-                    _accumulate_leaf(node.variable, node_grads[0], create_graph,
-                                     id(node_grads[0]) in shared)
+            if node.__class__ is AccumulateGrad:
+                g = node_grads[0]
+                if not capture and g is not None:
+                    _accumulate_leaf(node.variable, g, create_graph, id(g) in shared)
                 continue
-            if all(g is None for g in node_grads):
+            if len(node_grads) == 1:
+                g0 = node_grads[0]
+                if g0 is None:
+                    _release_deps(node, deps, buffers, heap)
+                    continue
+            elif all(g is None for g in node_grads):
                 _release_deps(node, deps, buffers, heap)
                 continue
+            else:
+                g0 = None
             out_grads = node.apply(node_grads)
             if not retain_graph:
                 node.release()
@@ -207,21 +221,28 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
                 if nxt is None:
                     continue
                 if g is not None:
-                    if g._data.base is not None or any(g is x for x in node_grads) or \
-                            id(g) in shared:
+                    if g is g0 or g._data.base is not None or id(g) in shared or (
+                            g0 is None and any(g is x for x in node_grads)):
                         shared.add(id(g))
-                    _accumulate_into(buffers, nxt, nr, g)
-                deps[nxt] -= 1
-                if deps[nxt] == 0:
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        buf = buffers[nxt] = [None] * nxt.num_outputs
+                    if buf[nr] is None:
+                        buf[nr] = g
+                    else:
+                        buf[nr] = buf[nr] + g
+                d = deps[nxt] - 1
+                deps[nxt] = d
+                if d == 0:
                     if nxt not in buffers:
                         buffers[nxt] = None
-                    heapq.heappush(heap, (-nxt._seq, id(nxt), nxt))
+                    push(heap, (-nxt._seq, nxt))
     finally:
-        grad_mode.STATE.enabled = prev
+        state.enabled = prev
     return captured
 
 
-def _leads_further(node: Node, needed, target_nodes) -> bool:
+def _leads_further(node: Node, needed) -> bool:
     return any(n is not None and n in needed for n, _ in node.next_functions)
 
 
@@ -232,14 +253,13 @@ def _release_deps(node: Node, deps: dict, buffers: dict, heap: list) -> None:
         deps[nxt] -= 1
         if deps[nxt] == 0:
             buffers.setdefault(nxt, None)
-            heapq.heappush(heap, (-nxt._seq, id(nxt), nxt))
+            heapq.heappush(heap, (-nxt._seq, nxt))
 
 
 def _accumulate_into(buffers: dict, node: Node, nr: int, g) -> None:
     buf = buffers.get(node)
     if buf is None:
-        buf = [None] * node.num_outputs if not hasattr(node, "_n_out") else [None] * node._n_out
-        buffers[node] = buf
+        buf = buffers[node] = [None] * node.num_outputs
     if buf[nr] is None:
         buf[nr] = g
     else:

@@ -74,18 +74,16 @@ def node_class(name: str) -> type:
     return cls
 
 
-def _meta(arr: np.ndarray) -> Meta:
-    m = Meta.__new__(Meta)
-    m.shape = arr.shape
-    m.dtype = arr.dtype
-    return m
+_new = object.__new__
+_Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no import cycle)
+_sum_to = None      # eager._surface.sum_to, bound likewise
 
 
 class OpNode(Node):
     """Backward node of a registered primitive: runs its VJP rules."""
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
-                 "_has_saved")
+                 "_has_saved", "_outv")
 
     def __init__(self, op, attrs: dict, operands: tuple, needs: tuple, next_functions: tuple,
                  out_data: Optional[np.ndarray]) -> None:
@@ -98,24 +96,35 @@ class OpNode(Node):
         self._needs = needs
         self.next_functions = next_functions
         saves = op.saves
+        if op.reads is not None:    # keep only what the rules that will run read
+            saves = {j for i, r in enumerate(op.reads) if needs[i] for j in r}
         saved = []
         versions = []
         shapes = []
+        has_saved = out_data is not None
         for i, o in enumerate(operands):
-            data = o._data if hasattr(o, "_data") else o
-            shapes.append(_meta(data))
-            if saves is None or i in saves:
-                saved.append(o)
-                versions.append(o._version[0] if hasattr(o, "_version") else None)
-            else:
-                saved.append(None)
+            if o.__class__ is _Tensor:
+                data = o._data
+                keep = saves is None or i in saves
+                saved.append(o if keep else None)
+                versions.append(o._version[0] if keep else None)
+            else:                       # a constant operand (numpy scalar or array)
+                data = o
+                keep = saves is None or i in saves
+                saved.append(o if keep else None)
                 versions.append(None)
+            has_saved = has_saved or keep
+            m = _new(Meta)
+            m.shape = data.shape
+            m.dtype = data.dtype
+            shapes.append(m)
         self._saved = saved
         self._versions = versions
         self._shapes = shapes
         self._out = out_data
+        self._outv = None       # the output tensor's version counter, set by _record
         self._freed = False
-        self._has_saved = out_data is not None or any(s is not None for s in saved)
+        self._has_saved = has_saved
 
     def release(self) -> None:
         if self._has_saved:
@@ -145,6 +154,13 @@ class OpNode(Node):
             ins.append(o)
         out = None
         if self._out is not None:
+            if self._outv is not None and self._outv[0] != 0:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [{_type_str(Tensor._make(self._out))} "
+                    f"{list(self._out.shape)}], which is output 0 of {self.name()}, is at version "
+                    f"{self._outv[0]}; expected version 0 instead. Hint: avoid modifying it in "
+                    "place, or clone() it first.")
             out = Tensor._make(self._out)
             if grad_mode.STATE.enabled:       # create_graph: out is differentiable through self
                 out._rg = True
@@ -152,10 +168,8 @@ class OpNode(Node):
         return ins, out
 
     def apply(self, grads: list) -> list:
-        from ..tensor import Tensor
-        from .._surface import sum_to
         g = grads[0]
-        ins, out = self._unpack(Tensor)
+        ins, out = self._unpack(_Tensor)
         rules = self._op.vjp
         attrs = self._attrs
         res = []
@@ -165,8 +179,8 @@ class OpNode(Node):
                 continue
             r = rules[i](g, out, *ins, **attrs)
             m = self._shapes[i]
-            if r.shape != m.shape:
-                r = sum_to(r, m.shape)
+            if r._data.shape != m.shape:
+                r = _sum_to(r, m.shape)
             if r._data.dtype != m.dtype:
                 r = r.to(m.dtype)
             res.append(r)
@@ -223,7 +237,7 @@ class FunctionCtx:
 class _FunctionNode(Node):
     """Backward node of a user-defined Function (name: ``<ClassName>Backward``)."""
 
-    __slots__ = ("_fn", "_ctx", "_n_out", "_out_meta")
+    __slots__ = ("_fn", "_ctx", "num_outputs", "_out_meta")
 
     def apply(self, grads: list) -> list:
         from ..tensor import Tensor, zeros
@@ -292,7 +306,7 @@ class Function(metaclass=FunctionMeta):
             node._ctx = ctx
             node.next_functions = tuple(_edge(a) if isinstance(a, Tensor) else (None, 0)
                                         for a in args)
-            node._n_out = len(outs)
+            node.num_outputs = len(outs)
             node._out_meta = [Meta(o.shape, o._data.dtype) if isinstance(o, Tensor) else None
                               for o in outs]
             new_outs = []

@@ -86,7 +86,7 @@ defop("tanh", forward=_floatify(np.tanh), shape=_unary_shape, arity=1, saves=(),
 
 def _sigmoid(x):
     with np.errstate(over="ignore"):
-        out = np.exp(-x)
+        out = np.exp(-x, out=np.empty_like(x))   # an array even for 0-d x (np.exp gives a scalar)
         out += 1
         return np.reciprocal(out, out=out)
 
@@ -130,10 +130,13 @@ def _clamp_samples():
     r = _rng()
     return [([r.uniform(-2, 2, size=(3, 4))], {"min": 0.0, "max": None}),
             ([r.uniform(-2, 2, size=(5,))], {"min": -0.5, "max": 0.5}),
-            ([r.uniform(-2, 2, size=())], {"min": None, "max": 0.3})]
+            ([r.uniform(-2, 2, size=())], {"min": None, "max": 0.3}),
+            ([r.uniform(-2, 2, size=(1,))], {"min": -1.0, "max": None}),
+            ([r.uniform(-2, 2, size=(0, 3))], {"min": 0.0, "max": 1.0})]
 
 
-defop("clamp", forward=_clamp, shape=_same_shape, arity=1, attrs=("min", "max"), saves=(0,),
+defop("clamp", forward=_clamp, shape=lambda x, min=None, max=None: _same_shape(x), arity=1,
+      attrs=("min", "max"), saves=(0,),
       vjp=(_clamp_vjp,), samples=_clamp_samples)
 
 # --- binary -------------------------------------------------------------------
@@ -164,7 +167,8 @@ defop("sub", forward=_checked("sub", np.subtract), shape=_binary_shape("sub"), a
       vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g), samples=_binary_samples())
 
 defop("mul", forward=_checked("mul", np.multiply), shape=_binary_shape("mul"), arity=2,
-      vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x), samples=_binary_samples())
+      vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x), reads=((1,), (0,)),
+      samples=_binary_samples())
 
 
 def _div(x, y):
@@ -182,7 +186,7 @@ def _div_shape(x: Meta, y: Meta) -> Meta:
 
 defop("div", forward=_checked("div", _div), shape=_div_shape, arity=2,
       vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -(g * x) / (y * y)),
-      samples=_binary_samples(-2, 2, 0.5, 2.0))
+      reads=((1,), (0, 1)), samples=_binary_samples(-2, 2, 0.5, 2.0))
 
 
 def _pow(x, y):
@@ -261,7 +265,11 @@ def _where_samples():
     r = _rng()
     return [([r.uniform(-1, 1, size=(3, 4)) > 0, r.uniform(-2, 2, size=(3, 4)),
               r.uniform(-2, 2, size=(4,))], {}),
-            ([np.array(True), r.uniform(-2, 2, size=(2,)), r.uniform(-2, 2, size=())], {})]
+            ([np.array(True), r.uniform(-2, 2, size=(2,)), r.uniform(-2, 2, size=())], {}),
+            ([r.uniform(-1, 1, size=(2, 1)) > 0, r.uniform(-2, 2, size=(1, 3)),
+              r.uniform(-2, 2, size=(1,))], {}),
+            ([r.uniform(-1, 1, size=(0, 3)) > 0, r.uniform(-2, 2, size=(3,)),
+              r.uniform(-2, 2, size=())], {})]
 
 
 defop("where", forward=_where_forward, shape=_where_shape, arity=3, saves=(0,),
@@ -277,10 +285,17 @@ def _cast(x, dtype):
 
 defop("cast", forward=_cast, shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)), arity=1,
       attrs=("dtype",), saves=(), vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
-      samples=lambda: [([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"})])
+      samples=lambda: [([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"}),
+                       ([_rng().uniform(-2, 2, size=())], {"dtype": "float64"}),
+                       ([_rng().uniform(-2, 2, size=(1, 0))], {"dtype": "float32"})])
 
 defop("copy", forward=np.copy, shape=_same_shape, arity=1, saves=(),
       vjp=(lambda g, out, x: g,), samples=_unary_samples())
+
+# ``t.detach()`` inside a graphc trace: the value passes, the gradient stops (JAX's
+# stop_gradient).  Eager's Tensor.detach shares storage instead and never records this op.
+defop("detach", forward=np.copy, shape=_same_shape, arity=1, vjp=None,
+      samples=_unary_samples())
 
 
 def _fill(x, value):
@@ -289,4 +304,6 @@ def _fill(x, value):
 
 defop("fill", forward=_fill, shape=lambda x, value: Meta(x.shape, x.dtype), arity=1,
       attrs=("value",), saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
-      samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0})])
+      samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0}),
+                       ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),
+                       ([_rng().uniform(-2, 2, size=(0, 1))], {"value": 0.0})])

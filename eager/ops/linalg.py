@@ -65,4 +65,4 @@ def _matmul(a, b):
 
 
 defop("matmul", forward=_matmul, shape=_matmul_shape, arity=2, kind="linalg",
-      vjp=(_vjp_a, _vjp_b), samples=_samples)
+      vjp=(_vjp_a, _vjp_b), reads=((1,), (0,)), samples=_samples)

@@ -45,7 +45,9 @@ defop("transpose", forward=lambda x, perm: np.transpose(x, perm), shape=_transpo
       attrs=("perm",), saves=(), kind="movement",
       vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
-                       ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)})])
+                       ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)}),
+                       ([_rng().uniform(-1, 1, size=())], {"perm": ()}),
+                       ([_rng().uniform(-1, 1, size=(1, 0, 3))], {"perm": (2, 1, 0)})])
 
 
 def _expand_shape(x: Meta, shape) -> Meta:
@@ -59,10 +61,15 @@ defop("expand", forward=lambda x, shape: np.broadcast_to(x, shape), shape=_expan
       attrs=("shape",), saves=(), kind="movement",
       vjp=(lambda g, out, x, shape: g,),          # sum_to(g, x.shape) is applied by the caller
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),
-                       ([_rng().uniform(-1, 1, size=())], {"shape": (2,)})])
+                       ([_rng().uniform(-1, 1, size=())], {"shape": (2,)}),
+                       ([_rng().uniform(-1, 1, size=(1,))], {"shape": (3, 0)})])
 
 
 # --- indexing -------------------------------------------------------------------
+
+# The VJP rules of the indexing ops read the index operands (never the data): save
+# every operand from position 1 on (numpy allows at most 64 index arrays).
+_INDEX_OPERANDS = tuple(range(1, 66))
 
 
 def _getitem(x, *idx, index):
@@ -113,11 +120,15 @@ def _getitem_samples():
     return [([r.uniform(-1, 1, size=(4, 5))], {"index": (("i", 1),)}),
             ([r.uniform(-1, 1, size=(4, 5))], {"index": (("s", 1, None, 2), ("n",), ("e",))}),
             ([r.uniform(-1, 1, size=(4, 5)), np.array([0, 2, 2])], {"index": (("t", 0),)}),
-            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("e",), ("i", -1))})]
+            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("e",), ("i", -1))}),
+            ([r.uniform(-1, 1, size=())], {"index": (("n",),)}),
+            ([r.uniform(-1, 1, size=(0, 3))], {"index": (("s", None, None, None), ("i", 1))}),
+            ([r.uniform(-1, 1, size=(1, 3)), np.array([[0, 2], [1, 1]])],
+             {"index": (("i", 0), ("t", 0))})]
 
 
 defop("getitem", forward=_getitem, shape=_getitem_shape, arity=None, attrs=("index",),
-      saves=(), kind="movement", vjp=(_getitem_vjp,), samples=_getitem_samples)
+      saves=_INDEX_OPERANDS, kind="movement", vjp=(_getitem_vjp,), samples=_getitem_samples)
 
 
 def _getitem_grad_samples():
@@ -128,7 +139,7 @@ def _getitem_grad_samples():
 
 
 defop("getitem_grad", forward=_getitem_grad, shape=_getitem_grad_shape, arity=None,
-      attrs=("index", "shape"), saves=(), kind="movement",
+      attrs=("index", "shape"), saves=_INDEX_OPERANDS, kind="movement",
       vjp=(lambda g, out, gy, *idx, index, shape: g._op("getitem", "IndexBackward0", *idx,
                                                          index=index),),
       samples=_getitem_grad_samples)
@@ -150,6 +161,12 @@ def _setitem_vjp_x(g, out, x, v, *idx, index):
 
 
 def _setitem_vjp_v(g, out, x, v, *idx, index):
+    if (len(index) == 1 and index[0][0] == "t" and len(v.shape) <= 1
+            and int(np.prod(v.shape)) == 1 and idx[index[0][1]]._npdtype.kind == "b"
+            and tuple(idx[index[0][1]].shape) == tuple(x.shape)):
+        # x[mask] = scalar: g[mask] has a data-dependent shape (a static graph cannot hold
+        # it); the masked g in x's shape sums to the same gradient
+        return S.where(idx[index[0][1]], g, 0)
     return g._op("getitem", "IndexBackward0", *idx, index=index)
 
 
@@ -157,8 +174,17 @@ def _setitem_samples():
     r = _rng()
     return [([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),)}),
             ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=())],
-             {"index": (("s", None, 2, None),)})]
+             {"index": (("s", None, 2, None),)}),
+            ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,)), np.array([3, 0])],
+             {"index": (("t", 0),)}),
+            # grad_h[h < 0] = 0: a boolean mask and a 0-d value
+            ([r.uniform(-1, 1, size=(3, 4)), r.uniform(-1, 1, size=()),
+              r.uniform(-1, 1, size=(3, 4)) < 0], {"index": (("t", 0),)}),
+            ([r.uniform(-1, 1, size=(1, 3)), r.uniform(-1, 1, size=(1,))], {"index": (("i", 0),)}),
+            ([r.uniform(-1, 1, size=(0, 3)), r.uniform(-1, 1, size=(3,))],
+             {"index": (("s", None, None, None),)})]
 
 
-defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs=("index",), saves=(),
-      kind="movement", vjp=(_setitem_vjp_x, _setitem_vjp_v), samples=_setitem_samples)
+defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs=("index",),
+      saves=_INDEX_OPERANDS[1:], kind="movement", vjp=(_setitem_vjp_x, _setitem_vjp_v),
+      samples=_setitem_samples)

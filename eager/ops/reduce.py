@@ -33,7 +33,8 @@ def _samples():
             ([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": True}),
             ([r.uniform(-2, 2, size=(2, 3, 4))], {"axis": (0, 2), "keepdim": False}),
             ([r.uniform(-2, 2, size=())], {"axis": (), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False})]
+            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False}),
+            ([r.uniform(-2, 2, size=(1, 3))], {"axis": (0,), "keepdim": False})]
 
 
 def _sum(x, axis, keepdim):

@@ -64,6 +64,9 @@ class OpDef:
     attrs: tuple = ()
     saves: Optional[tuple] = None
     saves_out: bool = False
+    # Optional, per input: the input positions its VJP rule reads.  eager then keeps only
+    # what the rules of the inputs that need a gradient read (as PyTorch does for x * c).
+    reads: Optional[tuple] = None
     kind: str = "elementwise"      # elementwise | reduce | movement | linalg | other
     doc: str = ""
     samples: Callable[[], list] = field(default=lambda: [], compare=False)
@@ -78,13 +81,13 @@ OPS: dict[str, OpDef] = {}
 
 def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Sequence[str] = (),
           saves: Optional[Sequence[int]] = None, saves_out: bool = False,
-          kind: str = "elementwise", doc: str = "", samples=None) -> OpDef:
+          kind: str = "elementwise", doc: str = "", samples=None, reads=None) -> OpDef:
     """Register a primitive.  Names are unique: a second definition is a bug."""
     if name in OPS:
         raise ValueError(f"op {name!r} is defined twice")
     op = OpDef(name=name, forward=forward, shape=shape, vjp=None if vjp is None else tuple(vjp),
                arity=arity, attrs=tuple(attrs), saves=None if saves is None else tuple(saves),
-               saves_out=saves_out, kind=kind, doc=doc,
+               saves_out=saves_out, reads=reads, kind=kind, doc=doc,
                samples=samples if samples is not None else (lambda: []))
     OPS[name] = op
     return op
