@@ -82,7 +82,7 @@ def to_text(g: Graph) -> str:
 
 
 def _dot_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def to_dot(g: Graph) -> str:
@@ -94,14 +94,14 @@ def to_dot(g: Graph) -> str:
         d = g.nx.nodes[nid]
         ty = type_str(d["shape"], d["dtype"])
         if d["op"] == "input":
-            label = f"{d['attrs']['name']}\\n{ty}"
+            label = f"{d['attrs']['name']}\n{ty}"
             style = 'shape=ellipse, style=filled, fillcolor="#dde8ff"'
         elif d["op"] == "const":
             v = d["attrs"]["value"]
-            label = (_fmt_scalar(v) if v.ndim == 0 else "const") + f"\\n{ty}"
+            label = (_fmt_scalar(v) if v.ndim == 0 else "const") + f"\n{ty}"
             style = 'shape=note, fontsize=9'
         else:
-            label = f"%{nid} {d['op']}\\n{ty}"
+            label = f"%{nid} {d['op']}\n{ty}"
             style = ('style=filled, fillcolor="#ffe9d6"' if d.get("role") == "backward"
                      else 'style=filled, fillcolor="#eeeeee"')
         if nid in out_ids:

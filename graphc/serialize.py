@@ -203,6 +203,7 @@ def from_json(text: str) -> Graph:
                 _fail(f"{key} must be a short string", where)
         if n["role"] not in ("forward", "backward"):
             _fail(f"role must be forward or backward, got {n['role']!r}", where)
+        g._next_id = nid        # keep the document's ids: the text form survives a round trip
         if op == "input":
             if operands or set(attrs) != {"name", "index"} or not isinstance(attrs["name"], str):
                 _fail("input nodes take no operands and attrs {name, index}", where)
@@ -237,11 +238,13 @@ def from_json(text: str) -> Graph:
             new = g.add_node(op, operands, attrs, shape=shape, dtype=n["dtype"], src=n["src"],
                              role=n["role"], by=n["by"])
         idmap[nid] = new
+    g._next_id = max(idmap, default=-1) + 1
     for key in ("inputs", "outputs"):
         if not isinstance(doc[key], list):
             _fail(f"{key} must be a list")
     for i in doc["inputs"]:
-        if i not in idmap or g.nx.nodes[idmap[i]]["op"] != "input":
+        if not isinstance(i, int) or isinstance(i, bool) or i not in idmap or \
+                g.nx.nodes[idmap[i]]["op"] != "input":
             _fail(f"input {i!r} is not an input node")
     if sorted(idmap[i] for i in doc["inputs"]) != sorted(
             n for n, d in g.nx.nodes(data=True) if d["op"] == "input"):
@@ -251,7 +254,7 @@ def from_json(text: str) -> Graph:
         g.nx.nodes[nid]["attrs"]["index"] = pos
     g.input_names = [g.nx.nodes[i]["attrs"]["name"] for i in g.inputs]
     for o in doc["outputs"]:
-        if not isinstance(o, int) or o not in idmap:
+        if not isinstance(o, int) or isinstance(o, bool) or o not in idmap:
             _fail(f"output {o!r} is not a node")
     g.outputs = [idmap[o] for o in doc["outputs"]]
     verify(g, "from_json")

@@ -160,15 +160,17 @@ class Tracer(TensorOps):
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
-        self._rg = bool(value)
+        self.requires_grad_(value)
 
     def requires_grad_(self, value: bool = True) -> "Tracer":
+        if value and not self._rg and not any(t is self for t in self._ctx.leaves):
+            self._ctx.leaves.append(self)     # a new leaf: backward() fills its .grad
         self._rg = bool(value)
         return self
 
     def detach(self) -> "Tracer":
-        t = Tracer(self._ctx, self.node, self._meta_shape, self._meta_dtype)
-        return t
+        # a node of its own, so graphc.autodiff stops there (sharing the node would not)
+        return self._op("detach", "")
 
     def __len__(self) -> int:
         if not self._meta_shape:
@@ -217,6 +219,12 @@ class Tracer(TensorOps):
 
     def tolist(self):
         raise self._concrete_error(".tolist() of a traced value", ConcretizationTypeError)
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        raise self._concrete_error(f"formatting a traced value with {spec!r}",
+                                   ConcretizationTypeError)
 
     def numpy(self, **kwargs):
         raise self._concrete_error(".numpy() of a traced value", ConcretizationTypeError)
@@ -362,7 +370,7 @@ def _check_live(t: Tracer, what: str) -> None:
 
 
 def _sanitize(path: str) -> str:
-    s = re.sub(r"[\[\]'\"]+", "_", path).strip("_")
+    s = re.sub(r"\W+", "_", path).strip("_")     # an identifier: `<lambda>`, `p['w 1']`
     s = re.sub(r"_+", "_", s)
     return s or "arg"
 
@@ -452,6 +460,21 @@ def _graph_input_pos(specs: list, idx: int) -> int:
     return idx + sum(1 for s in specs[:idx] if s.has_grad)
 
 
+def _check_untouched(fname: str, watched: list) -> None:
+    """Tracing sees tracers, never the eager tensors passed in: an object that holds those
+    tensors itself (an optimizer, a module) and updates them while tracing would update them
+    once, outside the graph, and never again."""
+    for t, path, version, grad in watched:
+        if t._version[0] != version or t._grad is not grad:
+            what = "its data" if t._version[0] != version else "its .grad"
+            raise TracerError(
+                f"{fname}: argument {path} had {what} changed directly while tracing, on the "
+                "eager Tensor rather than on the traced argument (e.g. by an optimizer or module "
+                "that holds the eager tensor). The compiled graph would not contain that update. "
+                "Update the argument the function receives (`w -= lr * w.grad` under "
+                "eager.no_grad()), or call the optimizer outside the compiled function.")
+
+
 def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                name: Optional[str] = None) -> TraceResult:
     """Trace ``fn(*args)``; dynamic leaves become graph inputs in flattened order."""
@@ -464,6 +487,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     specs = []
     used_names: set = set()
     tensor_io = False
+    watched: list = []      # (eager Tensor argument, path, version, .grad) before tracing
     for i, a in enumerate(args):
         if i in static_argnums:
             call_args.append(a)
@@ -497,9 +521,12 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                     spec.grad_node = gid
             specs.append(spec)
             new_leaves.append(t)
+            if spec.kind == "tensor":
+                watched.append((leaf, path, leaf._version[0], leaf._grad))
         call_args.append(tree.unflatten(td, new_leaves))
     try:
         out = fn(*call_args)
+        _check_untouched(fname, watched)
         out_leaves, out_tree = tree.flatten(out)
         out_static = {}
         for k, leaf in enumerate(out_leaves):
@@ -524,9 +551,9 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 g.outputs.append(t.node)
         grad_writes = []
         for t in ctx.leaves:
-            idx = ctx._input_of[id(t)]
+            idx = ctx._input_of.get(id(t))
             gr = t._grad
-            if gr is None:
+            if gr is None or idx is None:     # no .grad, or a leaf made inside the function
                 continue
             if not isinstance(gr, Tracer) or gr._ctx is not ctx:
                 raise TracerError(f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "

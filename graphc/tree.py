@@ -10,9 +10,9 @@ class TreeDef:
     __slots__ = ("kind", "children", "aux", "_hash")
 
     def __init__(self, kind: str, children: tuple = (), aux: Any = None) -> None:
-        self.kind = kind            # "leaf" | "tuple" | "list" | "dict" | "none"
+        self.kind = kind            # "leaf" | "tuple" | "list" | "dict" | "namedtuple" | "none"
         self.children = children
-        self.aux = aux              # dict keys for "dict"
+        self.aux = aux              # dict keys for "dict", the class for "namedtuple"
         self._hash = hash((kind, children, aux))
 
     def __eq__(self, other: object) -> bool:
@@ -33,6 +33,8 @@ class TreeDef:
             return f"({inner}{',' if len(self.children) == 1 else ''})"
         if self.kind == "list":
             return f"[{inner}]"
+        if self.kind == "namedtuple":
+            return f"{self.aux.__name__}({inner})"
         return "{" + ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.aux, self.children)) + "}"
 
     @property
@@ -52,7 +54,7 @@ NONE = TreeDef("none")
 
 
 def flatten(obj: Any, is_leaf: Callable[[Any], bool] = None) -> tuple:
-    """Return (leaves, treedef).  Containers: tuple, list, dict (sorted keys), None."""
+    """Return (leaves, treedef).  Containers: tuple, namedtuple, list, dict (sorted keys), None."""
     leaves: list = []
 
     def rec(o: Any, depth: int) -> TreeDef:
@@ -67,6 +69,8 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool] = None) -> tuple:
         if t is tuple or t is list:
             kids = tuple(rec(c, depth + 1) for c in o)
             return TreeDef("tuple" if t is tuple else "list", kids)
+        if isinstance(o, tuple) and hasattr(t, "_fields"):     # e.g. max(dim) -> (values, indices)
+            return TreeDef("namedtuple", tuple(rec(c, depth + 1) for c in o), t)
         if t is dict:
             keys = tuple(sorted(o, key=repr))
             kids = tuple(rec(o[k], depth + 1) for k in keys)
@@ -91,6 +95,8 @@ def unflatten(td: TreeDef, leaves: list) -> Any:
             return tuple(kids)
         if t.kind == "list":
             return kids
+        if t.kind == "namedtuple":
+            return t.aux(*kids)
         return dict(zip(t.aux, kids))
 
     return rec(td)
@@ -103,7 +109,7 @@ def leaf_paths(td: TreeDef, prefix: str) -> list:
     def rec(t: TreeDef, path: str) -> None:
         if t.kind == "leaf":
             out.append(path)
-        elif t.kind in ("tuple", "list"):
+        elif t.kind in ("tuple", "list", "namedtuple"):
             for i, c in enumerate(t.children):
                 rec(c, f"{path}[{i}]")
         elif t.kind == "dict":
