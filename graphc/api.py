@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
+import time
 import threading
 import warnings
 from typing import Any, Callable, Optional, Sequence
@@ -48,18 +50,35 @@ class CompiledFunction:
     """A function compiled per input signature.  Call it like the original."""
 
     def __init__(self, fn: Callable, static_argnums: Sequence[int] = (), opt_level: int = 2,
-                 recompile_limit: int = 8, backend: str = "interpreter", **options: Any) -> None:
+                 recompile_limit: int = 8, backend: str = "native",
+                 disable_passes: Sequence[str] = (), print_after: Sequence[str] = (),
+                 verify_passes: bool = False, **options: Any) -> None:
         if isinstance(static_argnums, int):
             static_argnums = (static_argnums,)
         if not callable(fn):
             raise TypeError(f"graphc.compile expects a callable, got {type(fn).__name__}")
         self.__wrapped__ = fn
         functools.update_wrapper(self, fn, updated=())
+        if "__name__" not in self.__dict__:      # a callable object or functools.partial
+            self.__name__ = type(fn).__name__
         self.static_argnums = tuple(static_argnums)
         self.opt_level = int(opt_level)
         self.recompile_limit = int(recompile_limit)
+        if backend not in ("native", "interpreter"):
+            raise ValueError(f"backend must be 'native' or 'interpreter', got {backend!r}")
+        if self.opt_level not in (0, 1, 2, 3):
+            raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+        from .passes import PASSES
+        for p in list(disable_passes) + list(print_after):
+            if p not in PASSES:
+                raise ValueError(f"unknown pass {p!r}; passes are {', '.join(PASSES)}")
         self.backend = backend
+        self.disable_passes = tuple(disable_passes)
+        self.print_after = tuple(print_after)
+        self.verify_passes = bool(verify_passes)
         self.options = options
+        if options:
+            raise TypeError(f"graphc.compile got unknown options {sorted(options)}")
         self._cache: dict = {}
         self._order: list = []
         self._hits = 0
@@ -149,11 +168,15 @@ class CompiledFunction:
             self._order.append(key)
             if len(self._cache) > self.recompile_limit and not self._warned:
                 self._warned = True
+                level, f = 1, sys._getframe(0)      # point at the first frame outside this file
+                while f is not None and f.f_code.co_filename == __file__:
+                    level, f = level + 1, f.f_back
                 warnings.warn(
                     f"graphc: {self.__name__} was traced {len(self._cache)} times (limit "
                     f"{self.recompile_limit}); each new input signature re-traces. Latest reason: "
                     f"{self.recompile_reasons[-1] if self.recompile_reasons else 'n/a'}. Use "
-                    "stable shapes/dtypes, or raise recompile_limit=.", RuntimeWarning, stacklevel=4)
+                    "stable shapes/dtypes, or raise recompile_limit=.", RuntimeWarning,
+                    stacklevel=level)
             return entry
 
     def _build(self, args: tuple, key: tuple) -> _Entry:
@@ -161,8 +184,25 @@ class CompiledFunction:
         res = trace_flat(self.__wrapped__, args, self.static_argnums, name=self.__name__)
         verify(res.graph, "trace")
         stages = {"traced": res.graph}
-        plan = Plan(res.graph)
-        return _Entry(res, plan.run, stages, key)
+        from .passes import PassManager
+        t0 = time.perf_counter()
+        pm = PassManager(self.opt_level, disable=self.disable_passes,
+                         print_after=self.print_after, verify_each=self.verify_passes)
+        opt = res.graph.copy()
+        pm.run(opt)
+        verify(opt, "optimize")
+        stages["optimized"] = opt
+        stages["_passes"] = pm
+        if self.backend == "native":
+            from .runtime.native import NativeExecutable
+            exe = NativeExecutable(opt, self.opt_level, name=self.__name__)
+            run = exe.run
+        else:
+            exe = Plan(opt)
+            run = exe.run
+        stages["_executable"] = exe
+        stages["_compile_seconds"] = time.perf_counter() - t0
+        return _Entry(res, run, stages, key)
 
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
         tr = entry.trace
@@ -227,11 +267,41 @@ class CompiledFunction:
         return self._entry_for(args).stages["traced"]
 
     def ir(self, *args: Any, stage: str = "traced") -> str:
-        """Text IR of a stage: ``traced`` (more stages arrive with autodiff and passes)."""
+        """Text IR of a stage: ``traced``, or ``grad`` (forward + backward nodes, marked)."""
         stages = self._entry_for(args).stages
-        if stage not in stages:
-            raise ValueError(f"unknown stage {stage!r}; available: {', '.join(stages)}")
+        if stage == "grad" and "grad" not in stages:
+            stages["grad"] = _grad_stage(stages["traced"], self.__name__)
+        if stage not in stages or stage.startswith("_"):
+            avail = dict.fromkeys([s for s in stages if not s.startswith("_")] + ["grad"])
+            raise ValueError(f"unknown stage {stage!r}; available: {', '.join(avail)}")
         return str(stages[stage])
+
+    def llvm_ir(self, *args: Any, optimized: bool = False) -> str:
+        """LLVM IR of the compiled entry point (before or after LLVM's optimizer)."""
+        return self._native(args).llvm_ir(optimized=optimized)
+
+    def asm(self, *args: Any) -> str:
+        """Host assembly of the compiled function."""
+        return self._native(args).asm()
+
+    def plan(self, *args: Any) -> str:
+        """The native schedule: kernels (fused loops, BLAS calls) and arena size."""
+        return self._native(args).plan.describe()
+
+    def stats(self, *args: Any) -> dict:
+        """Node counts per stage, fused kernels, planned arena bytes and compile time."""
+        st = self._entry_for(args).stages
+        out = {"traced_nodes": len(st["traced"]), "optimized_nodes": len(st["optimized"]),
+               "compile_seconds": st["_compile_seconds"]}
+        exe = st["_executable"]
+        if self.backend == "native":
+            out.update(exe.plan.summary())
+        return out
+
+    def _native(self, args: tuple):
+        if self.backend != "native":
+            raise GraphcError("llvm_ir/asm/plan need backend='native'")
+        return self._entry_for(args).stages["_executable"]
 
     def cache_info(self) -> CacheInfo:
         return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
@@ -254,6 +324,21 @@ class CompiledFunction:
         if obj is None:
             return self
         return functools.partial(self, obj)
+
+
+def _grad_stage(graph: Graph, name: str) -> Graph:
+    """The traced graph with its gradient: itself if the function ran backward(), else
+    ``graph.grad()`` (d output 0 / d every float input)."""
+    if any(d.get("role") == "backward" for _, d in graph.nx.nodes(data=True)):
+        return graph
+    if not graph.outputs:
+        raise GraphcError(f"ir(stage='grad'): {name} returns no arrays to differentiate")
+    d = graph.nx.nodes[graph.outputs[0]]
+    if np.dtype(d["dtype"]).kind != "f" or int(np.prod(d["shape"], dtype=np.int64)) != 1:
+        raise TypeError(f"ir(stage='grad'): {name} must return a floating-point scalar as its "
+                        f"first output, got {np.dtype(d['dtype']).name}{list(d['shape'])}; use "
+                        "graphc.vjp with a cotangent for other outputs")
+    return graph.grad()
 
 
 def _arrays(dyn) -> list:
@@ -360,6 +445,8 @@ def _diff_item(name: str, a, b) -> str:
             parts.append(f"dtype {np.dtype(a[2]).name} -> {np.dtype(b[2]).name}")
         if a[0] == "T" and a[3] != b[3]:
             parts.append(f"requires_grad {a[3]} -> {b[3]}")
+        if a[0] == "T" and a[4] != b[4]:       # .grad is a graph input once it is set
+            parts.append(f".grad {'set' if a[4] else 'None'} -> {'set' if b[4] else 'None'}")
         return f"argument {name}: " + ", ".join(parts)
     if isinstance(a, tuple) and isinstance(b, tuple) and a and b and \
             isinstance(a[0], tree.TreeDef) and isinstance(b[0], tree.TreeDef):
@@ -425,5 +512,8 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
         if sa != sb:
             raise TypeError(f"cond: output leaf {k} has shape {list(sa)} in true_fn but "
                             f"{list(sb)} in false_fn; both branches must agree")
+        if isinstance(a, TensorOps) and isinstance(b, TensorOps) and a._npdtype != b._npdtype:
+            raise TypeError(f"cond: output leaf {k} has dtype {a._npdtype} in true_fn but "
+                            f"{b._npdtype} in false_fn; both branches must agree")
         out.append(eager.where(p, a, b))
     return tree.unflatten(t_tree, out)

@@ -385,7 +385,8 @@ def test_ndarray_on_the_left_of_an_operator_is_traced():
         # eager is the reference: there numpy defers to the tensor's reflected operator
         for got, want in zip(cf(x), f(eager.from_numpy(x))):
             assert got.dtype == want.numpy().dtype
-            np.testing.assert_array_equal(got, want.numpy())
+            # native pow is within 1 ULP of numpy's (docs/backend-accuracy.md)
+            np.testing.assert_allclose(got, want.numpy(), rtol=3e-7)
         np.testing.assert_array_equal(cf(x)[0], W + x)
         np.testing.assert_array_equal(cf(x)[7], M @ x)
     g = cf.graph(X)
@@ -769,8 +770,9 @@ def test_compile_api_surface():
     cf = graphc.compile(f)
     assert cf.__wrapped__ is f and cf.__name__ == "f" and cf.__doc__ == "doc"
     assert repr(cf) == "<graphc.CompiledFunction f (0 signatures)>"
-    with pytest.raises(ValueError, match="unknown stage 'optimized'; available: traced"):
-        cf.ir(X, stage="optimized")
+    with pytest.raises(ValueError, match="unknown stage 'nope'; available: traced"):
+        cf.ir(X, stage="nope")
+    assert "mul(x, 2.0)" in cf.ir(X, stage="optimized")
     assert isinstance(cf.graph(X), graphc.Graph)
     assert graphc.compile(static_argnums=(1,))(lambda x, n: x * n)(X, 2).dtype == np.float32
     with pytest.raises(TypeError, match="expects a callable"):

@@ -37,6 +37,15 @@ def _cases() -> list:
     return cases
 
 
+def _native_tol(dtype) -> dict:
+    """Native code vs numpy: a few ULP for vector math, reassociation in float sums."""
+    if np.dtype(dtype).kind != "f":
+        return {"rtol": 0, "atol": 0}
+    if np.dtype(dtype) == np.float32:
+        return {"rtol": 2e-6, "atol": 1e-6}
+    return {"rtol": 1e-13, "atol": 1e-13}
+
+
 def test_every_op_has_samples():
     missing = [n for n, op in OPS.items() if not op.samples()]
     assert not missing, f"ops without samples cannot be checked for parity: {missing}"
@@ -74,9 +83,13 @@ def test_op_parity(name, k, dtype):
         np.testing.assert_array_equal(got, other, err_msg=msg)
     # the node's static type is what the interpreter produced
     assert tuple(node["shape"]) == got.shape and node["dtype"] == got.dtype.name
-    # and the compiled entry point gives the same answer
+    # and the compiled (native) entry point agrees: exactly for most ops, within the
+    # documented ULP bounds of graphc's vector math (docs/backend-accuracy.md) and the
+    # reassociated float sums for transcendentals and reductions
     cf = graphc.compile(one_op)
-    (np.testing.assert_array_equal(cf(*arrays), ref))
+    out = cf(*arrays)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, equal_nan=True, **_native_tol(got.dtype))
 
 
 def test_interpret_checks_inputs():
@@ -303,7 +316,7 @@ def test_random_program(seed, dtype):
     for _ in range(2):
         out = cf(*prog.inputs)
         for a, b in zip(out, got):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, b, equal_nan=True, **_native_tol(np.asarray(b).dtype))
     assert cf.cache_info().hits == 1 and cf.cache_info().traces == 1
 
 

@@ -1,0 +1,959 @@
+"""Lowering a scheduled graph (graphc.backend.plan.Plan) to one LLVM module.
+
+The module has one entry point, ``graphc_entry``, taking one ``PyObject*`` per
+input array and per output array (numpy arrays allocated by the caller).  It
+reads each array's data pointer and flags straight from numpy's array struct
+(offsets checked once at import against ``__array_interface__``), refuses
+inputs that are not C-contiguous and aligned (return code 1: the caller copies
+and retries), allocates one arena for intermediates, runs every kernel in
+order and returns 0; 3 means an index was out of bounds (IndexError).
+
+Each kernel is an internal function whose buffer arguments are ``noalias``
+(the memory planner guarantees buffers written by a kernel overlap nothing it
+reads), so LLVM vectorizes its loops.  Kernel and value names carry the graph
+node ids (``n12``) and each kernel starts with comments naming its nodes and
+their source lines.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from eager._surface import decode_index
+
+from ..errors import UnsupportedOpError
+from ..ir import Graph, describe
+from . import blas, vecmath
+from .plan import (ARGREDUCE, ELEMENTWISE, REDUCE, Gather, Kernel, Plan, View, as_matrix,
+                   blas_layout, cstrides, index_view, numel)
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+ENTRY = "graphc_entry"
+
+# numpy's PyArrayObject layout (checked at import by graphc.runtime.native)
+DATA_OFFSET = 16
+FLAGS_OFFSET = 64
+NPY_C_CONTIGUOUS = 0x1
+NPY_ALIGNED = 0x100
+
+RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX = 0, 1, 2, 3
+
+
+def reg_type(dtype: np.dtype) -> ir.Type:
+    """Type of a value in registers (bool is i1)."""
+    return {"float32": F32, "float64": F64, "int64": I64, "int32": I32, "bool": I1}[dtype.name]
+
+
+def mem_type(dtype: np.dtype) -> ir.Type:
+    """Type of an element in memory (bool is one byte)."""
+    return {"float32": F32, "float64": F64, "int64": I64, "int32": I32, "bool": I8}[dtype.name]
+
+
+def _const(dtype: np.dtype, value) -> ir.Constant:
+    t = reg_type(dtype)
+    if dtype.kind == "f":
+        return ir.Constant(t, float(value))
+    if dtype.kind == "b":
+        return ir.Constant(I1, int(bool(value)))
+    return ir.Constant(t, int(value))
+
+
+class Lowerer:
+    """Builds the LLVM module for a Plan."""
+
+    def __init__(self, plan: Plan, name: str) -> None:
+        self.plan = plan
+        self.g: Graph = plan.g
+        self.module = ir.Module(name=name)
+        self.globals: dict = {}
+        self._malloc = None
+        self._free = None
+        self.n_in = len(self.g.inputs)
+        self.n_out = len(self.g.outputs)
+
+    # --- entry point ------------------------------------------------------------
+    def build(self) -> ir.Module:
+        plan = self.plan
+        kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
+        fnty = ir.FunctionType(I32, [PTR] * (self.n_in + self.n_out))
+        fn = ir.Function(self.module, fnty, name=ENTRY)
+        entry = fn.append_basic_block("entry")
+        bad = fn.append_basic_block("bad_layout")
+        b = ir.IRBuilder(entry)
+        b.comment(f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
+                  f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
+        data = []
+        ok = ir.Constant(I1, 1)
+        for i, obj in enumerate(fn.args):
+            obj.name = f"in{i}" if i < self.n_in else f"out{i - self.n_in}"
+            p = b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8), typ=PTR,
+                       name=f"{obj.name}_data")
+            data.append(p)
+            if i < self.n_in:
+                fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
+                            typ=I32, name=f"{obj.name}_flags")
+                need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
+                ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
+        body = fn.append_basic_block("body")
+        b.cbranch(ok, body, bad)
+        b.position_at_end(bad)
+        b.ret(ir.Constant(I32, RC_LAYOUT))
+        b.position_at_end(body)
+        arena = None
+        if plan.arena_bytes:
+            arena = b.call(self._get_malloc(), [ir.Constant(I64, plan.arena_bytes)], name="arena")
+            nomem = fn.append_basic_block("no_memory")
+            go = fn.append_basic_block("run")
+            b.cbranch(b.icmp_unsigned("==", arena, ir.Constant(PTR, None)), nomem, go)
+            b.position_at_end(nomem)
+            b.ret(ir.Constant(I32, RC_NOMEM))
+            b.position_at_end(go)
+        fail = fn.append_basic_block("kernel_failed")
+        rc_slot = None
+        for i, (kern, kfn) in enumerate(zip(plan.kernels, kfns)):
+            args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]
+            rc = b.call(kfn, args, name=f"rc{i}")
+            if kern.kind in ("getitem", "getitem_grad", "setitem"):
+                nxt = fn.append_basic_block(f"after_k{i}")
+                if rc_slot is None:
+                    with b.goto_entry_block():
+                        rc_slot = b.alloca(I32, name="rc")
+                b.store(rc, rc_slot)
+                b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, nxt)
+                b.position_at_end(nxt)
+        if arena is not None:
+            b.call(self._get_free(), [arena])
+        b.ret(ir.Constant(I32, RC_OK))
+        b.position_at_end(fail)
+        if arena is not None:
+            b.call(self._get_free(), [arena])
+        if rc_slot is not None:
+            b.ret(b.load(rc_slot, typ=I32))
+        else:
+            b.ret(ir.Constant(I32, RC_INDEX))
+        return self.module
+
+    def _get_malloc(self):
+        if self._malloc is None:
+            self._malloc = ir.Function(self.module, ir.FunctionType(PTR, [I64]), name="malloc")
+        return self._malloc
+
+    def _get_free(self):
+        if self._free is None:
+            self._free = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+                                     name="free")
+        return self._free
+
+    def _base(self, b, buf, data, arena):
+        """Pointer to the first element of a buffer."""
+        if isinstance(buf, tuple):
+            kind = buf[0]
+            if kind == "in":
+                return data[buf[1]]
+            if kind == "out":
+                return data[self.n_in + buf[1]]
+            if kind == "const":
+                return self._const_global(buf[1])
+        spec = self.plan.buffers[buf]
+        if spec[0] == "out":
+            return data[self.n_in + spec[1]]
+        return b.gep(arena, [ir.Constant(I64, spec[1])], source_etype=I8, name=f"buf_n{buf}")
+
+    def _const_global(self, n: int):
+        gv = self.globals.get(n)
+        if gv is None:
+            v = np.ascontiguousarray(self.g.nx.nodes[n]["attrs"]["value"])
+            raw = bytearray(v.astype(v.dtype.newbyteorder("="), copy=False).tobytes())
+            ty = ir.ArrayType(I8, max(len(raw), 1))
+            gv = ir.GlobalVariable(self.module, ty, name=f"const_n{n}")
+            gv.initializer = ir.Constant(ty, raw if raw else bytearray(1))
+            gv.global_constant = True
+            gv.linkage = "internal"
+            gv.align = 64
+            self.globals[n] = gv
+        return gv
+
+    def _kernel_bufs(self, kern: Kernel) -> list:
+        return sorted(kern.reads | kern.writes, key=repr)
+
+    # --- kernels ------------------------------------------------------------------
+    def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
+        bufs = self._kernel_bufs(kern)
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(bufs)),
+                         name=f"k{i}_{kern.kind}")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        ptrs = {}
+        for buf, arg in zip(bufs, fn.args):
+            arg.add_attribute("noalias")
+            arg.name = _buf_name(buf)
+            ptrs[buf] = arg
+        kb = KernelBuilder(self, fn, ptrs)
+        kb.comment_nodes(kern)
+        if kern.kind == "loop":
+            kb.loop_kernel(kern)
+        elif kern.kind == "matmul":
+            kb.matmul_kernel(kern.node)
+        elif kern.kind == "argreduce":
+            kb.argreduce_kernel(kern.node)
+        elif kern.kind == "getitem":
+            kb.getitem_kernel(kern.node)
+        elif kern.kind == "getitem_grad":
+            kb.getitem_grad_kernel(kern.node)
+        elif kern.kind == "setitem":
+            kb.setitem_kernel(kern.node)
+        else:
+            raise UnsupportedOpError(f"no lowering for kernel kind {kern.kind}")
+        kb.finish()
+        return fn
+
+
+def _buf_name(buf) -> str:
+    if isinstance(buf, tuple):
+        return f"{buf[0]}{buf[1]}"
+    return f"n{buf}"
+
+
+class KernelBuilder:
+    """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
+
+    def __init__(self, low: Lowerer, fn: ir.Function, ptrs: dict) -> None:
+        self.low = low
+        self.plan = low.plan
+        self.g = low.g
+        self.fn = fn
+        self.ptrs = ptrs
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.rc = self.b.alloca(I32, name="rc")
+        self.b.store(ir.Constant(I32, RC_OK), self.rc)
+        self.exit = fn.append_basic_block("exit")
+        self.module = low.module
+
+    def finish(self) -> None:
+        self.b.branch(self.exit)
+        self.b.position_at_end(self.exit)
+        self.b.ret(self.b.load(self.rc, typ=I32))
+
+    def comment_nodes(self, kern: Kernel) -> None:
+        nodes = [n for n, _ in kern.stores] + list(kern.reduces)
+        if kern.node is not None:
+            nodes.append(kern.node)
+        for n in nodes:
+            self.b.comment(describe(self.g, n))
+
+    # --- helpers ----------------------------------------------------------------
+    def alloca(self, ty, name=""):
+        with self.b.goto_entry_block():
+            return self.b.alloca(ty, name=name)
+
+    def loop(self, sizes: list, body, name: str = "i") -> None:
+        """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body."""
+        b = self.b
+        idx = []
+        exits = []
+        for d, size in enumerate(sizes):
+            slot = self.alloca(I64, name=f"{name}{d}_slot")
+            b.store(ir.Constant(I64, 0), slot)
+            cond = self.fn.append_basic_block(f"{name}{d}_cond")
+            body_bb = self.fn.append_basic_block(f"{name}{d}_body")
+            done = self.fn.append_basic_block(f"{name}{d}_done")
+            b.branch(cond)
+            b.position_at_end(cond)
+            i = b.load(slot, typ=I64, name=f"{name}{d}")
+            b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, size)), body_bb, done)
+            b.position_at_end(body_bb)
+            idx.append(i)
+            exits.append((slot, cond, done, i))
+        body(idx)
+        for slot, cond, done, i in reversed(exits):
+            b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), slot)
+            b.branch(cond)
+            b.position_at_end(done)
+
+    def offset(self, base: int, strides, idx) -> ir.Value:
+        b = self.b
+        acc = ir.Constant(I64, base)
+        for st, i in zip(strides, idx):
+            if st == 0:
+                continue
+            term = i if st == 1 else b.mul(i, ir.Constant(I64, st), flags=["nsw"])
+            acc = b.add(acc, term, flags=["nsw"])
+        return acc
+
+    def ptr(self, buf, dtype: np.dtype, off: ir.Value):
+        return self.b.gep(self.ptrs[buf], [off], source_etype=mem_type(dtype))
+
+    def load(self, buf, dtype: np.dtype, off: ir.Value, name: str = "") -> ir.Value:
+        v = self.b.load(self.ptr(buf, dtype, off), typ=mem_type(dtype), name=name)
+        if dtype.kind == "b":
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, buf, dtype: np.dtype, off: ir.Value, v: ir.Value) -> None:
+        if dtype.kind == "b":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.ptr(buf, dtype, off))
+
+    def convert(self, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
+        b = self.b
+        if src == dst:
+            return v
+        if dst.kind == "b":
+            if src.kind == "f":
+                return b.fcmp_unordered("!=", v, ir.Constant(reg_type(src), 0.0))
+            return b.icmp_signed("!=", v, ir.Constant(reg_type(src), 0))
+        dt = reg_type(dst)
+        if src.kind == "b":
+            return b.uitofp(v, dt) if dst.kind == "f" else b.zext(v, dt)
+        if src.kind == "f" and dst.kind == "f":
+            return b.fpext(v, dt) if dst.itemsize > src.itemsize else b.fptrunc(v, dt)
+        if src.kind in "iu" and dst.kind == "f":
+            return b.sitofp(v, dt)
+        if src.kind == "f" and dst.kind in "iu":
+            sat = self.module.declare_intrinsic("llvm.fptosi.sat", [dt, reg_type(src)])
+            return b.call(sat, [v])
+        if dst.itemsize > src.itemsize:
+            return b.sext(v, dt)
+        return b.trunc(v, dt)
+
+    # --- scalar op code ---------------------------------------------------------------
+    def math(self, name: str, t: ir.Type, *args) -> ir.Value:
+        return self.b.call(vecmath.get_function(self.module, name, t), list(args))
+
+    def isnan(self, v):
+        return self.b.fcmp_unordered("uno", v, v)
+
+    def emit_op(self, n: int, vals: list, in_dtypes: list) -> ir.Value:
+        """The value of elementwise node ``n`` from its operands' register values."""
+        d = self.g.nx.nodes[n]
+        op, attrs = d["op"], d["attrs"]
+        out = np.dtype(d["dtype"])
+        b = self.b
+        name = f"n{n}"
+        if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+            ct = np.result_type(*in_dtypes)
+            x, y = (self.convert(v, s, ct) for v, s in zip(vals, in_dtypes))
+            sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+            if ct.kind == "f":
+                if op == "ne":
+                    return b.fcmp_unordered("!=", x, y, name=name)
+                return b.fcmp_ordered(sym, x, y, name=name)
+            if ct.kind == "b":
+                return b.icmp_unsigned(sym, x, y, name=name)
+            return b.icmp_signed(sym, x, y, name=name)
+        if op in ("logical_and", "logical_or", "logical_not"):
+            bs = [self.convert(v, s, np.dtype(bool)) for v, s in zip(vals, in_dtypes)]
+            if op == "logical_not":
+                return b.xor(bs[0], ir.Constant(I1, 1), name=name)
+            return (b.and_ if op == "logical_and" else b.or_)(bs[0], bs[1], name=name)
+        if op == "where":
+            c = self.convert(vals[0], in_dtypes[0], np.dtype(bool))
+            x = self.convert(vals[1], in_dtypes[1], out)
+            y = self.convert(vals[2], in_dtypes[2], out)
+            return b.select(c, x, y, name=name)
+        if op == "cast":
+            return self.convert(vals[0], in_dtypes[0], out)
+        if op == "fill":
+            return _const(out, attrs["value"])
+        xs = [self.convert(v, s, out) for v, s in zip(vals, in_dtypes)]
+        t = reg_type(out)
+        fl = out.kind == "f"
+        if op in ("copy", "detach"):
+            return xs[0]
+        if op == "neg":
+            return b.fneg(xs[0], name=name) if fl else b.sub(ir.Constant(t, 0), xs[0], name=name)
+        if op in ("exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"):
+            return self.math(op, t, xs[0])
+        if op == "abs":
+            if fl:
+                return self.math("abs", t, xs[0])
+            x = xs[0]
+            return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)),
+                            b.sub(ir.Constant(t, 0), x), x, name=name)
+        if op == "sign":
+            x = xs[0]
+            zero, one, mone = (_const(out, 0), _const(out, 1), _const(out, -1))
+            if fl:
+                pos, neg = b.fcmp_ordered(">", x, zero), b.fcmp_ordered("<", x, zero)
+            else:
+                pos, neg = b.icmp_signed(">", x, zero), b.icmp_signed("<", x, zero)
+            return b.select(pos, one, b.select(neg, mone, x if fl else zero), name=name)
+        if op == "relu":
+            return self._max(xs[0], _const(out, 0), fl)
+        if op == "clamp":
+            x = xs[0]
+            if attrs["min"] is not None:
+                x = self._max(x, _const(out, attrs["min"]), fl)
+            if attrs["max"] is not None:
+                x = self._min(x, _const(out, attrs["max"]), fl)
+            return x
+        if op == "maximum":
+            return self._max(xs[0], xs[1], fl)
+        if op == "minimum":
+            return self._min(xs[0], xs[1], fl)
+        if op in ("add", "sub", "mul"):
+            if fl:
+                return getattr(b, "f" + op)(xs[0], xs[1], name=name)
+            return getattr(b, op)(xs[0], xs[1], name=name)
+        if op == "div":
+            return b.fdiv(xs[0], xs[1], name=name)
+        if op == "pow":
+            if fl:
+                return self.math("pow", t, xs[0], xs[1])
+            w = [self.convert(v, out, np.dtype(np.float64)) for v in xs]
+            return self.convert(self.math("pow", F64, *w), np.dtype(np.float64), out)
+        raise UnsupportedOpError(f"{describe(self.g, n)}: no scalar lowering for {op}")
+
+    def _max(self, x, y, fl):
+        b = self.b
+        if fl:   # NaN in either operand propagates, as numpy.maximum
+            return b.select(b.or_(b.fcmp_ordered(">", x, y), self.isnan(x)), x, y)
+        return b.select(b.icmp_signed(">", x, y), x, y)
+
+    def _min(self, x, y, fl):
+        b = self.b
+        if fl:
+            return b.select(b.or_(b.fcmp_ordered("<", x, y), self.isnan(x)), x, y)
+        return b.select(b.icmp_signed("<", x, y), x, y)
+
+    # --- values inside a loop over an index space ----------------------------------------
+    def leaf_value(self, o: int, space: tuple, idx: list, memo: dict) -> ir.Value:
+        """The value of a buffer-backed or constant node at loop index ``idx``."""
+        if o in memo:
+            return memo[o]
+        plan = self.plan
+        dt = np.dtype(self.g.nx.nodes[o]["dtype"])
+        if o in plan.scalars:
+            v = _const(dt, plan.scalars[o].item())
+        else:
+            view = plan.views[o]
+            st = view.broadcast_to(space)
+            v = self.load(view.buf, dt, self.offset(view.offset, st, idx), name=f"ld_n{o}")
+        memo[o] = v
+        return v
+
+    def compute(self, roots: list, space: tuple, idx: list, memo: dict, computed: set) -> None:
+        """Emit the fused expression DAG for ``roots`` (each node once) into ``memo``."""
+        plan = self.plan
+        for n in plan.expr_nodes(roots):
+            if n in memo:
+                continue
+            d = self.g.nx.nodes[n]
+            vals, dts = [], []
+            for o in d["operands"]:
+                if o in memo:
+                    vals.append(memo[o])
+                elif o in plan.views or o in plan.scalars:
+                    vals.append(self.leaf_value(o, space, idx, memo))
+                else:
+                    raise AssertionError(f"operand %{o} of %{n} not computed")
+                dts.append(np.dtype(self.g.nx.nodes[o]["dtype"]))
+            memo[n] = self.emit_op(n, vals, dts)
+
+    # --- loop kernels: elementwise stores + reductions over one space ---------------------
+    def loop_kernel(self, kern: Kernel) -> None:
+        plan, g, b = self.plan, self.g, self.b
+        space = kern.space
+        if numel(space) == 0:
+            self._empty_reductions(kern)
+            return
+        stores = {n for n, dest in kern.stores if dest == n}
+        roots = plan.kernel_roots(kern)
+        computed_roots = [r for r in roots if r in stores or
+                          (r not in plan.views and r not in plan.scalars)]
+        # stride vectors of every access, to merge dims that are contiguous for all of them
+        vecs = []
+        for n in plan.expr_nodes(computed_roots):
+            for o in g.nx.nodes[n]["operands"]:
+                if o in plan.views and o not in computed_roots:
+                    vecs.append(plan.views[o].broadcast_to(space))
+        for r in roots:
+            if r not in computed_roots and r in plan.views:
+                vecs.append(plan.views[r].broadcast_to(space))
+        for n, dest in kern.stores:
+            if dest == n and n in plan.copies and plan.copies[n] is not None:
+                vecs.append(plan.copies[n].broadcast_to(space))
+            elif dest != n and n in plan.views:
+                vecs.append(plan.views[n].broadcast_to(space))
+        vecs.append(cstrides(space))
+        red_out = {}
+        full = {}
+        for r in kern.reduces:
+            axes = g.nx.nodes[r]["attrs"]["axis"]
+            keep = tuple(1 if i in axes else s for i, s in enumerate(space))
+            ost = tuple(0 if i in axes else st for i, st in enumerate(cstrides(keep)))
+            red_out[r] = ost
+            full[r] = all(s == 0 for s in ost)
+            vecs.append(ost)
+        sizes, merged = _merge_dims(space, vecs)
+
+        def remap(st):
+            return merged(st)
+
+        # reduction setup
+        accs = {}
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, ident = _reduce_acc(d["op"], dt)
+            if full[r]:
+                slot = self.alloca(reg_type(acc_t), name=f"acc_n{r}")
+                b.store(ident, slot)
+                accs[r] = slot
+            else:
+                n_out = numel(d["shape"])
+                self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
+                    r, dt, ix[0], self._from_acc(ident, _reduce_acc(g.nx.nodes[r]["op"], dt)[0],
+                                                 dt)), name=f"init_n{r}_")
+
+        def body(idx):
+            memo: dict = {}
+            # loads through merged views: build per-node access strides lazily
+            self._space_memo_view(space, remap)
+            for n in self._emit_order(computed_roots):
+                pass
+            self._compute_merged(computed_roots, idx, memo, remap, space)
+            for n, dest in kern.stores:
+                dt = np.dtype(g.nx.nodes[n]["dtype"])
+                if dest == n and n in plan.copies:
+                    src = plan.copies[n]
+                    if src is None:
+                        v = _const(dt, plan.scalars[n].item())
+                    else:
+                        v = self.load(src.buf, dt, self.offset(src.offset, remap(
+                            src.broadcast_to(space)), idx), name=f"cp_n{n}")
+                elif dest == n:
+                    v = memo[n]
+                else:
+                    v = self._merged_leaf(n, idx, memo, remap, space)
+                self.store(dest, dt, self.offset(0, remap(cstrides(space)), idx), v)
+            for r in kern.reduces:
+                d = g.nx.nodes[r]
+                src = d["operands"][0]
+                v = memo[src] if src in memo else self._merged_leaf(src, idx, memo, remap, space)
+                sdt = np.dtype(g.nx.nodes[src]["dtype"])
+                dt = np.dtype(d["dtype"])
+                acc_t, _ = _reduce_acc(d["op"], dt)
+                v = self.convert(v, sdt, acc_t)
+                if full[r]:
+                    cur = b.load(accs[r], typ=reg_type(acc_t))
+                    b.store(self._combine(d["op"], cur, v, acc_t), accs[r])
+                else:
+                    off = self.offset(0, remap(red_out[r]), idx)
+                    cur = self.convert(self.load(r, dt, off), dt, acc_t)
+                    self.store(r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t),
+                                                        acc_t, dt))
+
+        self.loop(sizes, body)
+        # reduction epilogues: write full accumulators, scale means
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, _ = _reduce_acc(d["op"], dt)
+            count = numel(g.nx.nodes[d["operands"][0]]["shape"]) // max(numel(d["shape"]), 1)
+            if full[r]:
+                v = b.load(accs[r], typ=reg_type(acc_t))
+                if d["op"] == "mean":
+                    v = b.fmul(v, ir.Constant(reg_type(acc_t), 1.0 / count if count else
+                                              float("nan")))
+                self.store(r, dt, ir.Constant(I64, 0), self.convert(v, acc_t, dt))
+            elif d["op"] == "mean":
+                scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
+                self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, scale=scale: self.store(
+                    r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)), name=f"mean_n{r}_")
+
+    # merged-dimension variants of leaf loads (strides remapped onto the merged loop dims)
+    def _space_memo_view(self, space, remap):
+        self._remap = remap
+        self._space = space
+
+    def _emit_order(self, roots):
+        return ()
+
+    def _merged_leaf(self, o, idx, memo, remap, space):
+        if o in memo:
+            return memo[o]
+        plan = self.plan
+        dt = np.dtype(self.g.nx.nodes[o]["dtype"])
+        if o in plan.scalars:
+            v = _const(dt, plan.scalars[o].item())
+        else:
+            view = plan.views[o]
+            v = self.load(view.buf, dt, self.offset(view.offset, remap(view.broadcast_to(space)),
+                                                    idx), name=f"ld_n{o}")
+        memo[o] = v
+        return v
+
+    def _compute_merged(self, roots, idx, memo, remap, space):
+        plan = self.plan
+        roots_set = set(roots)
+        for n in plan.expr_nodes(roots):
+            d = self.g.nx.nodes[n]
+            vals, dts = [], []
+            for o in d["operands"]:
+                if o in memo:
+                    vals.append(memo[o])
+                else:
+                    vals.append(self._merged_leaf(o, idx, memo, remap, space))
+                dts.append(np.dtype(self.g.nx.nodes[o]["dtype"]))
+            memo[n] = self.emit_op(n, vals, dts)
+        return roots_set
+
+    def _combine(self, op, cur, v, acc_t):
+        b = self.b
+        fl = acc_t.kind == "f"
+        if op in ("sum", "mean"):
+            if fl:
+                return b.fadd(cur, v, flags=("reassoc",))
+            return b.add(cur, v)
+        if op == "max":
+            if fl:
+                return b.select(b.or_(b.fcmp_ordered(">", v, cur), self.isnan(v)), v, cur)
+            return b.select(b.icmp_signed(">", v, cur), v, cur)
+        if op == "min":
+            if fl:
+                return b.select(b.or_(b.fcmp_ordered("<", v, cur), self.isnan(v)), v, cur)
+            return b.select(b.icmp_signed("<", v, cur), v, cur)
+        if op == "all":
+            return b.and_(cur, v)
+        if op == "any":
+            return b.or_(cur, v)
+        raise AssertionError(op)
+
+    def _from_acc(self, v, acc_t, dt):
+        return self.convert(v, acc_t, dt)
+
+    def _empty_reductions(self, kern: Kernel) -> None:
+        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False)."""
+        g = self.g
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            if d["op"] in ("max", "min"):
+                raise UnsupportedOpError(f"{describe(g, r)}: {d['op']} of an empty tensor")
+            acc_t, ident = _reduce_acc(d["op"], dt)
+            v = self.convert(ident, acc_t, dt)
+            if d["op"] == "mean":
+                v = _const(dt, float("nan"))
+            self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, v=v: self.store(r, dt, ix[0], v),
+                      name=f"empty_n{r}_")
+
+    # --- matmul -----------------------------------------------------------------------
+    def matmul_kernel(self, n: int) -> None:
+        plan, g, b = self.plan, self.g, self.b
+        d = g.nx.nodes[n]
+        a_id, b_id = d["operands"]
+        va, vb = plan.views[a_id], plan.views[b_id]
+        dt = np.dtype(d["dtype"])
+        adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
+        va, vb = as_matrix(va, 0), as_matrix(vb, 1)      # 1-D operands as matrices (views)
+        M, K = va.shape[-2], va.shape[-1]
+        N = vb.shape[-1]
+        batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
+        ast = va.broadcast_to(batch + (M, K))[:-2] if batch else ()
+        bst = vb.broadcast_to(batch + (K, N))[:-2] if batch else ()
+        cst = cstrides(batch + (M, N))[:-2] if batch else ()
+        total = numel(batch + (M, N))
+        if total == 0:
+            return
+        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt:
+            self._matmul_loops(n, va, vb, batch, M, K, N, dt, adt, bdt)
+            return
+        gemm = blas.declare_gemm(self.module, dt)
+        ft = reg_type(dt)
+        ta, lda = _blas_operand(va)
+        tb, ldb = _blas_operand(vb)
+
+        def call(idx):
+            oa = self.offset(va.offset, ast, idx)
+            ob = self.offset(vb.offset, bst, idx)
+            oc = self.offset(0, cst, idx)
+            pa = self.ptr(va.buf, dt, oa)
+            pb = self.ptr(vb.buf, dt, ob)
+            pc = self.ptr(n, dt, oc)
+            c32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+            b.call(gemm, [c32(blas.CBLAS_ROW_MAJOR), c32(ta), c32(tb), c32(M), c32(N), c32(K),
+                          ir.Constant(ft, 1.0), pa, c32(lda), pb, c32(ldb), ir.Constant(ft, 0.0),
+                          pc, c32(max(N, 1))])
+
+        if batch:
+            self.loop(list(batch), call, name="batch")
+        else:
+            call([])
+
+    def _matmul_loops(self, n, va, vb, batch, M, K, N, dt, adt, bdt):
+        """Plain loops for integer/bool matmul and K == 0 (BLAS is float only)."""
+        b = self.b
+        acc_t = dt
+        slot = self.alloca(reg_type(acc_t), name="dot")
+        ast = va.broadcast_to(batch + (M, K))
+        bst = vb.broadcast_to(batch + (K, N))
+        cst = cstrides(batch + (M, N))
+        nb = len(batch)
+
+        def outer(idx):
+            b.store(_const(acc_t, 0), slot)
+
+            def inner(kk):
+                k = kk[0]
+                ia = idx[:nb] + [idx[nb], k]
+                ib = idx[:nb] + [k, idx[nb + 1]]
+                x = self.convert(self.load(va.buf, adt, self.offset(va.offset, ast, ia)), adt,
+                                 acc_t)
+                y = self.convert(self.load(vb.buf, bdt, self.offset(vb.offset, bst, ib)), bdt,
+                                 acc_t)
+                cur = b.load(slot, typ=reg_type(acc_t))
+                if acc_t.kind == "f":
+                    b.store(b.fadd(cur, b.fmul(x, y)), slot)
+                elif acc_t.kind == "b":
+                    b.store(b.or_(cur, b.and_(x, y)), slot)
+                else:
+                    b.store(b.add(cur, b.mul(x, y)), slot)
+
+            self.loop([K], inner, name="k")
+            self.store(n, dt, self.offset(0, cst, idx), b.load(slot, typ=reg_type(acc_t)))
+
+        self.loop(list(batch) + [M, N], outer, name="mn")
+
+    # --- argmax / argmin ------------------------------------------------------------------
+    def argreduce_kernel(self, n: int) -> None:
+        plan, g, b = self.plan, self.g, self.b
+        d = g.nx.nodes[n]
+        src = d["operands"][0]
+        v = plan.views[src]
+        sdt = np.dtype(g.nx.nodes[src]["dtype"])
+        axis = d["attrs"]["axis"]
+        shape = v.shape
+        if not shape:
+            self.store(n, np.dtype(np.int64), ir.Constant(I64, 0), ir.Constant(I64, 0))
+            return
+        if shape[axis] == 0:
+            raise UnsupportedOpError(f"{describe(g, n)}: {d['op']} over an empty dimension")
+        outer_sizes = [s for i, s in enumerate(shape) if i != axis]
+        outer_st = [st for i, st in enumerate(v.strides) if i != axis]
+        ost = cstrides(tuple(outer_sizes))
+        best = self.alloca(reg_type(sdt), name="best")
+        besti = self.alloca(I64, name="best_i")
+        is_max = d["op"] == "argmax"
+        fl = sdt.kind == "f"
+
+        def outer(idx):
+            base = self.offset(v.offset, outer_st, idx)
+            b.store(self.load(v.buf, sdt, base), best)
+            b.store(ir.Constant(I64, 0), besti)
+
+            def inner(kk):
+                k = b.add(kk[0], ir.Constant(I64, 1))
+                off = b.add(base, b.mul(k, ir.Constant(I64, v.strides[axis])))
+                x = self.load(v.buf, sdt, off)
+                cur = b.load(best, typ=reg_type(sdt))
+                if fl:
+                    better = (b.fcmp_ordered(">", x, cur) if is_max else
+                              b.fcmp_ordered("<", x, cur))
+                    better = b.and_(b.or_(better, self.isnan(x)),
+                                    b.fcmp_ordered("ord", cur, cur))
+                elif sdt.kind == "b":
+                    better = b.icmp_unsigned(">" if is_max else "<", x, cur)
+                else:
+                    better = b.icmp_signed(">" if is_max else "<", x, cur)
+                b.store(b.select(better, x, cur), best)
+                b.store(b.select(better, k, b.load(besti, typ=I64)), besti)
+
+            self.loop([shape[axis] - 1], inner, name="k")
+            self.store(n, np.dtype(np.int64), self.offset(0, ost, idx), b.load(besti, typ=I64))
+
+        self.loop(outer_sizes, outer, name="o")
+
+    # --- advanced indexing (integer index tensors, integers beside them) -------------------
+    def _index_value(self, iv: View, idt: np.dtype, idx_part, length: int):
+        """Load an index, wrap negatives, and flag out-of-range (sets rc = 3)."""
+        b = self.b
+        if iv is None:
+            j = idx_part
+        else:
+            j = self.convert(self.load(iv.buf, idt, self.offset(iv.offset, iv.strides, idx_part)),
+                             idt, np.dtype(np.int64))
+        j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)),
+                     b.add(j, ir.Constant(I64, length)), j)
+        bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)),
+                    b.icmp_signed(">=", j, ir.Constant(I64, length)))
+        b.store(b.select(bad, ir.Constant(I32, RC_INDEX), b.load(self.rc, typ=I32)), self.rc)
+        return b.select(bad, ir.Constant(I64, 0), j)       # never address out of bounds
+
+    def _gather(self, n: int, src: View, first_index_operand: int) -> Gather:
+        d = self.g.nx.nodes[n]
+        tens = d["operands"][first_index_operand:]
+        for t in tens:
+            if np.dtype(self.g.nx.nodes[t]["dtype"]).kind == "b":
+                raise UnsupportedOpError(f"{describe(self.g, n)}: boolean index tensors are not "
+                                         "supported by the native backend here; use "
+                                         "graphc.where(mask, value, x)")
+        return Gather(src, d["attrs"]["index"], [tuple(self.g.nx.nodes[t]["shape"])
+                                                 for t in tens]), tens
+
+    def _gather_loop(self, n, src: View, first: int, fn) -> tuple:
+        """Loop over the advanced-indexing result shape; fn(idx, source offset)."""
+        gat, tens = self._gather(n, src, first)
+        views = [(self.plan.views[tens[k]], np.dtype(self.g.nx.nodes[tens[k]]["dtype"]))
+                 if k is not None else (None, None) for _, k, _ in gat.adv]
+        nb = len(gat.bshape)
+        st = gat.view.strides
+
+        def body(idx):
+            bidx = idx[gat.bpos:gat.bpos + nb]
+            basic = idx[:gat.bpos] + idx[gat.bpos + nb:]
+            off = self.offset(gat.view.offset, [st[d] for d in gat.basic_dims], basic)
+            for (dim, k, const), (iv, idt) in zip(gat.adv, views):
+                length = gat.view.shape[dim]
+                if iv is None:
+                    j = self._index_value(None, None, ir.Constant(I64, const), length)
+                else:
+                    bst = iv.broadcast_to(gat.bshape)
+                    j = self._index_value(View(iv.buf, iv.offset, bst, gat.bshape), idt, bidx,
+                                          length)
+                off = self.b.add(off, self.b.mul(j, ir.Constant(I64, st[dim])))
+            fn(idx, off)
+
+        self.loop(list(gat.out_shape), body)
+        return gat
+
+    def getitem_kernel(self, n: int) -> None:
+        d = self.g.nx.nodes[n]
+        x = d["operands"][0]
+        dt = np.dtype(d["dtype"])
+        oc = cstrides(tuple(d["shape"]))
+        xv = self.plan.views[x]
+        self._gather_loop(n, xv, 1, lambda idx, off: self.store(
+            n, dt, self.offset(0, oc, idx), self.load(xv.buf, dt, off)))
+
+    def getitem_grad_kernel(self, n: int) -> None:
+        d = self.g.nx.nodes[n]
+        gsrc = d["operands"][0]
+        dt = np.dtype(d["dtype"])
+        shape = tuple(d["shape"])
+        self.loop([numel(shape)], lambda ix: self.store(n, dt, ix[0], _const(dt, 0)), name="z")
+        gv = self.plan.views[gsrc]
+        gdt = np.dtype(self.g.nx.nodes[gsrc]["dtype"])
+        own = View(n, 0, cstrides(shape), shape)
+        index = d["attrs"]["index"]
+        if len(d["operands"]) == 1:
+            bv = index_view(own, index)
+            gst = gv.broadcast_to(bv.shape)
+            self.loop(list(bv.shape), lambda idx: self.store(
+                n, dt, self.offset(bv.offset, bv.strides, idx),
+                self.convert(self.load(gv.buf, gdt, self.offset(gv.offset, gst, idx)), gdt, dt)))
+            return
+        b = self.b
+
+        def acc(idx, off):       # repeated indices accumulate, as numpy.add.at
+            gst = gv.broadcast_to(tuple(d_ for d_ in gv.shape))
+            v = self.convert(self.load(gv.buf, gdt, self.offset(gv.offset, gst, idx)), gdt, dt)
+            cur = self.load(n, dt, off)
+            self.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else b.add(cur, v))
+
+        self._gather_loop(n, own, 1, acc)
+
+    def setitem_kernel(self, n: int) -> None:
+        d = self.g.nx.nodes[n]
+        x, v = d["operands"][:2]
+        dt = np.dtype(d["dtype"])
+        shape = tuple(d["shape"])
+        xv, vv = self.plan.views[x], self.plan.views[v]
+        vdt = np.dtype(self.g.nx.nodes[v]["dtype"])
+        oc = cstrides(shape)
+        index = d["attrs"]["index"]
+        tens = d["operands"][2:]
+        if len(tens) == 1 and index == (("t", 0),) and \
+                np.dtype(self.g.nx.nodes[tens[0]]["dtype"]).kind == "b" and \
+                tuple(self.g.nx.nodes[tens[0]]["shape"]) == shape and numel(vv.shape) == 1:
+            mv = self.plan.views[tens[0]]          # x[mask] = scalar: a select per element
+            b = self.b
+            self.loop(list(shape), lambda idx: self.store(n, dt, self.offset(0, oc, idx), b.select(
+                self.load(mv.buf, np.dtype(bool), self.offset(mv.offset, mv.strides, idx)),
+                self.convert(self.load(vv.buf, vdt, ir.Constant(I64, vv.offset)), vdt, dt),
+                self.load(xv.buf, dt, self.offset(xv.offset, xv.strides, idx)))), name="m")
+            return
+        self.loop(list(shape), lambda idx: self.store(
+            n, dt, self.offset(0, oc, idx),
+            self.load(xv.buf, dt, self.offset(xv.offset, xv.strides, idx))), name="cp")
+        own = View(n, 0, oc, shape)
+        if not tens:
+            bv = index_view(own, index)
+            vst = vv.broadcast_to(bv.shape)
+            self.loop(list(bv.shape), lambda idx: self.store(
+                n, dt, self.offset(bv.offset, bv.strides, idx),
+                self.convert(self.load(vv.buf, vdt, self.offset(vv.offset, vst, idx)), vdt, dt)))
+            return
+        gat, _ = self._gather(n, own, 2)
+        vst = vv.broadcast_to(gat.out_shape)
+        self._gather_loop(n, own, 2, lambda idx, off: self.store(
+            n, dt, off, self.convert(self.load(vv.buf, vdt, self.offset(vv.offset, vst, idx)),
+                                     vdt, dt)))
+
+
+def _reduce_acc(op: str, dt: np.dtype):
+    """(accumulator dtype, identity constant) of a reduction."""
+    if op in ("all", "any"):
+        return np.dtype(bool), ir.Constant(I1, 1 if op == "all" else 0)
+    if op in ("sum", "mean"):
+        acc = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
+        return acc, _const(acc, 0)
+    if dt.kind == "f":
+        return dt, _const(dt, float("-inf") if op == "max" else float("inf"))
+    info = np.iinfo(dt) if dt.kind in "iu" else None
+    if info is None:
+        return dt, _const(dt, 0 if op == "max" else 1)
+    return dt, _const(dt, info.min if op == "max" else info.max)
+
+
+def _merge_dims(space: tuple, vecs: list):
+    """Merge adjacent loop dims that are contiguous for every access; returns (sizes, remap)."""
+    groups = [[i] for i in range(len(space))]
+    k = len(groups) - 1
+    while k > 0:
+        a, c = groups[k - 1][-1], groups[k][0]
+        size_c = 1
+        for i in groups[k]:
+            size_c *= space[i]
+        if all(v[a] == v[groups[k][-1]] * _group_size(space, groups[k]) // 1 * 1 and
+               _contig(v, space, groups[k - 1][-1], groups[k]) for v in vecs):
+            groups[k - 1] = groups[k - 1] + groups[k]
+            groups.pop(k)
+        k -= 1
+    sizes = [_group_size(space, grp) for grp in groups]
+
+    def remap(st: tuple) -> tuple:
+        return tuple(st[grp[-1]] for grp in groups)
+
+    return sizes, remap
+
+
+def _group_size(space, grp) -> int:
+    n = 1
+    for i in grp:
+        n *= space[i]
+    return n
+
+
+def _contig(v, space, a: int, grp: list) -> bool:
+    """Is dim ``a`` followed by the (already merged) dims ``grp`` one linear run in ``v``?"""
+    return v[a] == v[grp[-1]] * _group_size(space, grp) and all(
+        v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1))
+
+
+def _blas_operand(v: View) -> tuple:
+    """(CBLAS transpose flag, leading dimension) for a matrix view the planner accepted."""
+    layout = blas_layout(v)
+    if layout is None:
+        raise UnsupportedOpError(f"internal error: matrix view with strides {v.strides} "
+                                 "reached BLAS")
+    trans, ld = layout
+    return (blas.CBLAS_TRANS if trans else blas.CBLAS_NO_TRANS), max(ld, 1)
+
+
+def lower(plan: Plan, name: str) -> ir.Module:
+    """The LLVM module for a plan (see the module docstring for the calling convention)."""
+    return Lowerer(plan, name).build()

@@ -1,0 +1,562 @@
+"""Scheduling a graph for native code: views, fusion into loop kernels, memory plan.
+
+Every value is either *buffer-backed* (an input, a constant array, a
+materialized result, or a view -- offset and strides -- of one of those) or
+*fused*: an elementwise value computed inside the loop of the kernel that
+consumes it.  A loop kernel iterates over one index space and stores
+elementwise results and/or accumulates reductions; kernels over the same space
+that do not depend on each other are merged (multi-output fusion), so a
+forward chain and its gradient reductions share one pass over memory.
+Intermediate buffers live in one arena, reused by liveness.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from eager._surface import decode_index
+
+from ..errors import GraphcError, UnsupportedOpError
+from ..ir import Graph, describe
+
+ELEMENTWISE = frozenset({
+    "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "sign", "clamp",
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "logical_not", "where", "cast", "copy", "detach", "fill"})
+REDUCE = frozenset({"sum", "mean", "max", "min", "all", "any"})
+ARGREDUCE = frozenset({"argmax", "argmin"})
+VIEW_OPS = frozenset({"reshape", "transpose", "expand"})
+SPECIAL = frozenset({"getitem_grad", "setitem"})
+NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
+ALIGN = 64
+
+
+def cstrides(shape) -> tuple:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(st))
+
+
+def numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+class View:
+    """Elements of buffer ``buf`` at ``offset + sum(i_k * strides[k])`` for an index of ``shape``."""
+
+    __slots__ = ("buf", "offset", "strides", "shape")
+
+    def __init__(self, buf, offset: int, strides: tuple, shape: tuple) -> None:
+        self.buf = buf
+        self.offset = int(offset)
+        self.strides = tuple(int(s) for s in strides)
+        self.shape = tuple(int(s) for s in shape)
+
+    def contiguous(self) -> bool:
+        return all(st == c for st, c, d in zip(self.strides, cstrides(self.shape), self.shape)
+                   if d != 1)
+
+    def broadcast_to(self, shape: tuple) -> tuple:
+        """Strides of this view read over index space ``shape`` (numpy broadcasting)."""
+        lead = len(shape) - len(self.shape)
+        out = [0] * lead
+        for d, st in zip(self.shape, self.strides):
+            out.append(0 if d == 1 else st)
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        return f"View({self.buf}, off={self.offset}, strides={self.strides}, shape={self.shape})"
+
+
+def index_view(v: View, spec: tuple) -> View:
+    """Apply a basic index spec (ints, slices, None, Ellipsis) to a view, numpy's semantics.
+
+    numpy itself computes the offset and strides, on a 1-byte dummy array that
+    has the view's element strides (no data is touched).
+    """
+    base = np.zeros(1, dtype=np.uint8)
+    probe = np.lib.stride_tricks.as_strided(base, shape=v.shape, strides=v.strides,
+                                            writeable=False) if v.shape else base.reshape(())
+    try:
+        # a trailing new axis keeps the result an array even when every dim is indexed
+        key = decode_index(spec, ())
+        tail = (None,) if any(k is Ellipsis for k in key) else (Ellipsis, None)
+        sub = probe[key + tail]
+    except IndexError as e:
+        raise IndexError(f"getitem: {e} (tensor shape {list(v.shape)})") from None
+    off = sub.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return View(v.buf, v.offset + off, sub.strides[:-1], sub.shape[:-1])
+
+
+class Gather:
+    """Advanced (integer-array) indexing, decomposed for code generation.
+
+    ``view`` is the source with every advanced item replaced by a full slice;
+    ``adv`` lists (view dim, operand k or None, int value) per advanced item;
+    the broadcast index shape ``bshape`` sits at output position ``bpos`` (numpy:
+    where the advanced items are when they are adjacent, else first);
+    ``basic_dims`` are the view dims that map to the other output dims.
+    """
+
+    def __init__(self, v: View, spec: tuple, idx_shapes: Sequence[tuple]) -> None:
+        key = []
+        adv = []
+        positions = []
+        consumed = sum(1 for it in spec if it[0] in ("s", "t", "i"))
+        dim = 0
+        for k, it in enumerate(spec):
+            tag = it[0]
+            if tag in ("t", "i"):
+                adv.append((dim, it[1] if tag == "t" else None, it[1] if tag == "i" else 0))
+                positions.append(k)
+                key.append(("s", None, None, None))
+                dim += 1
+            else:
+                key.append(it)
+                if tag in ("s", "n"):
+                    dim += 1
+                elif tag == "e":
+                    dim += len(v.shape) - consumed
+        self.view = index_view(v, tuple(key))
+        self.adv = adv
+        shapes = [idx_shapes[k] if k is not None else () for _, k, _ in adv]
+        self.bshape = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+        adv_dims = {d for d, _, _ in adv}
+        self.basic_dims = [d for d in range(len(self.view.shape)) if d not in adv_dims]
+        adjacent = positions == list(range(positions[0], positions[0] + len(positions))) \
+            if positions else True
+        first = adv[0][0] if adv else 0
+        self.bpos = sum(1 for d in self.basic_dims if d < first) if adjacent else 0
+        basic_shape = [self.view.shape[d] for d in self.basic_dims]
+        self.out_shape = tuple(basic_shape[:self.bpos]) + self.bshape + \
+            tuple(basic_shape[self.bpos:])
+
+
+class Kernel:
+    """One unit of generated code, run in order by the entry point."""
+
+    def __init__(self, kind: str, space: tuple = (), node: Optional[int] = None) -> None:
+        self.kind = kind          # loop | matmul | argreduce | getitem | getitem_grad | setitem | copy
+        self.space = tuple(space)
+        self.node = node          # the node of a non-loop kernel
+        self.stores: list = []    # [(node, dest buffer)] elementwise results stored over space
+        self.reduces: list = []   # reduce nodes accumulated over space
+        self.reads: set = set()   # buffers read
+        self.writes: set = set()  # buffers written
+
+    def __repr__(self) -> str:
+        what = [f"store %{n}" for n, _ in self.stores] + [f"reduce %{n}" for n in self.reduces]
+        if self.node is not None and not what:
+            what = [f"%{self.node}"]
+        return f"<{self.kind} {list(self.space)}: {', '.join(what)}>"
+
+
+class Plan:
+    """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
+
+    def __init__(self, g: Graph, fuse: bool = True) -> None:
+        self.g = g
+        self.fuse = fuse
+        self.order = g.topo_order()
+        self.views: dict = {}        # node -> View for buffer-backed nodes
+        self.scalars: dict = {}      # node -> numpy 0-d const
+        self.copies: dict = {}       # node -> View to copy from (materialized views)
+        self.materialized: set = set()
+        self.out_buffer: dict = {}   # node -> output index it is computed into
+        self.kernels: list = []
+        self.buffers: dict = {}      # buffer id -> (kind, index/offset, nbytes, dtype)
+        self.arena_bytes = 0
+        self._check_dtypes()
+        self._classify()
+        self._choose_fusion()
+        self._build_kernels()
+        self._plan_memory()
+        self._check_bounds()
+
+    # --- helpers ---------------------------------------------------------------
+    def nd(self, n: int) -> dict:
+        return self.g.nx.nodes[n]
+
+    def shape(self, n: int) -> tuple:
+        return tuple(self.nd(n)["shape"])
+
+    def dtype(self, n: int) -> np.dtype:
+        return np.dtype(self.nd(n)["dtype"])
+
+    def _check_dtypes(self) -> None:
+        for n in self.order:
+            d = self.nd(n)
+            if d["dtype"] not in NATIVE_DTYPES:
+                raise UnsupportedOpError(
+                    f"{describe(self.g, n)}: dtype {d['dtype']} is not supported by the native "
+                    "backend (float32, float64, int64, int32, bool); use backend='interpreter'")
+
+    def _own(self, n: int) -> View:
+        shp = self.shape(n)
+        return View(n, 0, cstrides(shp), shp)
+
+    def _materialize(self, n: int) -> None:
+        """Give a fused value its own contiguous buffer (buffer-backed values stay as they are)."""
+        if n in self.views or n in self.scalars:
+            return
+        self.materialized.add(n)
+        self.views[n] = self._own(n)
+
+    def _force_copy(self, n: int) -> None:
+        """A contiguous copy of a view or scalar constant, written by a copy kernel."""
+        if n in self.views and self.views[n].buf == n:
+            return
+        if n not in self.views and n not in self.scalars:
+            self._materialize(n)
+            return
+        self.copies[n] = self.views.get(n)
+        self.materialized.add(n)
+        self.views[n] = self._own(n)
+
+    def _buffer_view(self, n: int) -> View:
+        if n in self.scalars:
+            self._force_copy(n)
+        elif n not in self.views:
+            self._materialize(n)
+        return self.views[n]
+
+    # --- phase 1: which values are views, which must be materialized ---------------
+    def _classify(self) -> None:
+        for n in self.order:
+            d = self.nd(n)
+            op = d["op"]
+            a = d["attrs"]
+            if op == "input":
+                self.views[n] = View(("in", self.g.inputs.index(n)), 0, cstrides(d["shape"]),
+                                     d["shape"])
+            elif op == "const":
+                v = a["value"]
+                if v.ndim == 0:
+                    self.scalars[n] = v
+                else:
+                    self.views[n] = View(("const", n), 0, cstrides(v.shape), v.shape)
+            elif op in ("reshape", "expand") and d["operands"][0] in self.scalars:
+                self.scalars[n] = self.scalars[d["operands"][0]]      # still one value
+            elif op in VIEW_OPS or (op == "getitem" and len(d["operands"]) == 1):
+                src = d["operands"][0]
+                v = self._buffer_view(src)
+                nv = self._apply_view(op, v, a, n)
+                if nv is None:                   # reshape of a non-contiguous view: copy first
+                    self._force_copy(src)
+                    nv = self._apply_view(op, self.views[src], a, n)
+                self.views[n] = nv
+            elif op in ELEMENTWISE:
+                pass
+            elif op in REDUCE:
+                if not self.fuse:
+                    self._buffer_view(d["operands"][0])
+                self._materialize(n)
+            elif op == "matmul":
+                for side, o in enumerate(d["operands"]):
+                    v = self._buffer_view(o)
+                    if self.dtype(o).kind == "f" and not _gemm_ok(v, side):
+                        self._force_copy(o)
+                self._materialize(n)
+            elif op in ARGREDUCE or op in SPECIAL or op == "getitem":
+                for o in d["operands"]:
+                    self._buffer_view(o)
+                self._materialize(n)
+            else:
+                raise UnsupportedOpError(f"{describe(self.g, n)}: op {op!r} has no native lowering")
+        for o in self.g.outputs:
+            self._materialize(o)
+
+    def _apply_view(self, op: str, v: View, a: dict, n: int) -> Optional[View]:
+        if op == "transpose":
+            perm = a["perm"]
+            return View(v.buf, v.offset, tuple(v.strides[p] for p in perm),
+                        tuple(v.shape[p] for p in perm))
+        if op == "expand":
+            shape = tuple(a["shape"])
+            return View(v.buf, v.offset, v.broadcast_to(shape), shape)
+        if op == "reshape":
+            if not v.contiguous():
+                return None
+            shape = tuple(a["shape"])
+            return View(v.buf, v.offset, cstrides(shape), shape)
+        if op == "getitem":
+            return index_view(v, a["index"])
+        raise AssertionError(op)
+
+    # --- phase 2: fusion decisions ------------------------------------------------------
+    def _choose_fusion(self) -> None:
+        ew = [n for n in self.order if self.nd(n)["op"] in ELEMENTWISE]
+        if not self.fuse:
+            for n in ew:
+                self._materialize(n)
+            return
+        users: dict = {n: [] for n in self.order}
+        for n in self.order:
+            for o in self.nd(n)["operands"]:
+                users[o].append(n)
+        spaces: dict = {}
+        for n in reversed(ew):
+            if n in self.materialized:
+                spaces[n] = {self.shape(n)}
+                continue
+            s = set()
+            for u in users[n]:
+                uop = self.nd(u)["op"]
+                if u in self.materialized and uop in ELEMENTWISE:
+                    s.add(self.shape(u))
+                elif uop in REDUCE:
+                    s.add(self.shape(n))
+                elif u in spaces:
+                    s |= spaces[u]
+                else:
+                    s.add(self.shape(n))
+            if len(s) > 1:
+                self._materialize(n)
+                s = {self.shape(n)}
+            spaces[n] = s
+        # an elementwise value that nothing consumes and is not an output is dead code
+        # (the optimizer removes it); it needs no kernel.
+
+    # --- phase 3: kernels in dependency order, merged by space ----------------------------
+    def _build_kernels(self) -> None:
+        produced_by: dict = {}     # buffer id -> kernel index
+        groups: dict = {}          # space -> list of kernel indices (loop kernels)
+        first_out = {}          # materialized node -> output index it is computed into
+        done_out = set()        # output indices that need no copy
+        for k, o in enumerate(self.g.outputs):
+            if o in self.materialized and self.views[o].buf == o and o not in first_out:
+                first_out[o] = k
+                done_out.add(k)
+        for k, o in enumerate(self.g.outputs):
+            # an output that is a reshape of a materialized result: compute into the output
+            v = self.views.get(o)
+            if k in done_out or v is None or not isinstance(v.buf, int) or v.buf == o:
+                continue
+            b = v.buf
+            if b in self.materialized and b not in first_out and b not in self.copies and \
+                    v.offset == 0 and v.contiguous() and numel(v.shape) == numel(self.shape(b)):
+                first_out[b] = k
+                done_out.add(k)
+        self.out_buffer = first_out
+        for n in self.order:
+            if n not in self.materialized:
+                continue
+            d = self.nd(n)
+            op = d["op"]
+            if n in self.copies or op in ELEMENTWISE:
+                space = self.shape(n)
+                kern = Kernel("loop", space)
+                kern.stores.append((n, n))
+            elif op in REDUCE:
+                space = self.shape(d["operands"][0])
+                kern = Kernel("loop", space)
+                kern.reduces.append(n)
+            elif op == "matmul":
+                kern = Kernel("matmul", self.shape(n), n)
+            elif op in ARGREDUCE:
+                kern = Kernel("argreduce", self.shape(d["operands"][0]), n)
+            elif op == "getitem":
+                kern = Kernel("getitem", self.shape(n), n)
+            elif op in SPECIAL:
+                kern = Kernel(op, self.shape(n), n)
+            else:
+                continue                               # inputs and constants
+            kern.writes.add(n)
+            kern.reads = self._reads(kern)
+            dep = max((produced_by.get(b, -1) for b in kern.reads), default=-1)
+            target = None
+            if kern.kind == "loop" and self.fuse and numel(kern.space) > 0:
+                for gi in reversed(groups.get(kern.space, [])):
+                    if gi > dep:
+                        target = gi
+                    break
+            if target is not None:
+                host = self.kernels[target]
+                host.stores += kern.stores
+                host.reduces += kern.reduces
+                host.reads |= kern.reads
+                host.writes |= kern.writes
+                produced_by[n] = target
+            else:
+                self.kernels.append(kern)
+                produced_by[n] = len(self.kernels) - 1
+                if kern.kind == "loop":
+                    groups.setdefault(kern.space, []).append(len(self.kernels) - 1)
+        # outputs not computed straight into their output array: copy (inputs, views,
+        # constants, an output listed twice)
+        for k, o in enumerate(self.g.outputs):
+            if k in done_out:
+                continue
+            kern = Kernel("loop", self.shape(o))
+            kern.stores.append((o, ("out", k)))
+            kern.writes.add(("out", k))
+            kern.reads = {self.views[o].buf} if o in self.views else set()
+            self.kernels.append(kern)
+
+    def kernel_roots(self, kern: Kernel) -> list:
+        """Nodes whose value a loop kernel computes per index (stores and reduce operands)."""
+        roots = [n for n, dest in kern.stores if dest == n and n not in self.copies]
+        roots += [self.nd(r)["operands"][0] for r in kern.reduces]
+        return roots
+
+    def _reads(self, kern: Kernel) -> set:
+        if kern.kind != "loop":
+            return {self.views[o].buf for o in self.nd(kern.node)["operands"]
+                    if o in self.views}
+        bufs = set()
+        for n, dest in kern.stores:
+            if dest == n and n in self.copies and self.copies[n] is not None:
+                bufs.add(self.copies[n].buf)
+        stores = {n for n, _ in kern.stores}
+        computed = [r for r in self.kernel_roots(kern)
+                    if r in stores or (r not in self.views and r not in self.scalars)]
+        for r in self.kernel_roots(kern):
+            if r not in computed and r in self.views:
+                bufs.add(self.views[r].buf)
+        for n in self.expr_nodes(computed):
+            for o in self.nd(n)["operands"]:
+                if o in self.views and o not in computed:
+                    bufs.add(self.views[o].buf)
+        return bufs
+
+    def expr_nodes(self, roots: list) -> list:
+        """Nodes a kernel computes per index for ``roots`` (ascending id = topological).
+
+        Roots are always computed; their operands are computed when they are not
+        buffer-backed (then they are loaded) or scalar constants.
+        """
+        seen, stack = set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            for o in self.nd(n)["operands"]:
+                if o not in self.views and o not in self.scalars and o not in seen:
+                    stack.append(o)
+        return sorted(seen)
+
+    # --- phase 4: buffers and the arena ------------------------------------------------------
+    def _plan_memory(self) -> None:
+        last_use: dict = {}
+        for ki, k in enumerate(self.kernels):
+            for b in k.reads:
+                last_use[b] = ki
+        out_pos = {o: k for o, k in self.out_buffer.items()}
+        for o in self.g.outputs:
+            b = self.views[o].buf if o in self.views else o
+            last_use[b] = len(self.kernels)
+        intervals = []
+        for ki, k in enumerate(self.kernels):
+            for b in sorted(k.writes, key=repr):
+                if isinstance(b, tuple):
+                    self.buffers[b] = ("out", b[1], 0)
+                    continue
+                if b in out_pos:
+                    self.buffers[b] = ("out", out_pos[b], 0)
+                    continue
+                nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
+                intervals.append((ki, last_use.get(b, ki), b, nbytes))
+        free: list = []            # (offset, size) blocks available
+        live: list = []            # (end kernel, offset, size)
+        top = 0
+        for start, end, b, nbytes in sorted(intervals, key=lambda t: (t[0], t[2])):
+            still = []
+            for e, off, size in live:
+                if e < start:
+                    free.append((off, size))
+                else:
+                    still.append((e, off, size))
+            live = still
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            free.sort()
+            slot = None
+            for i, (off, fsize) in enumerate(free):
+                if fsize >= size:
+                    slot = off
+                    if fsize > size:
+                        free[i] = (off + size, fsize - size)
+                    else:
+                        free.pop(i)
+                    break
+            if slot is None:
+                slot = top
+                top += size
+            self.buffers[b] = ("arena", slot, nbytes)
+            live.append((end, slot, size))
+        self.arena_bytes = top
+
+    def buffer_elements(self, buf) -> int:
+        if isinstance(buf, tuple):
+            if buf[0] == "in":
+                return numel(self.shape(self.g.inputs[buf[1]]))
+            if buf[0] == "const":
+                return numel(self.shape(buf[1]))
+            return numel(self.shape(self.g.outputs[buf[1]]))
+        return numel(self.shape(buf))
+
+    def _check_bounds(self) -> None:
+        """Every view must address only elements of its buffer (checked before any code runs)."""
+        for n, v in list(self.views.items()) + [(n, v) for n, v in self.copies.items()
+                                                if v is not None]:
+            if numel(v.shape) == 0:
+                continue
+            lo = v.offset + sum(min(0, st * (d - 1)) for st, d in zip(v.strides, v.shape))
+            hi = v.offset + sum(max(0, st * (d - 1)) for st, d in zip(v.strides, v.shape))
+            size = self.buffer_elements(v.buf)
+            if lo < 0 or hi >= size:
+                raise GraphcError(
+                    f"internal error: the view of {describe(self.g, n)} would address elements "
+                    f"[{lo}, {hi}] of a buffer of {size}; refusing to generate code (please "
+                    "report this graph)")
+
+    # --- reporting ------------------------------------------------------------------
+    def summary(self) -> dict:
+        loops = [k for k in self.kernels if k.kind == "loop"]
+        return {"kernels": len(self.kernels), "loop_kernels": len(loops),
+                "fused_nodes": sum(len(self.expr_nodes(
+                    [r for r in self.kernel_roots(k) if r not in self.views or
+                     r in {n for n, _ in k.stores}])) for k in loops),
+                "arena_bytes": self.arena_bytes,
+                "materialized": len(self.materialized)}
+
+    def describe(self) -> str:
+        lines = [f"plan for {self.g.name}: {len(self.kernels)} kernels, arena "
+                 f"{self.arena_bytes} bytes"]
+        for i, k in enumerate(self.kernels):
+            lines.append(f"  k{i}: {k!r}")
+        return "\n".join(lines)
+
+
+def as_matrix(v: View, side: int) -> View:
+    """A 1-D matmul operand as the matrix numpy uses: (1, K) on the left, (K, 1) on the right."""
+    if len(v.shape) != 1:
+        return v
+    if side == 0:
+        return View(v.buf, v.offset, (0,) + v.strides, (1,) + v.shape)
+    return View(v.buf, v.offset, v.strides + (0,), v.shape + (1,))
+
+
+def blas_layout(v: View) -> Optional[tuple]:
+    """(transposed?, leading dimension) if BLAS can read this row-major matrix view, else None."""
+    rows, cols = v.shape[-2], v.shape[-1]
+    s0, s1 = v.strides[-2], v.strides[-1]
+    if rows <= 1:
+        s0 = max(cols, 1)
+    if cols <= 1:
+        s1 = 1
+    if s1 == 1 and s0 >= max(cols, 1):
+        return False, s0
+    if s0 == 1 and s1 >= max(rows, 1):
+        return True, s1
+    return None
+
+
+def _gemm_ok(v: View, side: int) -> bool:
+    return blas_layout(as_matrix(v, side)) is not None

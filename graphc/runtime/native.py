@@ -1,0 +1,125 @@
+"""Native execution of a graph: plan, lower, JIT, and a one-crossing call.
+
+A call hands the input and output array *objects* to the entry point as
+``PyObject*`` (ctypes ``py_object``: no per-array pointer lookups in Python);
+generated code reads each array's data pointer and flags from numpy's array
+struct.  The struct offsets are checked once, here, at import.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..backend import lower as L
+from ..backend.plan import Plan
+from ..errors import GraphcError
+from ..ir import Graph, verify
+from . import jit
+
+
+def _check_abi() -> Optional[str]:
+    """None if numpy's PyArrayObject has the data/flags offsets the generated code uses."""
+    try:
+        a = np.zeros((4, 4))
+        data = ctypes.c_void_p.from_address(id(a) + L.DATA_OFFSET).value
+        if data != a.__array_interface__["data"][0]:
+            return "data pointer offset differs"
+        flags = ctypes.c_int.from_address(id(a) + L.FLAGS_OFFSET).value
+        want = L.NPY_C_CONTIGUOUS | L.NPY_ALIGNED
+        if flags & want != want:
+            return "flags offset differs"
+        t = a.T
+        tflags = ctypes.c_int.from_address(id(t) + L.FLAGS_OFFSET).value
+        if tflags & L.NPY_C_CONTIGUOUS:
+            return "flags offset differs (transposed array reads as C-contiguous)"
+    except Exception as e:  # pragma: no cover - exotic Python builds
+        return f"probe failed: {e}"
+    return None
+
+
+ABI_PROBLEM = _check_abi()
+
+
+class NativeExecutable:
+    """A compiled graph: ``run(arrays) -> list of new output arrays``."""
+
+    def __init__(self, graph: Graph, opt_level: int = 3, name: Optional[str] = None,
+                 fuse: Optional[bool] = None) -> None:
+        if ABI_PROBLEM is not None:
+            raise GraphcError(f"the native backend cannot read numpy arrays on this build "
+                              f"({ABI_PROBLEM}); use backend='interpreter'")
+        verify(graph, "lowering")
+        self.graph = graph
+        self.name = name or graph.name
+        self.plan = Plan(graph, fuse=(opt_level >= 1) if fuse is None else fuse)
+        self.module = L.lower(self.plan, self.name)
+        self.jit = jit.compile_module(self.module, opt_level, name=self.name)
+        self._init_call()
+
+    def _init_call(self) -> None:
+        g = self.graph
+        self.n_in = len(g.inputs)
+        self.out_specs = [(tuple(g.nx.nodes[o]["shape"]), np.dtype(g.nx.nodes[o]["dtype"]))
+                          for o in g.outputs]
+        self.in_specs = [(tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"]))
+                         for i in g.inputs]
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] *
+                                                 (self.n_in + len(self.out_specs))))
+        self._cfunc = proto(self.jit.address(L.ENTRY))
+        self._empty = np.empty
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list:
+        empty = self._empty
+        outs = [empty(s, d) for s, d in self.out_specs]
+        rc = self._cfunc(*arrays, *outs)
+        if rc:
+            return self._slow(arrays, outs, rc)
+        return outs
+
+    def _slow(self, arrays, outs, rc) -> list:
+        if rc == L.RC_LAYOUT:
+            fixed = []
+            for a, (shape, dt) in zip(arrays, self.in_specs):
+                a = np.asarray(a)
+                if a.shape != shape:
+                    raise GraphcError(f"input of shape {a.shape} where {shape} was compiled")
+                fixed.append(np.array(a, dtype=dt, order="C", copy=True))
+            rc = self._cfunc(*fixed, *outs)
+            if rc == 0:
+                return outs
+        if rc == L.RC_INDEX:
+            raise IndexError(f"{self.name}: an index tensor holds a value out of range for the "
+                             "dimension it indexes")
+        if rc == L.RC_NOMEM:
+            raise MemoryError(f"{self.name}: could not allocate {self.plan.arena_bytes} bytes for "
+                              "intermediates")
+        raise GraphcError(f"{self.name}: native call failed with code {rc}")
+
+    def check_inputs(self, arrays: Sequence) -> list:
+        """Coerce inputs to the compiled dtypes/shapes (slow path for unusual arrays)."""
+        out = []
+        for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
+            a = np.asarray(a)
+            if a.shape != shape:
+                raise GraphcError(f"input {k} has shape {a.shape}, compiled for {shape}")
+            if a.dtype != dt:
+                a = a.astype(dt)
+            out.append(a)
+        return out
+
+    # --- inspection -----------------------------------------------------------
+    def llvm_ir(self, optimized: bool = False) -> str:
+        return self.jit.llvm_ir(optimized=optimized)
+
+    def asm(self) -> str:
+        return self.jit.asm()
+
+
+_lock = threading.Lock()
