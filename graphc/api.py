@@ -18,8 +18,11 @@ from eager.tensor import Tensor
 from . import tree
 from .errors import GraphcError, SignatureError
 from .interpreter import Plan
+from .runtime import cache as _engine_cache
 from .ir import Graph, verify
 from .tracer import Tracer, TraceResult, arg_names, classify_leaf, trace_flat
+
+_tick = _engine_cache.tick
 
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
 
@@ -27,13 +30,61 @@ CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "en
 class _Entry:
     """One cached signature: its trace and the executable that runs it."""
 
-    __slots__ = ("trace", "run", "stages", "key")
+    # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
+    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__")
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
         self.trace = trace
         self.run = run
         self.stages = stages
         self.key = key
+        # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
+        # write back -- decided once per signature so the call does no extra checks
+        self.fast = (not trace.tensor_io and not trace.mutated_inputs and
+                     not trace.grad_writes and all(_plain_array_item(it) for it in key))
+        self.build_out = _output_builder(trace)
+
+
+def _plain_array_item(item) -> bool:
+    """A key item of an exact, native-endian ndarray argument (or a static value)."""
+    if isinstance(item, tuple) and item and item[0] in ("static_arg", "S"):
+        return True
+    return (isinstance(item, tuple) and len(item) == 3 and item[0] == "A" and
+            isinstance(item[2], np.dtype) and item[2].isnative)
+
+
+def _output_builder(tr) -> Callable[[list], Any]:
+    """A function rebuilding the user's output structure from the flat output list."""
+    import operator
+    make = Tensor._make if tr.tensor_io else None
+    getters = []
+    j = 0
+    for k in range(tr.out_tree.num_leaves):
+        if k in tr.out_static:
+            getters.append(lambda o, v=tr.out_static[k]: v)
+        else:
+            getters.append(operator.itemgetter(j) if make is None else
+                           (lambda o, j=j: make(o[j])))
+            j += 1
+    it = iter(getters)
+
+    def build(td):
+        if td.kind == "leaf":
+            return next(it)
+        if td.kind == "none":
+            return lambda o: None
+        kids = [build(c) for c in td.children]
+        if td.kind == "tuple":
+            return lambda o: tuple([f(o) for f in kids])
+        if td.kind == "list":
+            return lambda o: [f(o) for f in kids]
+        if td.kind == "dict":
+            keys = td.aux
+            return lambda o: {k: f(o) for k, f in zip(keys, kids)}
+        cls = td.aux                                  # namedtuple
+        return lambda o: cls(*[f(o) for f in kids])
+
+    return build(tr.out_tree)
 
 
 def _describe_key_item(item) -> str:
@@ -52,7 +103,8 @@ class CompiledFunction:
     def __init__(self, fn: Callable, static_argnums: Sequence[int] = (), opt_level: int = 2,
                  recompile_limit: int = 8, backend: str = "native",
                  disable_passes: Sequence[str] = (), print_after: Sequence[str] = (),
-                 verify_passes: bool = False, **options: Any) -> None:
+                 verify_passes: bool = False, poison_freed: bool = False,
+                 disk_cache: Any = None, **options: Any) -> None:
         if isinstance(static_argnums, int):
             static_argnums = (static_argnums,)
         if not callable(fn):
@@ -76,6 +128,10 @@ class CompiledFunction:
         self.disable_passes = tuple(disable_passes)
         self.print_after = tuple(print_after)
         self.verify_passes = bool(verify_passes)
+        self.poison_freed = bool(poison_freed)   # debug: NaN-fill arena buffers once dead
+        _engine_cache.resolve_disk_cache(disk_cache)    # validates the setting
+        self.disk_cache = disk_cache     # None: process-wide setting; True/False; a directory
+        self.evictions = 0               # entries dropped by the engine LRU
         self.options = options
         if options:
             raise TypeError(f"graphc.compile got unknown options {sorted(options)}")
@@ -125,7 +181,7 @@ class CompiledFunction:
                 k, spec = classify_leaf(leaf, path)
                 sub.append(k)
                 if spec.kind != "static":
-                    dyn.append(leaf)
+                    dyn.append(np.asarray(leaf) if isinstance(leaf, np.generic) else leaf)
             items.append(tuple(sub) if td.kind != "leaf" else sub[1])
         return tuple(items), dyn
 
@@ -151,6 +207,7 @@ class CompiledFunction:
             entry = self._miss(args, key)
         else:
             self._hits += 1
+            entry.stamp = _tick()
         return self._run(entry, args, dyn)
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
@@ -166,6 +223,8 @@ class CompiledFunction:
             entry = self._build(args, key)
             self._cache[key] = entry
             self._order.append(key)
+            if self.backend == "native":
+                _engine_cache.register(self, entry)     # may evict least recently used entries
             if len(self._cache) > self.recompile_limit and not self._warned:
                 self._warned = True
                 level, f = 1, sys._getframe(0)      # point at the first frame outside this file
@@ -195,8 +254,12 @@ class CompiledFunction:
         stages["_passes"] = pm
         if self.backend == "native":
             from .runtime.native import NativeExecutable
-            exe = NativeExecutable(opt, self.opt_level, name=self.__name__)
+            exe = NativeExecutable(opt, self.opt_level, name=self.__name__,
+                                   poison=self.poison_freed,
+                                   disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache))
             run = exe.run
+            if _foreign_byte_order(key):          # decided per signature: no per-call check
+                run = _native_order(run)
         else:
             exe = Plan(opt)
             run = exe.run
@@ -205,6 +268,8 @@ class CompiledFunction:
         return _Entry(res, run, stages, key)
 
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
+        if entry.fast:
+            return entry.build_out(entry.run(dyn))
         tr = entry.trace
         if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
                 eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
@@ -266,9 +331,19 @@ class CompiledFunction:
         """The traced graph for these arguments (traces if needed)."""
         return self._entry_for(args).stages["traced"]
 
-    def ir(self, *args: Any, stage: str = "traced") -> str:
-        """Text IR of a stage: ``traced``, or ``grad`` (forward + backward nodes, marked)."""
+    def ir(self, *args: Any, stage: str = "traced", after_each_pass: bool = False) -> str:
+        """Text IR of a stage: ``traced``, ``grad`` (forward + backward nodes, marked) or
+        ``optimized``; ``after_each_pass=True`` (optimized only) gives the IR after every
+        pass run, round by round, as the pass manager produced it."""
         stages = self._entry_for(args).stages
+        if after_each_pass:
+            if stage != "optimized":
+                raise ValueError("after_each_pass=True needs stage='optimized'")
+            from .passes import PassManager
+            pm = PassManager(self.opt_level, disable=self.disable_passes, snapshot_each=True)
+            pm.run(stages["traced"].copy())
+            return "\n".join([f"// traced\n{stages['traced']}"] +
+                             [text for _, text in pm.snapshots])
         if stage == "grad" and "grad" not in stages:
             stages["grad"] = _grad_stage(stages["traced"], self.__name__)
         if stage not in stages or stage.startswith("_"):
@@ -293,6 +368,12 @@ class CompiledFunction:
         st = self._entry_for(args).stages
         out = {"traced_nodes": len(st["traced"]), "optimized_nodes": len(st["optimized"]),
                "compile_seconds": st["_compile_seconds"]}
+        n_bwd = sum(1 for _, d in st["traced"].nx.nodes(data=True) if d.get("role") == "backward")
+        if n_bwd or "grad" in st:      # the function ran backward(), or ir(stage='grad') ran
+            out["grad_nodes"] = len(st["traced"]) if n_bwd else len(st["grad"])
+        log = st["_passes"].log
+        out.update(pass_runs=len(log), pass_rounds=max((r.round for r in log), default=0),
+                   pass_seconds=sum(r.seconds for r in log))
         exe = st["_executable"]
         if self.backend == "native":
             out.update(exe.plan.summary())
@@ -311,6 +392,22 @@ class CompiledFunction:
                  f"{self._hits} hits, {self._misses} misses"]
         lines += [f"  {r}" for r in self.recompile_reasons]
         return "\n".join(lines)
+
+    def _evict_entry(self, entry: _Entry) -> bool:
+        """Drop ``entry`` (called by the engine LRU); False when a compile holds the lock."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._cache.get(entry.key) is entry:
+                del self._cache[entry.key]
+                try:
+                    self._order.remove(entry.key)
+                except ValueError:
+                    pass
+                self.evictions += 1
+            return True
+        finally:
+            self._lock.release()
 
     def clear_cache(self) -> None:
         with self._lock:
@@ -339,6 +436,35 @@ def _grad_stage(graph: Graph, name: str) -> Graph:
                         f"first output, got {np.dtype(d['dtype']).name}{list(d['shape'])}; use "
                         "graphc.vjp with a cotangent for other outputs")
     return graph.grad()
+
+
+def _foreign_byte_order(key) -> bool:
+    """Does a signature hold an ndarray in non-native byte order (e.g. ``'>f8'``)?
+
+    The graph's inputs are native (the tracer normalizes them) and native code
+    reads raw bytes, so such arguments must be converted before the call.
+    """
+    stack = [key]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, tuple) or not item:
+            continue
+        if item[0] in ("S", "static_arg"):
+            continue
+        if item[0] == "A" and len(item) == 3 and isinstance(item[2], np.dtype):
+            if not item[2].isnative:
+                return True
+            continue
+        stack.extend(item)
+    return False
+
+
+def _native_order(run: Callable) -> Callable:
+    """Wrap an executable's run: byte-swapped arrays are converted to native order first."""
+    def run_native_order(arrays):
+        return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+                    for a in arrays])
+    return run_native_order
 
 
 def _arrays(dyn) -> list:
@@ -405,7 +531,8 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
             return tuple(acc[id(p)] if id(p) in acc else p.zeros_like_() for p in want)
 
     vjp_body.__name__ = f"{cf.__name__}_vjp"
-    vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend)
+    vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
+                              disk_cache=cf.disk_cache)
     entry.stages["_vjp_fn"] = vjp_cf
     return vjp_cf
 
@@ -442,7 +569,9 @@ def _diff_item(name: str, a, b) -> str:
         if a[1] != b[1]:
             parts.append(f"shape {list(a[1])} -> {list(b[1])}")
         if a[2] != b[2]:
-            parts.append(f"dtype {np.dtype(a[2]).name} -> {np.dtype(b[2]).name}")
+            parts.append(f"dtype {np.dtype(a[2]).str} -> {np.dtype(b[2]).str}"
+                         if np.dtype(a[2]).name == np.dtype(b[2]).name else
+                         f"dtype {np.dtype(a[2]).name} -> {np.dtype(b[2]).name}")
         if a[0] == "T" and a[3] != b[3]:
             parts.append(f"requires_grad {a[3]} -> {b[3]}")
         if a[0] == "T" and a[4] != b[4]:       # .grad is a graph input once it is set

@@ -1,7 +1,8 @@
 """Lowering a scheduled graph (graphc.backend.plan.Plan) to one LLVM module.
 
-The module has one entry point, ``graphc_entry``, taking one ``PyObject*`` per
-input array and per output array (numpy arrays allocated by the caller).  It
+The module has one entry point, ``graphc_entry(arrays, nthreads)``: a tuple of
+the input arrays followed by the output arrays (allocated by the caller) and the
+thread count for parallel loops.  It
 reads each array's data pointer and flags straight from numpy's array struct
 (offsets checked once at import against ``__array_interface__``), refuses
 inputs that are not C-contiguous and aligned (return code 1: the caller copies
@@ -32,7 +33,9 @@ F32, F64 = ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 ENTRY = "graphc_entry"
 
-# numpy's PyArrayObject layout (checked at import by graphc.runtime.native)
+# numpy's PyArrayObject and CPython's PyTupleObject layouts (checked at import by
+# graphc.runtime.native)
+TUPLE_ITEMS_OFFSET = 24
 DATA_OFFSET = 16
 FLAGS_OFFSET = 64
 NPY_C_CONTIGUOUS = 0x1
@@ -77,23 +80,31 @@ class Lowerer:
     def build(self) -> ir.Module:
         plan = self.plan
         kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
-        fnty = ir.FunctionType(I32, [PTR] * (self.n_in + self.n_out))
+        fnty = ir.FunctionType(I32, [PTR, I32])
         fn = ir.Function(self.module, fnty, name=ENTRY)
+        args_tuple, nthreads = fn.args
+        args_tuple.name, nthreads.name = "arrays", "nthreads"
+        self.nthreads = nthreads
         entry = fn.append_basic_block("entry")
         bad = fn.append_basic_block("bad_layout")
         b = ir.IRBuilder(entry)
         b.comment(f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
                   f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
+        b.comment("arrays: a tuple of numpy arrays (inputs, then outputs); items at "
+                  f"offset {TUPLE_ITEMS_OFFSET}, data pointer at +{DATA_OFFSET}, "
+                  f"flags at +{FLAGS_OFFSET}")
         data = []
         ok = ir.Constant(I1, 1)
-        for i, obj in enumerate(fn.args):
-            obj.name = f"in{i}" if i < self.n_in else f"out{i - self.n_in}"
+        for i in range(self.n_in + self.n_out):
+            nm = f"in{i}" if i < self.n_in else f"out{i - self.n_in}"
+            obj = b.load(b.gep(args_tuple, [ir.Constant(I64, TUPLE_ITEMS_OFFSET + 8 * i)],
+                               source_etype=I8), typ=PTR, name=nm)
             p = b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8), typ=PTR,
-                       name=f"{obj.name}_data")
+                       name=f"{nm}_data")
             data.append(p)
             if i < self.n_in:
                 fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
-                            typ=I32, name=f"{obj.name}_flags")
+                            typ=I32, name=f"{nm}_flags")
                 need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
                 ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
         body = fn.append_basic_block("body")
@@ -123,6 +134,8 @@ class Lowerer:
                 b.store(rc, rc_slot)
                 b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, nxt)
                 b.position_at_end(nxt)
+            for buf in plan.poison_after.get(i, ()):      # Plan(poison=True) only
+                self._poison(b, buf, arena)
         if arena is not None:
             b.call(self._get_free(), [arena])
         b.ret(ir.Constant(I32, RC_OK))
@@ -139,6 +152,16 @@ class Lowerer:
         if self._malloc is None:
             self._malloc = ir.Function(self.module, ir.FunctionType(PTR, [I64]), name="malloc")
         return self._malloc
+
+    def _poison(self, b, buf, arena) -> None:
+        """Overwrite a dead arena buffer (volatile, so LLVM keeps it): floats become NaN
+        (bytes 0xFF), integers and bools 0xA5 bytes; a read through an aliasing bug shows."""
+        _, off, nbytes = self.plan.buffers[buf]
+        byte = 0xFF if self.plan.dtype(buf).kind == "f" else 0xA5
+        memset = self.module.declare_intrinsic("llvm.memset", [PTR, I64])
+        b.call(memset, [b.gep(arena, [ir.Constant(I64, off)], source_etype=I8,
+                              name=f"poison_n{buf}"),
+                        ir.Constant(I8, byte), ir.Constant(I64, nbytes), ir.Constant(I1, 1)])
 
     def _get_free(self):
         if self._free is None:

@@ -45,6 +45,9 @@ __all__ = [
 #: Hold this around any other direct use of ``llvmlite.binding``.
 LLVM_LOCK = threading.RLock()
 
+# id(JitModule) -> (engine, context): see JitModule.__init__
+_LIVE: dict = {}
+
 _initialized = False
 _host_info: tuple[str, str, str] | None = None
 
@@ -164,6 +167,12 @@ class JitModule:
         self._ir_after = ir_after
         self._asm: str | None = None
         self._addresses: dict[str, int] = {}
+        # The context must outlive the engine.  If this object dies inside a reference
+        # cycle, the garbage collector finalizes everything unreachable in arbitrary
+        # order, and llvmlite's own finalizers would dispose the context before the
+        # engine (a crash).  Holding both from a module-level registry keeps them
+        # reachable until close() disposes them in the right order.
+        _LIVE[id(self)] = (engine, context)
 
     def __repr__(self) -> str:
         state = "closed" if self._engine is None else f"O{self.opt_level}"
@@ -227,6 +236,7 @@ class JitModule:
             engine, context = self._engine, self._context
             self._engine = self._context = None
             self._addresses.clear()
+            _LIVE.pop(id(self), None)
             if engine is not None:
                 engine.close()
             if context is not None:

@@ -14,10 +14,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..backend import lower as L
-from ..backend.plan import Plan
+from ..backend.plan import Plan, numel
 from ..errors import GraphcError
 from ..ir import Graph, verify
-from . import jit
+from . import cache, jit
 
 
 def _check_abi() -> Optional[str]:
@@ -35,6 +35,11 @@ def _check_abi() -> Optional[str]:
         tflags = ctypes.c_int.from_address(id(t) + L.FLAGS_OFFSET).value
         if tflags & L.NPY_C_CONTIGUOUS:
             return "flags offset differs (transposed array reads as C-contiguous)"
+        tup = (a, t)
+        items = [ctypes.c_void_p.from_address(id(tup) + L.TUPLE_ITEMS_OFFSET + 8 * i).value
+                 for i in range(2)]
+        if items != [id(a), id(t)]:
+            return "tuple item offset differs"
     except Exception as e:  # pragma: no cover - exotic Python builds
         return f"probe failed: {e}"
     return None
@@ -47,17 +52,33 @@ class NativeExecutable:
     """A compiled graph: ``run(arrays) -> list of new output arrays``."""
 
     def __init__(self, graph: Graph, opt_level: int = 3, name: Optional[str] = None,
-                 fuse: Optional[bool] = None) -> None:
+                 fuse: Optional[bool] = None, poison: bool = False,
+                 disk_cache: Optional["cache.DiskCache"] = None) -> None:
         if ABI_PROBLEM is not None:
             raise GraphcError(f"the native backend cannot read numpy arrays on this build "
                               f"({ABI_PROBLEM}); use backend='interpreter'")
         verify(graph, "lowering")
         self.graph = graph
         self.name = name or graph.name
-        self.plan = Plan(graph, fuse=(opt_level >= 1) if fuse is None else fuse)
-        self.module = L.lower(self.plan, self.name)
-        self.jit = jit.compile_module(self.module, opt_level, name=self.name)
+        fuse = (opt_level >= 1) if fuse is None else fuse
+        self.plan = Plan(graph, fuse=fuse, poison=poison)
+        self.opt_level = opt_level
+        self.module = None              # the llvmlite module (not built on a disk-cache hit)
+        self._inspect = None
+        key = None
+        if disk_cache is not None:
+            try:
+                key = disk_cache.key(graph, opt_level, fuse=fuse, poison=poison)
+            except Exception:           # a graph the JSON form cannot hold: no disk caching
+                key = None
+        # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
+        self.jit, self.cache_status = cache.load_or_compile(self._lower, disk_cache, key,
+                                                            opt_level, self.name)
         self._init_call()
+
+    def _lower(self):
+        self.module = L.lower(self.plan, self.name)
+        return self.module
 
     def _init_call(self) -> None:
         g = self.graph
@@ -66,10 +87,14 @@ class NativeExecutable:
                           for o in g.outputs]
         self.in_specs = [(tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"]))
                          for i in g.inputs]
-        proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] *
-                                                 (self.n_in + len(self.out_specs))))
+        # small graphs keep the GIL (cheaper call); big ones release it while running
+        big = sum(numel(k.space) for k in self.plan.kernels) > 1 << 14
+        proto = (ctypes.CFUNCTYPE if big else ctypes.PYFUNCTYPE)(ctypes.c_int, ctypes.py_object,
+                                                                 ctypes.c_int)
         self._cfunc = proto(self.jit.address(L.ENTRY))
         self._empty = np.empty
+        from . import parallel
+        self._threads = parallel.STATE
 
     @property
     def arena_bytes(self) -> int:
@@ -78,7 +103,7 @@ class NativeExecutable:
     def run(self, arrays: Sequence[np.ndarray]) -> list:
         empty = self._empty
         outs = [empty(s, d) for s, d in self.out_specs]
-        rc = self._cfunc(*arrays, *outs)
+        rc = self._cfunc((*arrays, *outs), self._threads.n)
         if rc:
             return self._slow(arrays, outs, rc)
         return outs
@@ -91,7 +116,7 @@ class NativeExecutable:
                 if a.shape != shape:
                     raise GraphcError(f"input of shape {a.shape} where {shape} was compiled")
                 fixed.append(np.array(a, dtype=dt, order="C", copy=True))
-            rc = self._cfunc(*fixed, *outs)
+            rc = self._cfunc((*fixed, *outs), self._threads.n)
             if rc == 0:
                 return outs
         if rc == L.RC_INDEX:
@@ -115,11 +140,20 @@ class NativeExecutable:
         return out
 
     # --- inspection -----------------------------------------------------------
+    def _inspectable(self) -> "jit.JitModule":
+        """A JIT module with IR text: code loaded from the disk cache has none, so the
+        first inspection compiles the same module again (used for inspection only)."""
+        if self.jit.opt_level is not None:
+            return self.jit
+        if self._inspect is None:
+            self._inspect = jit.compile_module(self._lower(), self.opt_level, name=self.name)
+        return self._inspect
+
     def llvm_ir(self, optimized: bool = False) -> str:
-        return self.jit.llvm_ir(optimized=optimized)
+        return self._inspectable().llvm_ir(optimized=optimized)
 
     def asm(self) -> str:
-        return self.jit.asm()
+        return self._inspectable().asm()
 
 
 _lock = threading.Lock()

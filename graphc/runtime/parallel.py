@@ -1,0 +1,48 @@
+"""Thread count for graphc's parallel loops and its BLAS calls (one setting for both).
+
+Large fused loops are split across threads inside the generated code (pthreads);
+small ones run on the calling thread.  ``set_num_threads(1)`` reproduces
+single-threaded results bit for bit (a parallel sum adds per-thread partial sums
+in a fixed order, so results are deterministic for a given thread count).
+"""
+from __future__ import annotations
+
+import os
+
+MAX_THREADS = 64
+
+
+class _State:
+    n = max(1, min(os.cpu_count() or 1, MAX_THREADS))
+
+
+STATE = _State()
+
+
+def get_num_threads() -> int:
+    return STATE.n
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for parallel loops and for BLAS (1 = sequential, bit-reproducible)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"thread count must be a positive int, got {n!r}")
+    STATE.n = min(n, MAX_THREADS)
+    from ..backend import blas
+    if blas.available():
+        blas.set_num_threads(_blas_threads(STATE.n))
+
+
+def _blas_threads(n: int) -> int:
+    return n
+
+
+def init_blas_threads() -> None:
+    """Apply GRAPHC_NUM_THREADS (if set) to loops and BLAS once, at first use."""
+    env = os.environ.get("GRAPHC_NUM_THREADS")
+    if env:
+        try:
+            set_num_threads(int(env))
+        except ValueError:
+            raise ValueError(f"GRAPHC_NUM_THREADS must be a positive integer, got {env!r}") \
+                from None
