@@ -42,6 +42,8 @@ NPY_C_CONTIGUOUS = 0x1
 NPY_ALIGNED = 0x100
 
 RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX = 0, 1, 2, 3
+PARALLEL_MIN = 1 << 16        # elements a loop needs before it is split across threads
+MAX_THREADS = 64
 
 
 def reg_type(dtype: np.dtype) -> ir.Type:
@@ -79,6 +81,7 @@ class Lowerer:
     # --- entry point ------------------------------------------------------------
     def build(self) -> ir.Module:
         plan = self.plan
+        self.builders: dict = {}
         kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
         fnty = ir.FunctionType(I32, [PTR, I32])
         fn = ir.Function(self.module, fnty, name=ENTRY)
@@ -123,8 +126,12 @@ class Lowerer:
             b.position_at_end(go)
         fail = fn.append_basic_block("kernel_failed")
         rc_slot = None
+        self._data, self._arena_ptr = data, arena
         for i, (kern, kfn) in enumerate(zip(plan.kernels, kfns)):
             args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]
+            if self.builders[i].par is not None:
+                self._parallel_call(b, fn, i, kern, kfn, args)
+                continue
             rc = b.call(kfn, args, name=f"rc{i}")
             if kern.kind in ("getitem", "getitem_grad", "setitem"):
                 nxt = fn.append_basic_block(f"after_k{i}")
@@ -147,6 +154,117 @@ class Lowerer:
         else:
             b.ret(ir.Constant(I32, RC_INDEX))
         return self.module
+
+    def _parallel_call(self, b, fn, i: int, kern: Kernel, kfn, args: list) -> None:
+        """Run kernel i's outer loop in nthreads chunks (pthreads), then combine the
+        per-thread partial reductions in thread order (deterministic per thread count)."""
+        kb = self.builders[i]
+        size = kb.outer_size
+        nred = len(kern.reduces)
+        slots = len(args) + 3
+        with b.goto_entry_block():       # opaque pointers to flat arrays of 8-byte slots
+            structs = b.bitcast(b.alloca(I64, size=MAX_THREADS * slots, name=f"k{i}_args"), PTR)
+            tids = b.bitcast(b.alloca(I64, size=MAX_THREADS, name=f"k{i}_tids"), PTR)
+            made = b.bitcast(b.alloca(I8, size=MAX_THREADS, name=f"k{i}_made"), PTR)
+            partials = b.bitcast(b.alloca(I64, size=MAX_THREADS * max(nred, 1),
+                                          name=f"k{i}_partials"), PTR)
+        nt = b.select(b.icmp_signed("<", self.nthreads, ir.Constant(I32, 1)),
+                      ir.Constant(I32, 1), self.nthreads)
+        nt = b.select(b.icmp_signed(">", nt, ir.Constant(I32, MAX_THREADS)),
+                      ir.Constant(I32, MAX_THREADS), nt)
+        nt = b.zext(nt, I64)
+        nt = b.select(b.icmp_signed(">", nt, ir.Constant(I64, size)),
+                      ir.Constant(I64, max(size, 1)), nt)
+        tramp = self._trampoline(i, kfn, len(args))
+        create = self._pthread("pthread_create", I32, [PTR, PTR, PTR, PTR])
+        join = self._pthread("pthread_join", I32, [I64, PTR])
+
+        def chunk(t):
+            lo = b.sdiv(b.mul(t, ir.Constant(I64, size)), nt)
+            hi = b.sdiv(b.mul(b.add(t, ir.Constant(I64, 1)), ir.Constant(I64, size)), nt)
+            return lo, hi
+
+        def slot(t, k):       # thread t's argument slot k (pointers stored as i64)
+            return b.gep(structs, [b.add(b.mul(t, ir.Constant(I64, slots)),
+                                         ir.Constant(I64, k))], source_etype=I64)
+
+        def part(t):
+            return b.gep(partials, [b.mul(t, ir.Constant(I64, max(nred, 1)))], source_etype=I64)
+
+        # threads 1..nt-1
+        t_slot = b.alloca(I64, name=f"k{i}_t")
+        b.store(ir.Constant(I64, 1), t_slot)
+        cond = fn.append_basic_block(f"k{i}_spawn_cond")
+        body = fn.append_basic_block(f"k{i}_spawn")
+        done = fn.append_basic_block(f"k{i}_spawned")
+        b.branch(cond)
+        b.position_at_end(cond)
+        t = b.load(t_slot, typ=I64)
+        b.cbranch(b.icmp_signed("<", t, nt), body, done)
+        b.position_at_end(body)
+        lo, hi = chunk(t)
+        for k, a in enumerate(args):
+            b.store(b.ptrtoint(a, I64), slot(t, k))
+        b.store(lo, slot(t, len(args)))
+        b.store(hi, slot(t, len(args) + 1))
+        b.store(b.ptrtoint(part(t), I64), slot(t, len(args) + 2))
+        tid_p = b.gep(tids, [t], source_etype=I64)
+        err = b.call(create, [tid_p, ir.Constant(PTR, None), tramp, slot(t, 0)])
+        ok = b.icmp_signed("==", err, ir.Constant(I32, 0))
+        made_p = b.gep(made, [t], source_etype=I8)
+        b.store(b.zext(ok, I8), made_p)
+        inline = fn.append_basic_block(f"k{i}_inline")
+        nxt = fn.append_basic_block(f"k{i}_next")
+        b.cbranch(ok, nxt, inline)
+        b.position_at_end(inline)                 # could not start a thread: run it here
+        b.call(kfn, args + [lo, hi, part(t)])
+        b.branch(nxt)
+        b.position_at_end(nxt)
+        b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
+        b.branch(cond)
+        b.position_at_end(done)
+        lo, hi = chunk(ir.Constant(I64, 0))
+        b.call(kfn, args + [lo, hi, part(ir.Constant(I64, 0))])      # chunk 0 on this thread
+        b.store(ir.Constant(I64, 1), t_slot)
+        jc = fn.append_basic_block(f"k{i}_join_cond")
+        jb = fn.append_basic_block(f"k{i}_join")
+        jd = fn.append_basic_block(f"k{i}_joined")
+        b.branch(jc)
+        b.position_at_end(jc)
+        t = b.load(t_slot, typ=I64)
+        b.cbranch(b.icmp_signed("<", t, nt), jb, jd)
+        b.position_at_end(jb)
+        made_p = b.gep(made, [t], source_etype=I8)
+        was = b.icmp_unsigned("!=", b.load(made_p, typ=I8), ir.Constant(I8, 0))
+        with b.if_then(was):
+            tid = b.load(b.gep(tids, [t], source_etype=I64), typ=I64)
+            b.call(join, [tid, ir.Constant(PTR, None)])
+        b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
+        b.branch(jc)
+        b.position_at_end(jd)
+        kb.combine_partials(b, fn, partials, nt, nred, self._data, self._arena_ptr, i)
+
+    def _trampoline(self, i: int, kfn, nargs: int):
+        """``void* tramp(void* slots)``: unpack a thread's arguments and run its chunk."""
+        f = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), name=f"k{i}_thread")
+        f.linkage = "internal"
+        bb = ir.IRBuilder(f.append_basic_block("entry"))
+        a = f.args[0]
+
+        def get(k):
+            return bb.load(bb.gep(a, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
+
+        args = [bb.inttoptr(get(k), PTR) for k in range(nargs)]
+        args += [get(nargs), get(nargs + 1), bb.inttoptr(get(nargs + 2), PTR)]
+        bb.call(kfn, args)
+        bb.ret(ir.Constant(PTR, None))
+        return f
+
+    def _pthread(self, name: str, ret, argtys):
+        f = self.module.globals.get(name)
+        if f is None:
+            f = ir.Function(self.module, ir.FunctionType(ret, argtys), name=name)
+        return f
 
     def _get_malloc(self):
         if self._malloc is None:
@@ -202,9 +320,25 @@ class Lowerer:
         return sorted(kern.reads | kern.writes, key=repr)
 
     # --- kernels ------------------------------------------------------------------
+    def _parallel_ok(self, kern: Kernel) -> bool:
+        """Split this loop kernel's outer loop across threads?  Big loops whose reductions
+        are all full reductions with 8-byte accumulators (sums, f64/i64 max/min)."""
+        if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
+            return False
+        for r in kern.reduces:
+            d = self.g.nx.nodes[r]
+            if numel(d["shape"]) != 1:
+                return False
+            acc, _ = _reduce_acc(d["op"], np.dtype(d["dtype"]))
+            if acc.itemsize != 8:
+                return False
+        return True
+
     def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
         bufs = self._kernel_bufs(kern)
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(bufs)),
+        par = self._parallel_ok(kern)
+        extra = [I64, I64, PTR] if par else []
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(bufs) + extra),
                          name=f"k{i}_{kern.kind}")
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
@@ -214,6 +348,11 @@ class Lowerer:
             arg.name = _buf_name(buf)
             ptrs[buf] = arg
         kb = KernelBuilder(self, fn, ptrs)
+        if par:
+            kb.par = fn.args[len(bufs):]
+            for a, nm in zip(kb.par, ("start", "end", "partials")):
+                a.name = nm
+        self.builders[i] = kb
         kb.comment_nodes(kern)
         if kern.kind == "loop":
             kb.loop_kernel(kern)
@@ -254,6 +393,8 @@ class KernelBuilder:
         self.b.store(ir.Constant(I32, RC_OK), self.rc)
         self.exit = fn.append_basic_block("exit")
         self.module = low.module
+        self.par = None            # (start, end, partials) args of a parallel loop kernel
+        self.outer_size = 0
 
     def finish(self) -> None:
         self.b.branch(self.exit)
@@ -272,21 +413,25 @@ class KernelBuilder:
         with self.b.goto_entry_block():
             return self.b.alloca(ty, name=name)
 
-    def loop(self, sizes: list, body, name: str = "i") -> None:
-        """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body."""
+    def loop(self, sizes: list, body, name: str = "i", outer_range=None) -> None:
+        """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body.
+        ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk)."""
         b = self.b
         idx = []
         exits = []
         for d, size in enumerate(sizes):
             slot = self.alloca(I64, name=f"{name}{d}_slot")
-            b.store(ir.Constant(I64, 0), slot)
+            lo, hi = ir.Constant(I64, 0), ir.Constant(I64, size)
+            if d == 0 and outer_range is not None:
+                lo, hi = outer_range
+            b.store(lo, slot)
             cond = self.fn.append_basic_block(f"{name}{d}_cond")
             body_bb = self.fn.append_basic_block(f"{name}{d}_body")
             done = self.fn.append_basic_block(f"{name}{d}_done")
             b.branch(cond)
             b.position_at_end(cond)
             i = b.load(slot, typ=I64, name=f"{name}{d}")
-            b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, size)), body_bb, done)
+            b.cbranch(b.icmp_signed("<", i, hi), body_bb, done)
             b.position_at_end(body_bb)
             idx.append(i)
             exits.append((slot, cond, done, i))
@@ -570,6 +715,18 @@ class KernelBuilder:
                     self.store(r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t),
                                                         acc_t, dt))
 
+        if self.par is not None:
+            self.outer_size = sizes[0]
+            self.loop(sizes, body, outer_range=(self.par[0], self.par[1]))
+            for k, r in enumerate(kern.reduces):        # all full reductions (see _parallel_ok)
+                d = g.nx.nodes[r]
+                acc_t, _ = _reduce_acc(d["op"], np.dtype(d["dtype"]))
+                v = b.load(accs[r], typ=reg_type(acc_t))
+                if acc_t.kind == "f":
+                    v = b.bitcast(v, I64)            # 8-byte slots (see _parallel_ok)
+                b.store(v, b.gep(self.par[2], [ir.Constant(I64, k)], source_etype=I64))
+            self.kern = kern
+            return
         self.loop(sizes, body)
         # reduction epilogues: write full accumulators, scale means
         for r in kern.reduces:
@@ -587,6 +744,54 @@ class KernelBuilder:
                 scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
                 self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, scale=scale: self.store(
                     r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)), name=f"mean_n{r}_")
+
+    def combine_partials(self, b, fn, partials, nt, nred: int, data, arena, i: int) -> None:
+        """In the entry: fold per-thread partial reductions (thread order) into outputs."""
+        g = self.g
+        low = self.low
+        for k, r in enumerate(self.kern.reduces):
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, _ = _reduce_acc(d["op"], dt)
+            at = reg_type(acc_t)
+
+            def load_part(t):
+                p = b.gep(partials, [b.add(b.mul(t, ir.Constant(I64, nred)),
+                                           ir.Constant(I64, k))], source_etype=I64)
+                v = b.load(p, typ=I64)
+                return b.bitcast(v, at) if acc_t.kind == "f" else v
+
+            acc = b.alloca(at, name=f"comb_n{r}")
+            b.store(load_part(ir.Constant(I64, 0)), acc)
+            t_slot = b.alloca(I64)
+            b.store(ir.Constant(I64, 1), t_slot)
+            cond = fn.append_basic_block(f"k{i}_comb{k}_cond")
+            body = fn.append_basic_block(f"k{i}_comb{k}")
+            done = fn.append_basic_block(f"k{i}_comb{k}_done")
+            b.branch(cond)
+            b.position_at_end(cond)
+            t = b.load(t_slot, typ=I64)
+            b.cbranch(b.icmp_signed("<", t, nt), body, done)
+            b.position_at_end(body)
+            saved = self.b
+            self.b = b
+            b.store(self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc)
+            self.b = saved
+            b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
+            b.branch(cond)
+            b.position_at_end(done)
+            v = b.load(acc, typ=at)
+            count = numel(g.nx.nodes[d["operands"][0]]["shape"])
+            if d["op"] == "mean":
+                v = b.fmul(v, ir.Constant(at, 1.0 / count if count else float("nan")))
+            saved = self.b
+            self.b = b
+            v = self.convert(v, acc_t, dt)
+            self.b = saved
+            base = low._base(b, r, data, arena)
+            if dt.kind == "b":
+                v = b.zext(v, I8)
+            b.store(v, b.gep(base, [ir.Constant(I64, 0)], source_etype=mem_type(dt)))
 
     # merged-dimension variants of leaf loads (strides remapped onto the merged loop dims)
     def _space_memo_view(self, space, remap):

@@ -160,10 +160,13 @@ class Kernel:
 class Plan:
     """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
 
-    def __init__(self, g: Graph, fuse: bool = True) -> None:
+    def __init__(self, g: Graph, fuse: bool = True, poison: bool = False) -> None:
         self.g = g
         self.fuse = fuse
+        self.poison = poison         # debugging: overwrite arena buffers after their last use
+        self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
         self.order = g.topo_order()
+        self.pos = {n: i for i, n in enumerate(self.order)}
         self.views: dict = {}        # node -> View for buffer-backed nodes
         self.scalars: dict = {}      # node -> numpy 0-d const
         self.copies: dict = {}       # node -> View to copy from (materialized views)
@@ -426,7 +429,7 @@ class Plan:
         return bufs
 
     def expr_nodes(self, roots: list) -> list:
-        """Nodes a kernel computes per index for ``roots`` (ascending id = topological).
+        """Nodes a kernel computes per index for ``roots``, in topological order.
 
         Roots are always computed; their operands are computed when they are not
         buffer-backed (then they are loaded) or scalar constants.
@@ -440,18 +443,23 @@ class Plan:
             for o in self.nd(n)["operands"]:
                 if o not in self.views and o not in self.scalars and o not in seen:
                     stack.append(o)
-        return sorted(seen)
+        return sorted(seen, key=self.pos.__getitem__)     # topological (rewrites add ids)
 
     # --- phase 4: buffers and the arena ------------------------------------------------------
-    def _plan_memory(self) -> None:
+    def _last_uses(self) -> dict:
+        """Buffer -> index of the last kernel reading it (an output's: past the last kernel)."""
         last_use: dict = {}
         for ki, k in enumerate(self.kernels):
             for b in k.reads:
                 last_use[b] = ki
-        out_pos = {o: k for o, k in self.out_buffer.items()}
         for o in self.g.outputs:
             b = self.views[o].buf if o in self.views else o
             last_use[b] = len(self.kernels)
+        return last_use
+
+    def _plan_memory(self) -> None:
+        last_use = self._last_uses()
+        out_pos = {o: k for o, k in self.out_buffer.items()}
         intervals = []
         for ki, k in enumerate(self.kernels):
             for b in sorted(k.writes, key=repr):
@@ -490,6 +498,8 @@ class Plan:
                 top += size
             self.buffers[b] = ("arena", slot, nbytes)
             live.append((end, slot, size))
+            if self.poison:
+                self.poison_after.setdefault(end, []).append(b)
         self.arena_bytes = top
 
     def buffer_elements(self, buf) -> int:
