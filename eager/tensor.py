@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _dtype as D
 from ._format import format_tensor
+from ._surface import Size as _Size
 from ._surface import TensorOps, decode_index, encode_index
 from . import _surface as _surface_mod
 from .autograd import function as _function_mod
@@ -136,10 +137,42 @@ class Tensor(TensorOps):
             rg = self._rg
         else:
             return TensorOps._binary(self, op, other, gname)
-        opdef = OPS[op]
-        out = _make(opdef.forward(a, b))
-        if rg and _STATE.enabled and opdef.vjp is not None:
-            _record(out, opdef, gname, (self, other), {})
+        try:
+            out = _make(_RAW[op](a, b))
+        except ValueError:
+            OPS[op].forward(a, b)       # raises the error naming the op and both shapes
+            raise
+        if rg and _STATE.enabled:
+            opdef = OPS[op]
+            if opdef.vjp is not None:
+                _record(out, opdef, gname, (self, other), {})
+        return out
+
+    def reshape(self, *shape, _gname: str = "ViewBackward0") -> "Tensor":
+        if self._rg and _STATE.enabled:
+            return TensorOps.reshape(self, *shape, _gname=_gname)
+        shp = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        try:                                    # untracked: numpy's C reshape, no checks
+            data = self._data.reshape(shp)
+        except (ValueError, TypeError):
+            return TensorOps.reshape(self, *shape, _gname=_gname)   # the precise error
+        out = _make(data)
+        _link_view(out, (self,), "reshape", {"shape": data.shape})
+        return out
+
+    def view(self, *shape) -> "Tensor":
+        return self.reshape(*shape)
+
+    def expand(self, *shape) -> "Tensor":
+        shp = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if (self._rg and _STATE.enabled) or -1 in shp:
+            return TensorOps.expand(self, *shape)
+        try:
+            data = np.broadcast_to(self._data, shp)
+        except (ValueError, TypeError):
+            return TensorOps.expand(self, *shape)
+        out = _make(data)
+        _link_view(out, (self,), "expand", {"shape": data.shape})
         return out
 
     def _rbinary(self, op: str, other: Any, gname: str) -> "Tensor":
@@ -149,7 +182,7 @@ class Tensor(TensorOps):
             a = self._data
             b = a.dtype.type(other)
             opdef = OPS[op]
-            out = _make(opdef.forward(b, a))
+            out = _make(_RAW[op](b, a))
             if self._rg and _STATE.enabled and opdef.vjp is not None:
                 _record(out, opdef, gname, (b, self), {})
             return out
@@ -162,8 +195,7 @@ class Tensor(TensorOps):
 
     @property
     def shape(self):
-        from ._surface import Size
-        return Size(self._data.shape)
+        return _Size(self._data.shape)
 
     @property
     def dtype(self) -> D.dtype:
@@ -317,8 +349,7 @@ class Tensor(TensorOps):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
                  inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see eager.autograd.backward)."""
-        from .autograd.engine import backward
-        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
+        _engine_mod.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
                  inputs=inputs)
 
     # --- conversions ------------------------------------------------------------------
@@ -608,6 +639,8 @@ def _init(t: Tensor, arr: np.ndarray) -> None:
 
 _make = Tensor._make
 _function_mod._Tensor = Tensor
+from .autograd import engine as _engine_mod  # noqa: E402  (binds Tensor for the engine)
+_engine_mod._Tensor = Tensor
 _function_mod._sum_to = _surface_mod.sum_to
 
 # --- views -----------------------------------------------------------------------
@@ -623,8 +656,13 @@ VIEW_OF_LEAF_INPLACE = ("a view of a leaf Variable that requires grad is being u
 def _link_view(out: Tensor, operands: tuple, op: str, attrs: dict) -> None:
     base = operands[0]
     dst = out._data
-    if dst.base is None or base.__class__ is not Tensor or \
-            not np.may_share_memory(dst, base._data):
+    owner = dst.base
+    if owner is None or base.__class__ is not Tensor:
+        return
+    src = base._data
+    # numpy points a view's .base at the array owning the memory: compare owners first,
+    # and only ask numpy's (slower) overlap test when that is inconclusive
+    if owner is not src and owner is not src.base and not np.may_share_memory(dst, src):
         return
     out._version = base._version
     if op in _VIEW_OPS and dst.flags.writeable:
@@ -672,26 +710,38 @@ def _rebuild(data, rg):
     return t
 
 
+_NO_EDGE = (None, 0)
+_RAW = {name: getattr(op.forward, "raw", op.forward) for name, op in OPS.items()}
+_NODE_CLASSES = _function_mod._node_classes
+
+
 def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None:
     """Attach a backward node to ``out`` if any differentiable operand requires grad."""
     if out._data.dtype.kind != "f":
         return
     vjp = opdef.vjp
+    nv = len(vjp)
     needs = []
     edges = []
     anyneed = False
     for i, o in enumerate(operands):
-        if o.__class__ is Tensor and o._rg and i < len(vjp) and vjp[i] is not None:
+        if o.__class__ is Tensor and o._rg and i < nv and vjp[i] is not None:
             needs.append(True)
             anyneed = True
-            edges.append(_edge(o))
+            fn = o.grad_fn
+            if fn is not None:
+                edges.append((fn, o._output_nr))
+            else:
+                acc = o._acc() if o._acc is not None else None
+                edges.append((acc if acc is not None else o._grad_accumulator(), 0))
         else:
             needs.append(False)
-            edges.append((None, 0))
+            edges.append(_NO_EDGE)
     if not anyneed:
         return
-    node = node_class(gname)(opdef, attrs, operands, tuple(needs), tuple(edges),
-                             out._data if opdef.saves_out else None)
+    cls = _NODE_CLASSES.get(gname) or node_class(gname)
+    node = cls(opdef, attrs, operands, tuple(needs), tuple(edges),
+               out._data if opdef.saves_out else None)
     if opdef.saves_out:
         node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
     out._rg = True
@@ -763,6 +813,9 @@ def _tensors_to_lists(data):
     if isinstance(data, (list, tuple)):
         return [_tensors_to_lists(d) for d in data]
     return data
+
+
+_engine_mod._tensor = tensor
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:

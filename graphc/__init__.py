@@ -4,6 +4,7 @@ graph IR, verify it, interpret or compile it, and cache it per input signature.
 from __future__ import annotations
 
 from .api import CacheInfo, CompiledFunction, compile, cond, where
+from .compare import ComparisonReport, compare
 from .autodiff import grad, value_and_grad, vjp
 from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      GraphVerificationError, LeakedTracerError, SignatureError,
@@ -11,11 +12,12 @@ from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      UnsupportedOpError)
 from .interpreter import interpret, interpret_all
 from .ir import Graph, verify
+from .passes.bisect import bisect_passes
 from .tracer import Tracer, trace
 
 __version__ = "0.1.0"
 
-__all__ = ["grad", "value_and_grad", "vjp", "compile", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
+__all__ = ["grad", "value_and_grad", "vjp", "compile", "compare", "ComparisonReport", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
            "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",
            "TracerBoolConversionError", "ConcretizationTypeError", "TracerArrayConversionError",
            "LeakedTracerError", "GraphVerificationError", "GraphFormatError", "SignatureError",

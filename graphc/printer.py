@@ -13,7 +13,9 @@ def _fmt_scalar(v: np.ndarray) -> str:
             return "nan"
         if np.isinf(x):
             return "inf" if x > 0 else "-inf"
-        r = repr(x)
+        # shortest text that round-trips in the constant's own dtype: f32 1e-6 is "1e-06",
+        # not the float64 expansion "9.999999974752427e-07"
+        r = repr(x) if v.dtype == np.float64 else str(v.dtype.type(x))
         return r if ("." in r or "e" in r or "n" in r) else r + ".0"
     return repr(x)
 

@@ -14,6 +14,9 @@ import numpy as np
 from . import grad_mode
 from .function import AccumulateGrad, Node, _edge
 
+_Tensor = None      # eager.tensor.Tensor and eager.tensor.tensor, bound by eager.tensor
+_tensor = None
+
 
 def _as_tuple(x) -> tuple:
     if x is None:
@@ -25,7 +28,7 @@ def _as_tuple(x) -> tuple:
 
 def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tuple:
     """Root gradients, and for each whether the engine owns its buffer."""
-    from ..tensor import Tensor, tensor
+    Tensor, tensor = _Tensor, _tensor
     grads = []
     owned = []
     for i, out in enumerate(outputs):
@@ -76,7 +79,9 @@ def backward(tensors, grad_tensors=None, retain_graph: Optional[bool] = None,
         if not ins:
             raise RuntimeError("'inputs' argument to backward() cannot be empty.")
         targets = [_input_edge(t) for t in ins]
-    _run(_roots(outputs), grads, retain_graph, create_graph, targets, capture=False)
+        _run(_roots(outputs), grads, retain_graph, create_graph, targets, capture=False)
+    else:
+        _run_simple(_roots(outputs), grads, retain_graph, create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None,
@@ -116,6 +121,94 @@ def _input_edge(t) -> tuple:
     if not t._rg:
         raise RuntimeError("One of the differentiated Tensors does not require grad")
     return (t._grad_accumulator(), 0)
+
+
+def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: bool) -> None:
+    """``backward()`` without ``inputs=``: the common case, kept lean.
+
+    Same semantics as :func:`_run` (dependency counts, shared-buffer tracking, hooks,
+    retain_grad, freeing saved buffers); nodes run from a LIFO of ready nodes, which
+    is a valid reverse topological order.
+    """
+    deps: dict = {}
+    seen = set()
+    stack = []
+    for node, _ in roots:
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.append(node)
+    pop, push = stack.pop, stack.append
+    while stack:
+        for nxt, _ in pop().next_functions:
+            if nxt is None:
+                continue
+            if nxt in seen:
+                deps[nxt] += 1
+            else:
+                deps[nxt] = 1
+                seen.add(nxt)
+                push(nxt)
+    buffers: dict = {}
+    shared = set()
+    grads, owned = grads
+    for (node, nr), g, own in zip(roots, grads, owned):
+        if not own:
+            shared.add(id(g))
+        _accumulate_into(buffers, node, nr, g)
+    ready = [n for n in buffers if deps.get(n, 0) == 0]
+    pop, push = ready.pop, ready.append
+    state = grad_mode.STATE
+    prev = state.enabled
+    state.enabled = create_graph
+    Acc = AccumulateGrad
+    try:
+        while ready:
+            node = pop()
+            node_grads = buffers.pop(node, None)
+            if node_grads is None:
+                continue
+            if node._hooks or node._retained:
+                node_grads = _pre_hooks(node, node_grads, create_graph, shared)
+            if node.__class__ is Acc:
+                g = node_grads[0]
+                if g is not None:
+                    _accumulate_leaf(node.variable, g, create_graph, id(g) in shared)
+                continue
+            if len(node_grads) == 1:
+                g0 = node_grads[0]
+                skip = g0 is None
+            else:
+                g0 = None
+                skip = all(g is None for g in node_grads)
+            if skip:
+                out_grads = ()
+            else:
+                out_grads = node.apply(node_grads)
+                if not retain_graph:
+                    node.release()
+            k = -1
+            for nxt, nr in node.next_functions:
+                k += 1
+                if nxt is None:
+                    continue
+                g = out_grads[k] if out_grads else None
+                if g is not None:
+                    if g is g0 or g._data.base is not None or (
+                            g0 is None and any(g is x for x in node_grads)) or id(g) in shared:
+                        shared.add(id(g))
+                    buf = buffers.get(nxt)
+                    if buf is None:
+                        buf = buffers[nxt] = [None] * nxt.num_outputs
+                    old = buf[nr]
+                    buf[nr] = g if old is None else old + g
+                d = deps[nxt] - 1
+                deps[nxt] = d
+                if not d:
+                    if nxt not in buffers:
+                        buffers[nxt] = None
+                    push(nxt)
+    finally:
+        state.enabled = prev
 
 
 def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
@@ -293,17 +386,18 @@ def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: set) -> list
 
 
 def _owned(g, is_shared: bool):
-    """A detached gradient with a buffer of its own (we accumulate into it in place)."""
-    from ..tensor import Tensor
+    """A detached gradient with a buffer of its own (we accumulate into it in place).
+
+    A buffer no one else holds and that is not a view (numpy results of VJP rules)
+    is taken as is; anything else is copied."""
     data = g._data
-    if is_shared or not data.flags.writeable or data.base is not None or \
-            not data.flags.c_contiguous:
+    if is_shared or data.base is not None or not data.flags.writeable:
         data = np.array(data)
-    return Tensor._make(data)
+    return _Tensor._make(data)
 
 
 def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
-    from ..tensor import Tensor
+    Tensor = _Tensor
     if var._hooks:
         for hook in list(var._hooks):
             r = hook(g)

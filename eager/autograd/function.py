@@ -28,14 +28,21 @@ FREED_MSG = ("Trying to backward through the graph a second time (or directly ac
 class Node:
     """A node of the backward graph; ``next_functions`` point towards the leaves."""
 
-    __slots__ = ("next_functions", "_seq", "_hooks", "_retained", "metadata", "__weakref__")
+    __slots__ = ("next_functions", "_seq", "_hooks", "_retained", "_metadata", "__weakref__")
     num_outputs = 1
 
     def __init__(self) -> None:
         self._seq = next(_seq)
         self._hooks = None       # {output_nr: [hook]} for tensor.register_hook on non-leaves
         self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
-        self.metadata = {}
+        self._metadata = None
+
+    @property
+    def metadata(self) -> dict:
+        """Free-form per-node dict (created on first use, as most nodes never need one)."""
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
 
     def name(self) -> str:
         return type(self).__name__
@@ -75,6 +82,7 @@ def node_class(name: str) -> type:
 
 
 _new = object.__new__
+_SAVES: dict = {}   # (op name, needs) -> the operand positions the needed rules read
 _Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no import cycle)
 _sum_to = None      # eager._surface.sum_to, bound likewise
 
@@ -90,34 +98,34 @@ class OpNode(Node):
         self._seq = next(_seq)
         self._hooks = None
         self._retained = None
-        self.metadata = {}
+        self._metadata = None
         self._op = op
         self._attrs = attrs
         self._needs = needs
         self.next_functions = next_functions
         saves = op.saves
         if op.reads is not None:    # keep only what the rules that will run read
-            saves = {j for i, r in enumerate(op.reads) if needs[i] for j in r}
+            key = (op.name, needs)
+            saves = _SAVES.get(key)
+            if saves is None:
+                saves = _SAVES[key] = frozenset(
+                    j for i, r in enumerate(op.reads) if needs[i] for j in r)
         saved = []
         versions = []
         shapes = []
         has_saved = out_data is not None
         for i, o in enumerate(operands):
+            keep = saves is None or i in saves
             if o.__class__ is _Tensor:
                 data = o._data
-                keep = saves is None or i in saves
                 saved.append(o if keep else None)
                 versions.append(o._version[0] if keep else None)
             else:                       # a constant operand (numpy scalar or array)
                 data = o
-                keep = saves is None or i in saves
                 saved.append(o if keep else None)
                 versions.append(None)
             has_saved = has_saved or keep
-            m = _new(Meta)
-            m.shape = data.shape
-            m.dtype = data.dtype
-            shapes.append(m)
+            shapes.append((data.shape, data.dtype))
         self._saved = saved
         self._versions = versions
         self._shapes = shapes
@@ -137,8 +145,10 @@ class OpNode(Node):
             raise RuntimeError(FREED_MSG)
         ins = []
         for i, o in enumerate(self._saved):
-            if o is None:
-                ins.append(self._shapes[i])
+            if o is None:               # not kept: the rule sees only shape and dtype
+                m = _new(Meta)
+                m.shape, m.dtype = self._shapes[i]
+                ins.append(m)
                 continue
             v = self._versions[i]
             if v is not None and o._version[0] != v:
@@ -178,11 +188,11 @@ class OpNode(Node):
                 res.append(None)
                 continue
             r = rules[i](g, out, *ins, **attrs)
-            m = self._shapes[i]
-            if r._data.shape != m.shape:
-                r = _sum_to(r, m.shape)
-            if r._data.dtype != m.dtype:
-                r = r.to(m.dtype)
+            shape, dtype = self._shapes[i]
+            if r._data.shape != shape:
+                r = _sum_to(r, shape)
+            if r._data.dtype != dtype:
+                r = r.to(dtype)
             res.append(r)
         return res
 
@@ -290,7 +300,15 @@ class Function(metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args: Any):
+        from .._surface import TensorOps
         from ..tensor import Tensor
+        if any(isinstance(a, TensorOps) and not isinstance(a, Tensor) for a in args):
+            raise TypeError(
+                f"{cls.__name__}.apply got a traced value (inside graphc.compile/grad): a custom "
+                "autograd.Function's backward is Python code run on concrete tensors, so it "
+                "cannot be traced. Write the op with tensor methods (graphc differentiates "
+                "them), add it as a primitive (docs/adding-an-op.md), or call it outside the "
+                "compiled function.")
         ctx = FunctionCtx()
         tensors = [a for a in args if isinstance(a, Tensor)]
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)

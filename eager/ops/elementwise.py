@@ -157,6 +157,7 @@ def _checked(name, fn):
             broadcast_shapes(np.shape(x), np.shape(y), op=name)
             raise
     forward.__name__ = name
+    forward.raw = fn        # for callers that produce the error message themselves
     return forward
 
 

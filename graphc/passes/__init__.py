@@ -22,16 +22,18 @@ MAX_FOLD_ELEMENTS = 1 << 16
 
 
 class PassResult:
-    __slots__ = ("name", "changed", "seconds", "nodes_after")
+    __slots__ = ("name", "changed", "seconds", "nodes_after", "round")
 
-    def __init__(self, name: str, changed: bool, seconds: float, nodes_after: int) -> None:
+    def __init__(self, name: str, changed: bool, seconds: float, nodes_after: int,
+                 round: int = 1) -> None:
         self.name = name
         self.changed = changed
         self.seconds = seconds
         self.nodes_after = nodes_after
+        self.round = round          # 1-based round of the fixed-point loop
 
     def __repr__(self) -> str:
-        return (f"{self.name}: {'changed' if self.changed else 'no change'}, "
+        return (f"{self.name} (round {self.round}): {'changed' if self.changed else 'no change'}, "
                 f"{self.seconds * 1e3:.2f} ms, {self.nodes_after} nodes")
 
 
@@ -99,7 +101,12 @@ def fold(g: Graph) -> bool:
             continue
         if not all(g.nx.nodes[o]["op"] == "const" for o in d["operands"]):
             continue
-        if int(np.prod(d["shape"], dtype=np.int64)) > MAX_FOLD_ELEMENTS:
+        n_out = int(np.prod(d["shape"], dtype=np.int64))
+        if n_out > MAX_FOLD_ELEMENTS:
+            continue
+        # never materialize a broadcast: expand(const) stays a stride-0 view of the scalar
+        if n_out > max([1] + [int(np.prod(g.nx.nodes[o]["shape"], dtype=np.int64))
+                              for o in d["operands"]]):
             continue
         vals = [g.nx.nodes[o]["attrs"]["value"] for o in d["operands"]]
         try:
@@ -212,7 +219,8 @@ def _rule_rewrite(g: Graph, n: int) -> bool:
 
 
 def _sum_of_broadcast(g: Graph, n: int) -> bool:
-    """sum(expand(x)) over only broadcast dims -> reshape(x) * count (one rounding, no loop)."""
+    """sum(expand(x)) over only broadcast dims -> reshape(x) * count + 0.0 (one rounding,
+    no loop; the only rule that rounds differently: n equal addends become one product)."""
     d = g.nx.nodes[n]
     e = d["operands"][0]
     x = g.nx.nodes[e]["operands"][0]
@@ -225,6 +233,8 @@ def _sum_of_broadcast(g: Graph, n: int) -> bool:
     count = 1
     for a in axes:
         count *= es[a]
+    if count == 0:
+        return False        # an empty sum is 0, but inf * 0 or nan * 0 is nan
     src = d.get("src", "")
     keep = tuple(padded[i] if i in axes else es[i] for i in range(len(es)))
     if not d["attrs"]["keepdim"]:
@@ -244,7 +254,11 @@ def _sum_of_broadcast(g: Graph, n: int) -> bool:
                 r = g.add_node("reshape", (r,), {"shape": keep}, src=src, role=d["role"],
                                by="simplify")
     c = g.add_const(np.asarray(count, dtype=d["dtype"]), src=src, role=d["role"], by="simplify")
-    _replace_op(g, n, "mul", (r, c), {})
+    m = g.add_node("mul", (r, c), {}, src=src, role=d["role"], by="simplify")
+    # numpy's sum starts from +0.0, so a sum of -0.0 is +0.0: "+ 0.0" keeps that (and is
+    # the identity for every other value)
+    z = g.add_const(np.asarray(0.0, dtype=d["dtype"]), src=src, role=d["role"], by="simplify")
+    _replace_op(g, n, "add", (m, z), {})
     return True
 
 
@@ -291,7 +305,9 @@ class PassManager:
 
     def __init__(self, opt_level: int = 2, disable: Iterable[str] = (),
                  print_after: Iterable[str] = (), verify_each: bool = False,
-                 max_rounds: int = 6, on_print: Optional[Callable[[str], None]] = None) -> None:
+                 max_rounds: int = 6, on_print: Optional[Callable[[str], None]] = None,
+                 snapshot_each: bool = False,
+                 after_pass: Optional[Callable[[str, int, Graph, bool], None]] = None) -> None:
         if opt_level not in PIPELINES:
             raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
         disable = set(disable)
@@ -307,33 +323,41 @@ class PassManager:
         self.verify_each = verify_each
         self.max_rounds = max_rounds
         self.on_print = on_print or print
+        self.snapshot_each = snapshot_each
+        self.after_pass = after_pass     # hook(name, round, graph, changed), e.g. bisect_passes
         self.log: list = []
-        self.snapshots: list = []      # (pass name, IR text) for print_after
+        self.snapshots: list = []      # (pass name, IR text): print_after passes, or every pass
 
     def run(self, g: Graph) -> Graph:
-        for _ in range(self.max_rounds):
+        for rnd in range(1, self.max_rounds + 1):
             any_change = False
             for name in self.pipeline:
                 t0 = time.perf_counter()
                 changed = PASSES[name](g)
                 dt = time.perf_counter() - t0
-                self.log.append(PassResult(name, changed, dt, len(g)))
+                self.log.append(PassResult(name, changed, dt, len(g), rnd))
                 if self.verify_each:
                     verify(g, name)
-                if name in self.print_after:
-                    text = f"// IR after {name}\n{g}"
+                if name in self.print_after or self.snapshot_each:
+                    text = (f"// IR after {name} (round {rnd}, "
+                            f"{'changed' if changed else 'no change'})\n{g}")
                     self.snapshots.append((name, text))
-                    self.on_print(text)
+                    if name in self.print_after:
+                        self.on_print(text)
+                if self.after_pass is not None:
+                    self.after_pass(name, rnd, g, changed)
                 any_change = any_change or changed
             if not any_change:
                 break
         return g
 
     def report(self) -> str:
-        lines = ["pass        changed   time(ms)  nodes"]
+        lines = ["pass        round  changed   time(ms)  nodes"]
         for r in self.log:
-            lines.append(f"{r.name:<11} {str(r.changed):<9} {r.seconds * 1e3:8.3f}  "
-                         f"{r.nodes_after}")
+            lines.append(f"{r.name:<11} {r.round:<6} {str(r.changed):<9} "
+                         f"{r.seconds * 1e3:8.3f}  {r.nodes_after}")
+        total = sum(r.seconds for r in self.log)
+        lines.append(f"total       {len(self.log)} pass runs, {total * 1e3:.3f} ms")
         return "\n".join(lines)
 
 

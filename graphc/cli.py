@@ -1,0 +1,590 @@
+"""The ``graphc`` command: run the demo, compare eager and compiled, read the IR, benchmark.
+
+    graphc demo                         the seeds' MLP trained eagerly and compiled
+    graphc compare model.py:loss --example
+    graphc ir model.py:loss --args f32[64,1000],f32[1000,100] --stage optimized
+    graphc bench --quick
+
+Usage errors (a missing file or function, a bad --args spec) print one line on
+stderr and exit with status 2; a function that cannot be compiled exits with 1.
+Progress messages go to stderr only when it is a terminal.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+STAGES = ("traced", "grad", "optimized", "llvm", "asm", "plan")
+
+EXAMPLE_HELP = """\
+where the inputs come from:
+  --example     the module that defines FUNCTION provides them, looked up in this order:
+                  <FUNCTION>_example_args()   a function returning a tuple of arguments
+                  example_args()              a function returning a tuple of arguments
+                  EXAMPLE_ARGS                a tuple of arguments
+                (a value that is not a tuple is one argument).  Arguments are numpy
+                arrays, eager Tensors, Python scalars or nested tuples/lists/dicts of them.
+  --args SPEC   seeded random arrays, comma-separated: DTYPE[DIMS], e.g.
+                  f32[64,1000],f32[1000,100],f64[],i64[4],bool[2,2]
+                dtypes f16 f32 f64 i8 i16 i32 i64 u8 bool (or numpy names such as float32);
+                floats are standard normal, integers uniform in [0, 10), bools fair coins.
+                A bare number (3, 0.5) passes that Python scalar (a constant to graphc).
+  If neither is given, --example is used when the module provides examples.
+"""
+
+
+class UsageError(Exception):
+    """A problem with what the user typed: one line on stderr, exit status 2."""
+
+
+class CompileFailed(Exception):
+    """The function could not be traced or compiled: one line on stderr, exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _progress(enabled: bool) -> Callable[[str], None]:
+    """A progress printer: stderr on a terminal, silent when piped."""
+    if enabled and sys.stderr.isatty():
+        return lambda msg: print(f"[graphc] {msg}", file=sys.stderr, flush=True)
+    return lambda msg: None
+
+
+# ---------------------------------------------------------------------------
+# loading a function and its inputs
+
+
+def load_function(target: str) -> tuple:
+    """``path/to/file.py:function`` -> (module, function, name)."""
+    if ":" not in target:
+        raise UsageError(f"expected FILE.py:FUNCTION, got {target!r}")
+    path, _, name = target.rpartition(":")
+    if not path or not name:
+        raise UsageError(f"expected FILE.py:FUNCTION, got {target!r}")
+    if not os.path.isfile(path):
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise UsageError(f"file {path!r} {what}")
+    path = os.path.abspath(path)
+    mod_name = "_graphc_cli_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path!r} as a Python module (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    here = os.path.dirname(path)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)         # the file may import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit:
+        raise UsageError(f"importing {path!r} called sys.exit()") from None
+    except BaseException as e:  # the user's module failed: say where, in one line
+        line = _user_line(e, path)
+        raise UsageError(f"importing {os.path.basename(path)} failed{line}: "
+                         f"{type(e).__name__}: {e}") from None
+    obj: Any = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            funcs = sorted(k for k, v in vars(module).items()
+                           if callable(v) and not k.startswith("_") and
+                           getattr(v, "__module__", None) == mod_name)
+            hint = f"; functions defined there: {', '.join(funcs)}" if funcs else ""
+            raise UsageError(f"{os.path.basename(path)} has no function {name!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"{name!r} in {os.path.basename(path)} is a "
+                         f"{type(obj).__name__}, not a function")
+    return module, obj, name
+
+
+def _user_line(exc: BaseException, path: str) -> str:
+    import traceback
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+    return f" at line {frames[-1].lineno}" if frames else ""
+
+
+_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8",
+           "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "bool": "bool",
+           "b1": "bool"}
+
+
+def _split_top(spec: str) -> list:
+    """Split on commas outside brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in spec:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise UsageError(f"bad --args spec {spec!r}: unbalanced ']'")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if depth:
+        raise UsageError(f"bad --args spec {spec!r}: unbalanced '['")
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_args_spec(spec: str, seed: int = 0) -> tuple:
+    """``f32[3,3],f64[10],i64[4],0.5`` -> seeded random arrays (and Python scalars)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for item in _split_top(spec):
+        if not item:
+            raise UsageError(f"bad --args spec {spec!r}: empty item")
+        m = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)\[([0-9,\s]*)\]", item)
+        if m is None:
+            try:
+                out.append(int(item))
+                continue
+            except ValueError:
+                pass
+            try:
+                out.append(float(item))
+                continue
+            except ValueError:
+                pass
+            raise UsageError(f"bad --args item {item!r}: expected DTYPE[DIMS] such as "
+                             "f32[3,3] or f64[] (a scalar), or a number")
+        name, dims = m.group(1), m.group(2)
+        dt_name = _DTYPES.get(name.lower(), name.lower())
+        try:
+            dt = np.dtype(dt_name)
+        except TypeError:
+            raise UsageError(f"bad --args item {item!r}: unknown dtype {name!r} (use "
+                             f"{', '.join(_DTYPES)})") from None
+        if dt.kind not in "fiub":
+            raise UsageError(f"bad --args item {item!r}: dtype {dt.name} is not supported")
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
+        except ValueError:
+            raise UsageError(f"bad --args item {item!r}: dimensions must be integers") from None
+        if dt.kind == "f":
+            out.append(rng.standard_normal(shape).astype(dt))
+        elif dt.kind == "b":
+            out.append(rng.random(shape) < 0.5)
+        else:
+            out.append(rng.integers(0, 10, size=shape).astype(dt))
+    return tuple(out)
+
+
+def example_args(module: Any, name: str) -> Optional[tuple]:
+    """The module's example inputs for ``name`` (see EXAMPLE_HELP), or None."""
+    short = name.split(".")[-1]
+    for attr in (f"{short}_example_args", "example_args"):
+        f = getattr(module, attr, None)
+        if callable(f):
+            try:
+                value = f()
+            except Exception as e:
+                raise UsageError(f"{attr}() raised {type(e).__name__}: {e}") from None
+            return value if isinstance(value, tuple) else (value,)
+    if hasattr(module, "EXAMPLE_ARGS"):
+        value = module.EXAMPLE_ARGS
+        return value if isinstance(value, tuple) else (value,)
+    return None
+
+
+def resolve_inputs(ns: argparse.Namespace, module: Any, name: str, fn: Callable) -> tuple:
+    """The inputs from --args or the module's examples, checked against fn's parameters."""
+    if ns.args is not None:
+        args, source = parse_args_spec(ns.args, ns.seed), "--args"
+    else:
+        args, source = _examples(ns, module, name), "the module's example inputs"
+    import inspect
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return args
+    try:
+        sig.bind(*args)
+    except TypeError:
+        raise UsageError(f"{name}{sig} does not take the {len(args)} argument"
+                         f"{'s' if len(args) != 1 else ''} of {source}") from None
+    return args
+
+
+def _examples(ns: argparse.Namespace, module: Any, name: str) -> tuple:
+    ex = example_args(module, name)
+    if ex is None:
+        short = name.split(".")[-1]
+        if ns.example:
+            raise UsageError(f"--example: the module defines none of {short}_example_args(), "
+                             "example_args(), EXAMPLE_ARGS")
+        raise UsageError(f"no inputs for {name}: pass --args SPEC (e.g. --args f32[3,3]) or "
+                         f"define {short}_example_args(), example_args() or EXAMPLE_ARGS in "
+                         "the module")
+    return ex
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="FILE.py:FUNCTION",
+                   help="the Python file and the function in it")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--args", metavar="SPEC", help="random inputs, e.g. f32[3,3],f64[10],i64[4]")
+    g.add_argument("--example", action="store_true",
+                   help="use the module's example inputs (see below)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the --args arrays (default 0)")
+
+
+# ---------------------------------------------------------------------------
+# graphc compare
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from .compare import compare
+    module, fn, name = load_function(ns.target)
+    args = resolve_inputs(ns, module, name, fn)
+    prog = _progress(not ns.json)
+    prog(f"running {name} eagerly and compiled (compile, time, check numerics)...")
+    try:
+        report = compare(fn, *args, grads=not ns.no_grads)
+    except (TypeError, ValueError) as e:
+        raise CompileFailed(f"{name}: {type(e).__name__}: {e}") from None
+    print(report.to_json() if ns.json else report)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# graphc ir
+
+
+def cmd_ir(ns: argparse.Namespace) -> int:
+    import graphc
+    from .errors import GraphcError
+    module, fn, name = load_function(ns.target)
+    args = resolve_inputs(ns, module, name, fn)
+    cf = graphc.compile(fn)
+    prog = _progress(True)
+    prog(f"compiling {name}...")
+    try:
+        entry = cf._entry_for(args)
+        if ns.stage in ("traced", "grad", "optimized"):
+            text = cf.ir(*args, stage=ns.stage)
+            graph = entry.stages[ns.stage]
+        else:
+            graph = entry.stages["optimized"]
+            if ns.stage == "llvm":
+                text = cf.llvm_ir(*args, optimized=ns.llvm_optimized)
+            elif ns.stage == "asm":
+                text = cf.asm(*args)
+            else:
+                text = cf.plan(*args)
+    except (GraphcError, TypeError, ValueError) as e:
+        raise CompileFailed(f"{name}: {type(e).__name__}: {e}") from None
+    if ns.dot:
+        _write_dot(graph.to_dot(), ns.dot)
+    print(text.rstrip("\n"))
+    return 0
+
+
+def _write_dot(dot: str, path: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(dot if dot.endswith("\n") else dot + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write {path!r}: {e.strerror}") from None
+    exe = shutil.which("dot")
+    if exe is None:
+        print(f"wrote {path} (no SVG: the Graphviz 'dot' program is not installed; with it, "
+              f"run: dot -Tsvg {path} -o {os.path.splitext(path)[0]}.svg)", file=sys.stderr)
+        return
+    svg = os.path.splitext(path)[0] + ".svg"
+    r = subprocess.run([exe, "-Tsvg", path, "-o", svg], capture_output=True, text=True)
+    if r.returncode:
+        print(f"wrote {path}; Graphviz failed to render it: {r.stderr.strip()}",
+              file=sys.stderr)
+    else:
+        print(f"wrote {path} and {svg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# graphc demo
+
+N, D_IN, H, D_OUT = 64, 1000, 100, 10
+LEARNING_RATE = 1e-6
+
+
+# The demo's code, compiled under its own file name so the IR's source comments
+# (``# demo_step.py:3``) point at the numbered listing the demo prints, not into graphc.
+DEMO_FILE = "demo_step.py"
+DEMO_SOURCE = """\
+def seed_step(x, y, w1, w2):
+    y_pred = x.mm(w1).clamp(min=0).mm(w2)
+    loss = (y_pred - y).pow(2).sum()
+    loss.backward()
+    with torch.no_grad():
+        w1 -= learning_rate * w1.grad
+        w2 -= learning_rate * w2.grad
+        w1.grad.zero_()
+        w2.grad.zero_()
+    return loss
+
+
+def seed_loss(x, y, w1, w2):
+    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+"""
+
+
+def demo_functions() -> tuple:
+    """(seed_step, seed_loss): the seeds' training step (shared/seeds/003, torch.autograd
+    two-layer network, ``import eager as torch``) and its loss."""
+    import eager
+    ns: dict = {"torch": eager, "learning_rate": LEARNING_RATE}
+    exec(compile(DEMO_SOURCE, DEMO_FILE, "exec"), ns)
+    return ns["seed_step"], ns["seed_loss"]
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    import eager
+    import graphc
+    if ns.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {ns.steps}")
+    prog = _progress(True)
+    out = (lambda *a, **k: None) if ns.quiet else print
+    seed_step, seed_loss = demo_functions()
+    eager.manual_seed(0)
+    x = eager.randn(N, D_IN)
+    y = eager.randn(N, D_OUT)
+    w1 = eager.randn(D_IN, H, requires_grad=True)
+    w2 = eager.randn(H, D_OUT, requires_grad=True)
+    init = [t.detach().numpy().copy() for t in (w1, w2)]
+    c1 = eager.from_numpy(init[0].copy()).requires_grad_()
+    c2 = eager.from_numpy(init[1].copy()).requires_grad_()
+    every = 50 if ns.steps >= 100 else max(1, ns.steps // 10)
+
+    out(f"graphc demo: the seeds' two-layer MLP (N={N}, D_in={D_IN}, H={H}, D_out={D_OUT}, "
+        f"float32, lr={LEARNING_RATE:g}),")
+    out(f"trained {ns.steps} steps eagerly and compiled (graphc.compile(seed_step)) from the "
+        "same initial weights:")
+    out("")
+    for k, line in enumerate(DEMO_SOURCE.splitlines()[:10], 1):
+        out(f"  {DEMO_FILE}:{k:<3} {line}")
+    out("")
+
+    prog(f"training eagerly ({ns.steps} steps)...")
+    e_losses = {}
+    t0 = time.perf_counter()
+    for t in range(ns.steps):
+        loss = seed_step(x, y, w1, w2)
+        if t % every == 0 or t == ns.steps - 1:
+            e_losses[t] = float(loss)
+    eager_total = time.perf_counter() - t0
+
+    prog("compiling the step (trace, differentiate, optimize, LLVM)...")
+    step = graphc.compile(seed_step)
+    c_losses = {}
+    warm_from = min(2, ns.steps)      # the first two calls trace (.grad None, then set)
+    t0 = time.perf_counter()
+    for t in range(warm_from):
+        loss = step(x, y, c1, c2)
+        if t % every == 0 or t == ns.steps - 1:
+            c_losses[t] = float(loss)
+    first_calls = time.perf_counter() - t0
+    prog(f"training compiled ({ns.steps} steps)...")
+    t0 = time.perf_counter()
+    for t in range(warm_from, ns.steps):
+        loss = step(x, y, c1, c2)
+        if t % every == 0 or t == ns.steps - 1:
+            c_losses[t] = float(loss)
+    warm_total = time.perf_counter() - t0
+
+    out(f"  {'step':>5}  {'eager loss':>16}  {'compiled loss':>16}")
+    for t in sorted(e_losses):
+        out(f"  {t:>5}  {e_losses[t]:>16.6g}  {c_losses[t]:>16.6g}")
+    out("")
+
+    e_step = eager_total / ns.steps
+    n_warm = ns.steps - warm_from
+    print("final weights, compiled vs eager:")
+    for nm, a, b in (("w1", w1, c1), ("w2", w2, c2)):
+        ea, cb = a.detach().numpy(), b.detach().numpy()
+        diff = float(np.max(np.abs(ea - cb)))
+        scale = float(np.max(np.abs(ea))) or 1.0
+        ok = np.allclose(cb, ea, rtol=1e-4, atol=1e-5)
+        print(f"  {nm}: max abs difference {diff:.3g} (relative {diff / scale:.3g})  "
+              f"{'agree' if ok else 'DIFFER'}")
+    print(f"final loss: eager {e_losses[ns.steps - 1]:.6g}, compiled "
+          f"{c_losses[ns.steps - 1]:.6g}")
+    if n_warm:
+        c_step = warm_total / n_warm
+        print(f"time per step: eager {_ms(e_step)}, compiled {_ms(c_step)} -> speedup "
+              f"{e_step / c_step:.2f}x (compiled's first {warm_from} calls, which trace and "
+              f"compile, took {first_calls * 1e3:.0f} ms and are not counted)")
+    else:
+        print(f"time per step: eager {_ms(e_step)}; compiled: every step traced and compiled "
+              f"({first_calls * 1e3:.0f} ms in all), run 3 or more steps to time it")
+    info = step.cache_info()
+    print(f"compiled cache: {info.traces} traces, {info.hits} hits "
+          f"(.grad None -> set is a new input signature)")
+    if ns.quiet:
+        return 0
+
+    prog("comparing the step's loss (graphc.compare)...")
+    print("")
+    xs, ys = x.numpy(), y.numpy()
+    report = graphc.compare(seed_loss, xs, ys, init[0], init[1], argnums=(2, 3))
+    print(report)
+    print("")
+    print("optimized IR of the compiled training step:")
+    print(step.ir(x, y, c1, c2, stage="optimized"))
+    return 0
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.3f} ms"
+
+
+# ---------------------------------------------------------------------------
+# graphc bench
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    import inspect
+    try:
+        from . import bench
+    except ImportError as e:
+        raise CompileFailed(f"graphc.bench is not available: {e}") from None
+    if ns.threads is not None and ns.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {ns.threads}")
+    params = inspect.signature(bench.run).parameters
+    kwargs: dict = {"quick": ns.quick}
+    if ns.only:
+        kwargs["only"] = [w.upper() for w in ns.only]
+    if ns.threads is not None:
+        if "threads" in params:
+            kwargs["threads"] = ns.threads
+        else:
+            from .runtime import parallel
+            parallel.set_num_threads(ns.threads)
+    prog = _progress(True)
+    if "progress" in params and sys.stderr.isatty():
+        kwargs["progress"] = prog
+    results = bench.run(**kwargs)
+    if ns.json:
+        print(json.dumps(results, indent=1, default=str))
+    else:
+        print(bench.format_tables(results))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# the parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphc", description="graphc: one Tensor API, run eagerly or compiled. "
+                "Start with 'graphc demo'.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Run 'graphc COMMAND --help' for the options of each command.")
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"graphc {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    d = sub.add_parser("demo", help="train the seeds' MLP eagerly and compiled, side by side",
+                       description="Train the seeds' two-layer MLP (shared/seeds/003: N, D_in, "
+                       "H, D_out = 64, 1000, 100, 10; lr 1e-6) eagerly and compiled from the "
+                       "same initial weights; print the losses in two columns, the final "
+                       "agreement of the weights, the time per step of each and the speedup, "
+                       "then graphc.compare on the step's loss and the optimized IR of the "
+                       "compiled step.")
+    d.add_argument("--steps", type=int, default=500, help="training steps (default 500)")
+    d.add_argument("--quiet", action="store_true",
+                   help="print only the summary (agreement, times, speedup)")
+    d.set_defaults(func=cmd_demo)
+
+    c = sub.add_parser("compare", help="run a function eagerly and compiled and compare them",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=textwrap.fill(
+                           "Run FUNCTION from FILE.py eagerly (eager autograd) and compiled "
+                           "(graphc.compile) on the same inputs and print time per call, "
+                           "compile time and break-even, peak memory, graph sizes and the "
+                           "numerical agreement of every output and gradient with a float64 "
+                           "run (graphc.compare).  With gradients (the default) FUNCTION's "
+                           "first output must be a floating-point scalar; a function that "
+                           "calls backward() itself is compared as a training step.", 79),
+                       epilog=EXAMPLE_HELP)
+    _add_input_options(c)
+    c.add_argument("--no-grads", action="store_true",
+                   help="compare values only (no backward / value_and_grad)")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.set_defaults(func=cmd_compare)
+
+    i = sub.add_parser("ir", help="print a compilation stage of a function",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=textwrap.fill(
+                           "Compile FUNCTION from FILE.py for the given inputs and print one "
+                           "stage: traced (the graph as recorded), grad (with its gradient "
+                           "nodes), optimized (after the passes), llvm (LLVM IR), asm (host "
+                           "assembly), plan (native kernels and arena).", 79),
+                       epilog=EXAMPLE_HELP)
+    _add_input_options(i)
+    i.add_argument("--stage", choices=STAGES, default="optimized",
+                   help="which stage to print (default optimized)")
+    i.add_argument("--llvm-optimized", action="store_true",
+                   help="with --stage llvm: the LLVM IR after LLVM's own optimizer")
+    i.add_argument("--dot", metavar="FILE",
+                   help="also write Graphviz DOT of the graph stage to FILE (llvm/asm/plan: "
+                   "the optimized graph); an SVG next to it if Graphviz 'dot' is installed")
+    i.set_defaults(func=cmd_ir)
+
+    b = sub.add_parser("bench", help="run the benchmark workloads W0-W5 (BENCHMARKS.md)",
+                       description="Benchmarks W0-W5: numpy hand-written vs eager vs "
+                       "compiled, as tables of medians and ratios measured in the same run.")
+    b.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    b.add_argument("--quick", action="store_true", help="fewer repeats")
+    b.add_argument("--threads", type=int, metavar="N",
+                   help="threads for graphc's parallel loops and BLAS")
+    b.add_argument("--only", nargs="+", metavar="ID", help="only these workloads, e.g. W1 W3")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not getattr(ns, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return ns.func(ns)
+    except UsageError as e:
+        print(f"graphc {ns.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except CompileFailed as e:
+        print(f"graphc {ns.command}: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("graphc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:          # `graphc ir ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

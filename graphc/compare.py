@@ -1,0 +1,666 @@
+"""``graphc.compare``: run one function eagerly and compiled, side by side.
+
+The two ways of running the same code differ in speed, memory, graph size,
+numerics and what they can express at all.  ``compare`` measures each of these
+on the caller's own inputs and returns a :class:`ComparisonReport` that prints
+as a table and serializes to JSON:
+
+* time per call (medians over repeats; the number of calls per repeat adapts
+  so the measurement takes a fraction of a second), the cold first call of the
+  compiled function, its compile time (first call minus a warm call) and the
+  break-even number of calls after which compiling pays off;
+* peak memory: eager's is the ``tracemalloc`` peak during one forward+backward
+  call (numpy registers its data allocations with tracemalloc, so this counts
+  every array on the tape); compiled's is the planned arena plus the outputs;
+* graph sizes: eager's tape, the traced graph (and its gradient nodes), the
+  optimized graph and the native kernels;
+* numerics: every output and gradient of both modes against a float64 eager
+  run; when the compiled side disagrees, the first node of the optimized graph
+  whose native value differs from the interpreter;
+* when tracing is impossible (``if`` on a value, ``.item()``...), the report
+  keeps the eager column and says why, where, and what to do instead.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import re
+import statistics
+import textwrap
+import time
+import tracemalloc
+import traceback
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+import eager
+from eager.tensor import Tensor
+
+from . import tree
+from .errors import GraphcError
+from .ir import type_str
+from .tracer import arg_names
+
+# Largest normwise relative error (max|x - ref| / max|ref|) still called agreement,
+# by dtype of the value.  float32 sums and products of a few thousand terms stay
+# well inside 1e-4; float64 against the float64 reference is exact up to rounding.
+TOLERANCE = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+
+MEMORY_NOTE = ("eager peak = tracemalloc peak during one forward+backward call (numpy "
+               "reports its array allocations to tracemalloc, so this covers every tensor "
+               "alive on the tape); compiled peak = planned arena bytes + output bytes")
+
+
+class ComparisonReport:
+    """Eager vs compiled on one set of inputs.  ``str()`` is a table; see ``to_dict``."""
+
+    FIELDS = ("function", "signature", "mode", "grads", "eager", "compiled", "compiled_error",
+              "speedup", "break_even_calls", "agreement", "all_agree", "divergence",
+              "timing", "notes")
+
+    def __init__(self, **fields: Any) -> None:
+        for k in self.FIELDS:
+            setattr(self, k, fields.get(k))
+
+    # --- serialization ----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {k: _plain(getattr(self, k)) for k in self.FIELDS}
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ComparisonReport":
+        return cls(**{k: d.get(k) for k in cls.FIELDS})
+
+    @classmethod
+    def from_json(cls, text: str) -> "ComparisonReport":
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def compiled_possible(self) -> bool:
+        return self.compiled_error is None
+
+    def __repr__(self) -> str:
+        return f"<graphc.ComparisonReport {self.function}: {self._headline()}>"
+
+    def _headline(self) -> str:
+        if not self.compiled_possible:
+            return "compiled: not possible"
+        return (f"eager {_fmt_time(self.eager['time_per_call_s'])}, compiled "
+                f"{_fmt_time(self.compiled['time_per_call_s'])}")
+
+    # --- the table --------------------------------------------------------------------
+    def __str__(self) -> str:
+        e, c = self.eager, self.compiled
+        lines = [f"graphc.compare: {self.signature}  [{self.mode}]", ""]
+        w = 26
+        lines.append(f"  {'':<{w}} {'eager':>14} {'compiled':>14}")
+
+        def row(label: str, ev: str, cv: str, note: str = "") -> None:
+            lines.append(f"  {label:<{w}} {ev:>14} {cv:>14}" + (f"   {note}" if note else ""))
+
+        if c is None:
+            row("time per call", _fmt_time(e["time_per_call_s"]), "-")
+            row("peak memory", _fmt_bytes(e["peak_bytes"]), "-")
+            row("graph nodes", f"{e['tape_nodes']} on tape", "-")
+            lines.append("")
+            err = self.compiled_error
+            lines.append(f"  compiled: not possible -- {err['type']}")
+            if err.get("argument"):
+                lines.append(f"    argument: {err['argument']}")
+            if err.get("line"):
+                lines.append(f"    line:     {err['line']}")
+            if err.get("source"):
+                lines.append(f"              {err['source']}")
+            if err.get("fix"):
+                lines.extend(textwrap.wrap(err["fix"], 96, initial_indent="    instead:  ",
+                                           subsequent_indent="              "))
+            msg = err["message"].split(" Instead: ")[0] if err.get("fix") else err["message"]
+            lines.extend(textwrap.wrap(msg, 96, initial_indent="    message:  ",
+                                       subsequent_indent="              "))
+        else:
+            sp = self.speedup
+            note = (f"compiled is {sp:.2f}x faster" if sp >= 1 else
+                    f"compiled is {1 / sp:.2f}x slower") if sp else ""
+            row("time per call (median)", _fmt_time(e["time_per_call_s"]),
+                _fmt_time(c["time_per_call_s"]), note)
+            n = c.get("cold_calls", 1)
+            row("first call (cold)" if n == 1 else f"first {n} calls (cold)",
+                _fmt_time(e["first_call_s"]), _fmt_time(c["first_call_s"]),
+                "" if n == 1 else f"{n} input signatures traced (.grad None, then set)")
+            row("compile time", "-", _fmt_time(c["compile_s"]),
+                "cold call" + ("s" if n > 1 else "") + " minus warm call" + ("s" if n > 1 else ""))
+            be = self.break_even_calls
+            row("break-even", "", "never" if be == "never" else f"{be:,} calls",
+                "calls after which compiling has paid for itself" if be != "never" else
+                "compiled is not faster per call")
+            row("peak memory", _fmt_bytes(e["peak_bytes"]), _fmt_bytes(c["peak_bytes"]),
+                f"arena {_fmt_bytes(c['arena_bytes'])} + outputs "
+                f"{_fmt_bytes(c['output_bytes'])}")
+            row("tape / traced nodes", str(e["tape_nodes"]), str(c["traced_nodes"]),
+                f"{c['gradient_nodes']} of the traced nodes compute gradients")
+            row("optimized nodes", "-", str(c["optimized_nodes"]))
+            row("native kernels", "-", str(c["kernels"]),
+                f"{c['fused_nodes']} nodes fused into {c['loop_kernels']} loop kernel(s)")
+        lines.append("")
+        lines.append("  numerics: max abs / max rel error against a float64 eager run "
+                     "(rel = max|x-ref| / max|ref|)")
+        lines.append(f"  {'value':<22} {'type':<14} {'eager abs':>10} {'rel':>9}   "
+                     f"{'compiled abs':>12} {'rel':>9}")
+        for a in self.agreement or []:
+            ca = "-" if a["compiled_abs"] is None else f"{a['compiled_abs']:.2e}"
+            cr = "-" if a["compiled_rel"] is None else f"{a['compiled_rel']:.2e}"
+            ok = "" if a["compiled_abs"] is None else ("ok" if a["ok"] else "DIFFERS")
+            lines.append(f"  {a['name']:<22} {a['type']:<14} {a['eager_abs']:>10.2e} "
+                         f"{a['eager_rel']:>9.2e}   {ca:>12} {cr:>9}  {ok}")
+        if c is not None:
+            if self.all_agree:
+                lines.append("  all values agree within tolerance "
+                             "(float32 1e-4, float64 1e-9, or as close as eager)")
+            else:
+                lines.append("  compiled values DIFFER from the reference")
+                if self.divergence:
+                    lines.append(f"  first diverging node: {self.divergence}")
+        lines.append("")
+        t = self.timing or {}
+        per = f"{t.get('eager_number')} (eager)"
+        if t.get("compiled_number"):
+            per += f" / {t.get('compiled_number')} (compiled)"
+        lines.append(f"  timing: median of {t.get('repeat')} repeats x {per} calls, after "
+                     f"{t.get('warmup')} warm-up calls")
+        for n in self.notes or []:
+            lines.extend(textwrap.wrap(n, 96, initial_indent="  note: ",
+                                       subsequent_indent="        "))
+        return "\n".join(ln.rstrip() for ln in lines)
+
+
+# ---------------------------------------------------------------------------
+# measurement helpers
+
+
+def _plain(v: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, tuples to lists, inf/nan to strings."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def _fmt_time(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def _fmt_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _measure(call: Callable, repeat: Optional[int], warmup: int,
+             budget: float) -> tuple:
+    """(median seconds per call, calls per repeat, repeats): calls are batched so the
+    whole measurement takes about ``budget`` seconds."""
+    for _ in range(max(warmup, 1)):
+        t0 = time.perf_counter()
+        call()
+        one = time.perf_counter() - t0
+    one = max(one, 1e-7)
+    reps = repeat if repeat else max(3, min(9, int(budget / one)))
+    number = max(1, min(100_000, int(budget / (reps * one))))
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            call()
+        samples.append((time.perf_counter() - t0) / number)
+    return statistics.median(samples), number, reps
+
+
+def _errors(x: np.ndarray, ref: np.ndarray) -> tuple:
+    """(max abs error, normwise relative error) of ``x`` against ``ref``."""
+    x = np.asarray(x, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if x.shape != ref.shape:
+        return float("inf"), float("inf")
+    if x.size == 0:
+        return 0.0, 0.0
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(x - ref)
+    both_nan = np.isnan(x) & np.isnan(ref)
+    diff = np.where(both_nan, 0.0, diff)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    ab = float(np.max(diff))
+    scale = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0))))
+    return ab, (ab / scale if scale > 0 else ab)
+
+
+def _as_array(v: Any) -> np.ndarray:
+    if isinstance(v, Tensor):
+        return np.array(v.detach().numpy())
+    return np.array(v)
+
+
+def _tape_nodes(out: Any) -> int:
+    """Operation nodes on the eager tape reachable from ``out`` (leaves not counted)."""
+    from eager.autograd.function import AccumulateGrad
+    root = out.grad_fn if isinstance(out, Tensor) else None
+    if root is None:
+        return 0
+    seen = {root}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return sum(1 for n in seen if not isinstance(n, AccumulateGrad))
+
+
+def _error_info(exc: BaseException, fn: Callable) -> dict:
+    """Type, message, argument, user source line and suggested fix of a compile failure."""
+    msg = str(exc)
+    info = {"type": type(exc).__name__, "message": msg, "argument": None, "line": None,
+            "source": None, "fix": None}
+    m = re.search(r"depends on arguments? (.+?), which", msg)
+    if m:
+        info["argument"] = m.group(1)
+    m = re.search(r"Instead: (.*)$", msg, re.S)
+    if m:
+        info["fix"] = m.group(1).strip()
+    # the innermost frame in user code (outside eager/ and graphc/)
+    pkg_dirs = tuple(os.path.dirname(os.path.abspath(p.__file__)) + os.sep
+                     for p in (eager, __import__("graphc")))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(pkg_dirs)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        own = [f for f in frames if f.filename == code.co_filename]
+        frames = own or frames
+    if frames:
+        f = frames[-1]
+        info["line"] = f"{f.filename}:{f.lineno}"
+        info["source"] = (f.line or "").strip() or None
+    else:
+        m = re.search(r" at (\S+:\d+)", msg)
+        if m:
+            info["line"] = m.group(1)
+    return info
+
+
+# ---------------------------------------------------------------------------
+# compare
+
+
+class _Inputs:
+    """The caller's arguments split into array leaves (by argument) and static values."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        self.names = arg_names(fn, len(args))
+        self.trees = []          # per argument: (treedef, [leaf or None for arrays], paths)
+        self.arrays = []         # per argument: list of (leaf index, np.ndarray)
+        for i, a in enumerate(args):
+            leaves, td = tree.flatten(a)
+            paths = tree.leaf_paths(td, self.names[i])
+            arrs = []
+            for k, x in enumerate(leaves):
+                if isinstance(x, (Tensor, np.ndarray, np.generic)):
+                    arrs.append((k, _as_array(x)))
+            self.trees.append((td, leaves, paths))
+            self.arrays.append(arrs)
+
+    def float_args(self) -> list:
+        """Positions of arguments whose leaves are all floating-point arrays."""
+        out = []
+        for i, ((td, leaves, _), arrs) in enumerate(zip(self.trees, self.arrays)):
+            if arrs and len(arrs) == len(leaves) and all(a.dtype.kind == "f" for _, a in arrs):
+                out.append(i)
+        return out
+
+    def build(self, make: Callable[[np.ndarray, int], Any]) -> tuple:
+        """The arguments with each array leaf replaced by ``make(array, arg position)``."""
+        args = []
+        for i, ((td, leaves, _), arrs) in enumerate(zip(self.trees, self.arrays)):
+            new = list(leaves)
+            for k, a in arrs:
+                new[k] = make(a, i)
+            args.append(tree.unflatten(td, new))
+        return tuple(args)
+
+    def array_leaves(self, args: tuple) -> list:
+        """(path, value) of every array leaf of ``args`` (built by ``build``)."""
+        out = []
+        for a, (_, _, paths), arrs in zip(args, self.trees, self.arrays):
+            leaves = tree.flatten(a)[0]
+            out.extend((paths[k], leaves[k]) for k, _ in arrs)
+        return out
+
+    def signature(self, fname: str) -> str:
+        parts = []
+        for name, (td, leaves, paths), arrs in zip(self.names, self.trees, self.arrays):
+            if td.kind == "leaf" and arrs:
+                parts.append(f"{name}: {type_str(arrs[0][1].shape, arrs[0][1].dtype)}")
+            elif td.kind == "leaf":
+                parts.append(f"{name}={leaves[0]!r}")
+            else:
+                parts.append(f"{name}: {td!r}")
+        return f"{fname}({', '.join(parts)})"
+
+    def grad_names(self, positions: list) -> list:
+        out = []
+        for i in positions:
+            out.extend(self.trees[i][2])
+        return out
+
+
+def _leaf_tensors(args: tuple) -> list:
+    return [x for x in tree.flatten(args)[0] if isinstance(x, Tensor) and x.requires_grad]
+
+
+def _tensor_maker(track: set, cast: Optional[np.dtype] = None) -> Callable:
+    """Array -> fresh eager Tensor; floats of tracked arguments require grad."""
+    def make(a: np.ndarray, i: int) -> Tensor:
+        if cast is not None and a.dtype.kind == "f":
+            a = a.astype(cast)
+        t = eager.from_numpy(np.array(a, copy=True))
+        if i in track and a.dtype.kind == "f":
+            t.requires_grad_(True)
+        return t
+    return make
+
+
+def _first(out: Any) -> Any:
+    return out if isinstance(out, Tensor) else tree.flatten(out)[0][0]
+
+
+class _EagerRun:
+    """Outputs, gradients, tape size and peak memory of one eager call.
+
+    A function that calls ``backward()`` itself (a training step) is a *step*: its
+    ``.grad`` and in-place updates are its results, so they are compared too, and
+    timed calls leave ``.grad`` alone as a training loop would.
+    """
+
+    def __init__(self, fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list,
+                 track: set, cast: Optional[np.dtype] = None,
+                 measure_memory: bool = False) -> None:
+        self.args = inputs.build(_tensor_maker(track, cast))
+        self.leaves = _leaf_tensors(self.args)
+        self.step = False
+        self.fn, self.grads = fn, grads
+        self.grad_tensors = [x for i in grad_pos for x in tree.flatten(self.args[i])[0]]
+        t0 = time.perf_counter()
+        out = fn(*self.args)
+        self.tape_nodes = _tape_nodes(_first(out))
+        if grads:
+            self._backward(out)
+        self.first_call_s = time.perf_counter() - t0
+        self.out_is_tensor = isinstance(out, Tensor)
+        self.outputs = [_as_array(v) for v in tree.flatten(out)[0]]
+        self.gradients = [np.zeros(t.shape, t.numpy().dtype) if t.grad is None
+                          else _as_array(t.grad) for t in self.grad_tensors]
+        self.step = not grads and any(t.grad is not None for t in self.leaves)
+        self.updated = _updated(inputs, self.args)
+        if measure_memory:           # after the checked first call, so errors come from there
+            self.peak_bytes = self._peak()
+
+    def _backward(self, out: Any) -> None:
+        first = _first(out)
+        if not isinstance(first, Tensor) or first.numel() != 1 or \
+                not first.is_floating_point():
+            raise ValueError(
+                f"graphc.compare(grads=True): the first output of {self.fn.__name__} must be a "
+                f"floating-point scalar tensor to differentiate, got "
+                f"{type(first).__name__}{list(getattr(first, 'shape', []))}; pass "
+                "grads=False to compare values only")
+        if first.requires_grad:
+            first.backward()
+
+    def call(self) -> None:
+        if not self.step:
+            for t in self.leaves:
+                t.grad = None
+        out = self.fn(*self.args)
+        if self.grads:
+            first = _first(out)
+            if first.requires_grad:
+                first.backward()
+
+    def _peak(self) -> int:
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        try:
+            for t in self.leaves:
+                t.grad = None
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            self.call()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            if started:
+                tracemalloc.stop()
+        for t in self.leaves:
+            t.grad = None
+        return max(0, peak - base)
+
+
+def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequence[int]] = None,
+            repeat: Optional[int] = None, warmup: int = 3,
+            budget: float = 0.25) -> ComparisonReport:
+    """Run ``fn(*args)`` eagerly and compiled on the same inputs and compare the two.
+
+    ``args`` are numpy arrays or eager Tensors (nested tuples/lists/dicts of them),
+    and Python scalars, which both sides treat as constants.  Eager gets Tensors
+    with ``requires_grad=True`` on floating-point inputs; with ``grads`` it calls
+    ``backward()`` on the first (scalar) output, and the compiled side compiles
+    ``graphc.value_and_grad`` of ``fn`` w.r.t. every argument made of float arrays
+    (or only the arguments in ``argnums``, which are then the only ones eager tracks).
+    ``repeat`` fixes the number of timing repeats (default: adaptive); ``budget``
+    is the target seconds of timed calls per mode.
+    """
+    if not callable(fn):
+        raise TypeError(f"graphc.compare expects a callable, got {type(fn).__name__}")
+    from .api import CompiledFunction
+    if isinstance(fn, CompiledFunction):      # compare the Python function it compiles
+        fn = fn.__wrapped__
+    name = getattr(fn, "__name__", type(fn).__name__)
+    inputs = _Inputs(fn, args)
+    floats = inputs.float_args()
+    if argnums is not None:
+        argnums = [argnums] if isinstance(argnums, int) else [int(a) for a in argnums]
+        for a in argnums:
+            if a not in floats:
+                raise ValueError(f"graphc.compare: argnums {a} is not an argument made of "
+                                 f"floating-point arrays (those are positions {floats})")
+        track = set(argnums)
+    else:
+        track = set(floats)
+    grad_pos = sorted(track) if grads else []
+    notes = [MEMORY_NOTE]
+    if grads and not grad_pos:
+        notes.append("no argument is made of floating-point arrays: nothing to differentiate, "
+                     "values only")
+        grads = False
+
+    # eager, then the float64 reference
+    ev = _EagerRun(fn, inputs, grads, grad_pos, track, measure_memory=True)
+    try:
+        ref = _EagerRun(fn, inputs, grads, grad_pos, track, cast=np.dtype(np.float64))
+    except Exception as exc:  # e.g. code that mixes dtypes and breaks in float64
+        ref = ev
+        notes.append(f"the float64 reference run failed ({type(exc).__name__}: {exc}); errors "
+                     "are measured against the eager run instead")
+    e_time, e_number, reps = _measure(ev.call, repeat, warmup, budget)
+    eager_col = {"time_per_call_s": e_time, "first_call_s": ev.first_call_s,
+                 "peak_bytes": ev.peak_bytes, "tape_nodes": ev.tape_nodes}
+
+    if ev.step:
+        notes.append(f"{name} calls backward() itself: it is compared as a training step "
+                     "(inputs are eager Tensors on both sides; .grad and in-place updates after "
+                     "the first call are compared as values)")
+
+    # compiled: arrays in, or for a step the same kind of Tensors eager got
+    cargs = inputs.build(_tensor_maker(track) if ev.step else (lambda a, i: a.copy()))
+    cf, compiled_col, error, c_outs, c_grads, c_number = None, None, None, None, None, None
+    try:
+        from .api import compile as _compile
+        target = _compiled_target(fn, grads, grad_pos, ev.out_is_tensor)
+        cf = _compile(target)
+        t0 = time.perf_counter()
+        res = cf(*cargs)
+        first = time.perf_counter() - t0
+        c_outs, c_grads = _split_compiled(res, grads, ev.out_is_tensor)
+        c_updated = _updated(inputs, cargs)
+        # a call that creates .grad changes the next call's signature: keep calling (cold)
+        # while calls still trace, so compile time covers every signature a loop meets
+        n_cold = 1
+        while n_cold < 4:
+            traces = cf.cache_info().traces
+            t0 = time.perf_counter()
+            cf(*cargs)
+            dt = time.perf_counter() - t0
+            if cf.cache_info().traces == traces:
+                break
+            first += dt
+            n_cold += 1
+    except GraphcError as exc:
+        error = _error_info(exc, fn)
+    if error is None:
+        c_time, c_number, _ = _measure(lambda: cf(*cargs), reps, warmup, budget)
+        st = cf.stats(*cargs)
+        traced = cf.graph(*cargs)
+        out_bytes = sum(np.asarray(o).nbytes for o in c_outs + c_grads)
+        compiled_col = {
+            "time_per_call_s": c_time, "first_call_s": first,
+            "compile_s": max(first - n_cold * c_time, 0.0), "cold_calls": n_cold,
+            "peak_bytes": int(st.get("arena_bytes", 0)) + int(out_bytes),
+            "arena_bytes": int(st.get("arena_bytes", 0)), "output_bytes": int(out_bytes),
+            "traced_nodes": st["traced_nodes"],
+            "gradient_nodes": sum(1 for _, d in traced.nx.nodes(data=True)
+                                  if d.get("role") == "backward"),
+            "optimized_nodes": st["optimized_nodes"],
+            "kernels": st.get("kernels", 0), "loop_kernels": st.get("loop_kernels", 0),
+            "fused_nodes": st.get("fused_nodes", 0), "traces": cf.cache_info().traces}
+
+    # numerics
+    rows = []
+    out_names = ["output"] if len(ev.outputs) == 1 else \
+        [f"output[{k}]" for k in range(len(ev.outputs))]
+    values = [(n, e, r, None if c_outs is None else c_outs[k])
+              for k, (n, e, r) in enumerate(zip(out_names, ev.outputs, ref.outputs))]
+    gnames = [f"grad {p}" for p in inputs.grad_names(grad_pos)]
+    values += [(n, e, r, None if c_grads is None else c_grads[k])
+               for k, (n, e, r) in enumerate(zip(gnames, ev.gradients, ref.gradients))]
+    if ev.step:
+        c_upd = dict(c_updated) if c_outs is not None else {}
+        r_upd = dict(ref.updated)
+        values += [(p, e, r_upd[p], c_upd.get(p)) for p, e in ev.updated if p in r_upd]
+    all_agree = True
+    for nm, e, r, c in values:
+        ea, er = _errors(e, r)
+        row = {"name": nm, "type": type_str(e.shape, e.dtype), "eager_abs": ea,
+               "eager_rel": er, "compiled_abs": None, "compiled_rel": None, "ok": None}
+        if c is not None:
+            ca, cr = _errors(c, r)
+            tol = TOLERANCE.get(np.asarray(c).dtype.name, 1e-4)
+            ok = bool(cr <= tol or ca <= 4 * ea + 1e-12 or
+                      (e.dtype.kind != "f" and np.array_equal(c, e)))
+            row.update(compiled_abs=ca, compiled_rel=cr, ok=ok)
+            all_agree = all_agree and ok
+        rows.append(row)
+    divergence = None
+    if error is None and not all_agree:
+        try:
+            from .debug import first_divergence
+            from .api import _arrays
+            key, dyn = cf._signature(cargs)
+            opt = cf._entry_for(cargs).stages["optimized"]
+            divergence = first_divergence(opt, _arrays(dyn)) or \
+                "no single node differs from the interpreter (the difference is in rounding " \
+                "order, not in one node)"
+        except Exception as exc:  # the search itself failed: report, do not hide the table
+            divergence = f"could not locate ({type(exc).__name__}: {exc})"
+
+    speedup = break_even = None
+    if compiled_col is not None:
+        c_time = compiled_col["time_per_call_s"]
+        speedup = e_time / c_time if c_time > 0 else None
+        gain = e_time - c_time
+        break_even = math.ceil(compiled_col["compile_s"] / gain) if gain > 0 else "never"
+    return ComparisonReport(
+        function=name, signature=inputs.signature(name), grads=grads, eager=eager_col,
+        mode="training step" if ev.step else "value and gradients" if grads else "value",
+        compiled=compiled_col, compiled_error=error, speedup=speedup,
+        break_even_calls=break_even, agreement=rows,
+        all_agree=all_agree if error is None else None, divergence=divergence,
+        timing={"repeat": reps, "warmup": warmup, "eager_number": e_number,
+                "compiled_number": c_number}, notes=notes)
+
+
+def _updated(inputs: _Inputs, args: tuple) -> list:
+    """(name, array) of each input changed in place by a call, and of each .grad it set."""
+    out = []
+    orig = [a for arrs in inputs.arrays for _, a in arrs]
+    for (path, v), a0 in zip(inputs.array_leaves(args), orig):
+        now = _as_array(v)
+        if now.shape != a0.shape or not np.array_equal(now.astype(a0.dtype), a0,
+                                                       equal_nan=now.dtype.kind == "f"):
+            out.append((f"{path} (updated)", now))
+        if isinstance(v, Tensor) and v.grad is not None:
+            out.append((f"{path}.grad", _as_array(v.grad)))
+    return out
+
+
+def _compiled_target(fn: Callable, grads: bool, grad_pos: list, single: bool) -> Callable:
+    """``fn`` itself, or value_and_grad of it with fn's parameter names (so the IR names
+    inputs as the user did).  A function returning more than one tensor keeps its whole
+    output as aux and is differentiated through its first leaf."""
+    if not grads:
+        return fn
+    from .autodiff import value_and_grad
+    if single:
+        inner = fn
+    else:
+        def inner(*a):
+            out = fn(*a)
+            return _first(out), out
+        inner.__name__ = getattr(fn, "__name__", "fn")
+    target = value_and_grad(inner, argnums=tuple(grad_pos), has_aux=not single)
+    try:
+        target.__signature__ = inspect.signature(fn)
+    except (TypeError, ValueError):
+        pass
+    return target
+
+
+def _split_compiled(res: Any, grads: bool, single: bool) -> tuple:
+    """(output arrays, gradient arrays) from what the compiled target returned."""
+    if not grads:
+        return [_as_array(v) for v in tree.flatten(res)[0]], []
+    value, g = res
+    if not single:
+        value = value[1]                    # (value, aux): aux is the whole output
+    outs = [_as_array(v) for v in tree.flatten(value)[0]]
+    return outs, [_as_array(v) for v in tree.flatten(g)[0]]
+
+
+__all__ = ["compare", "ComparisonReport"]

@@ -1,0 +1,285 @@
+"""The ``graphc`` command, run as a user runs it: ``python -m graphc ...`` in a subprocess.
+
+Output goes to a pipe here, so progress messages (terminal only) never appear.
+Usage errors are one line on stderr with exit status 2 and no traceback.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MODULE = textwrap.dedent('''
+    import numpy as np
+    import eager
+
+
+    def seed_graph(a, w1, w2, w3, w4):
+        b = w1 * a
+        c = w2 * a
+        d = w3 * b + w4 * c
+        return (10 - d).sum()
+
+
+    def example_args():
+        rng = np.random.default_rng(1)
+        return tuple(rng.standard_normal((3, 3)) for _ in range(5))
+
+
+    def small(x, w):
+        return (x.mm(w).tanh() ** 2).sum()
+
+
+    def small_example_args():
+        return (np.ones((2, 3), np.float32), np.full((3, 4), 0.5, np.float32))
+
+
+    def branchy(x):
+        if x.sum() > 0:
+            return (x * 2).sum()
+        return x.sum()
+''')
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "graphc", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def assert_usage_error(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("graphc"), lines[0]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert r.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def module_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "model.py"
+    path.write_text(MODULE)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------
+# help
+
+
+@pytest.mark.parametrize("cmd", [[], ["demo"], ["compare"], ["ir"], ["bench"]])
+def test_help(cmd):
+    r = run(*cmd, "--help")
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith("usage: graphc")
+    if not cmd:
+        for sub in ("demo", "compare", "ir", "bench"):
+            assert sub in r.stdout
+    if cmd in (["compare"], ["ir"]):
+        # the example-input convention is documented
+        for needle in ("FILE.py:FUNCTION", "--example", "example_args()", "EXAMPLE_ARGS",
+                       "<FUNCTION>_example_args()", "--args", "f32[64,1000]"):
+            assert needle in r.stdout, needle
+    if cmd == ["ir"]:
+        for stage in ("traced", "grad", "optimized", "llvm", "asm", "plan", "--dot"):
+            assert stage in r.stdout
+    if cmd == ["demo"]:
+        assert "--steps" in r.stdout and "--quiet" in r.stdout
+
+
+def test_no_command_prints_help():
+    r = run()
+    assert r.returncode == 2 and "usage: graphc" in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# demo
+
+
+def test_demo_output_shape():
+    r = run("demo", "--steps", "20")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""                        # piped: no progress messages
+    out = r.stdout
+    rows = re.findall(r"^\s+(\d+)\s+(\S+)\s+(\S+)\s*$", out, re.M)
+    assert [int(s) for s, _, _ in rows] == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 19]
+    losses = [(float(e), float(c)) for _, e, c in rows]
+    for e, c in losses:                          # the two columns agree
+        assert c == pytest.approx(e, rel=1e-4)
+    assert losses[-1][0] < losses[0][0]          # and training makes progress
+    assert re.search(r"w1: max abs difference \S+ \(relative \S+\)\s+agree", out)
+    assert re.search(r"w2: max abs difference \S+ \(relative \S+\)\s+agree", out)
+    assert re.search(r"time per step: eager \S+ \S+, compiled \S+ \S+ -> speedup \S+x", out)
+    assert "graphc.compare: seed_loss(x: f32[64,1000], y: f32[64,10], w1: f32[1000,100], " \
+           "w2: f32[100,10])" in out
+    assert "agree within tolerance" in out
+    assert "optimized IR of the compiled training step:" in out
+    assert "graph seed_step(x: f32[64,1000]" in out and "matmul(" in out
+    # the IR's source comments point at the numbered listing printed first
+    assert "demo_step.py:2       y_pred = x.mm(w1).clamp(min=0).mm(w2)" in out
+    assert re.search(r"= matmul\(x, w1\) : f32\[64,100\]\s+# demo_step.py:2$", out, re.M)
+    assert "mul(1e-06, " in out                  # float32 constants print as written
+
+
+def test_demo_quiet():
+    r = run("demo", "--steps", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and "graphc.compare" not in r.stdout
+    assert "eager loss" not in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# compare
+
+
+def test_compare_example(module_file):
+    r = run("compare", f"{module_file}:seed_graph", "--example")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("graphc.compare: seed_graph(a: f64[3,3], w1: f64[3,3]")
+    assert "grad w4" in r.stdout and "agree within tolerance" in r.stdout
+
+
+def test_compare_function_specific_example_wins(module_file):
+    # small_example_args() is used for small, not the module-wide example_args()
+    r = run("compare", f"{module_file}:small", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["signature"] == "small(x: f32[2,3], w: f32[3,4])"
+    assert d["all_agree"] is True and d["compiled"]["kernels"] >= 1
+
+
+def test_compare_args_spec_json(module_file):
+    r = run("compare", f"{module_file}:seed_graph", "--args",
+            "f32[3,3],f32[3,3],f32[3,3],f32[3,3],f32[3,3]", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["function"] == "seed_graph"
+    assert d["signature"].startswith("seed_graph(a: f32[3,3]")
+    assert d["all_agree"] is True
+    assert [a["name"] for a in d["agreement"]][:2] == ["output", "grad a"]
+
+
+def test_compare_no_grads_and_not_possible(module_file):
+    r = run("compare", f"{module_file}:branchy", "--args", "f64[4]", "--no-grads")
+    assert r.returncode == 0, r.stderr
+    assert "[value]" in r.stdout
+    assert "compiled: not possible -- TracerBoolConversionError" in r.stdout
+    assert "model.py:" in r.stdout and "if x.sum() > 0:" in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# ir
+
+
+@pytest.mark.parametrize("stage,needle", [
+    ("traced", "graph seed_graph(a: f64[3,3]"),
+    ("grad", "backward"),
+    ("optimized", "graph seed_graph("),
+    ("llvm", "define"),
+    ("asm", "graphc_entry"),
+    ("plan", "plan for seed_graph"),
+])
+def test_ir_stages_with_dot(module_file, tmp_path, stage, needle):
+    dot = tmp_path / f"g_{stage}.dot"
+    r = run("ir", f"{module_file}:seed_graph", "--example", "--stage", stage, "--dot", str(dot))
+    assert r.returncode == 0, r.stderr
+    assert needle in r.stdout
+    text = dot.read_text()
+    assert text.startswith("digraph") and text.rstrip().endswith("}")
+    assert "->" in text
+    if stage == "grad":
+        assert "#ffe9d6" in text                 # backward nodes are shaded
+    assert f"wrote {dot}" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_ir_args_spec(module_file):
+    r = run("ir", f"{module_file}:small", "--args", "f64[2,3],f64[3,4]", "--stage", "traced")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("graph small(x: f64[2,3], w: f64[3,4])")
+    assert "tanh" in r.stdout
+
+
+def test_ir_of_untraceable_function_fails_cleanly(module_file):
+    r = run("ir", f"{module_file}:branchy", "--args", "f32[3]")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "TracerBoolConversionError" in r.stderr and "model.py:" in r.stderr
+
+
+# ---------------------------------------------------------------------------
+# bad input: one line, exit status 2
+
+
+def test_missing_file(tmp_path):
+    assert_usage_error(run("compare", f"{tmp_path}/nope.py:f", "--args", "f32[3]"),
+                       "does not exist")
+
+
+def test_missing_function(module_file):
+    assert_usage_error(run("ir", f"{module_file}:nope", "--example"),
+                       "has no function 'nope'", "seed_graph")
+
+
+def test_missing_colon(module_file):
+    assert_usage_error(run("compare", module_file, "--example"), "FILE.py:FUNCTION")
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("f33[3]", "unknown dtype"),
+    ("f32[3", "unbalanced"),
+    ("f32[a]", "expected DTYPE[DIMS]"),
+    ("f32[3],,f32[3]", "empty item"),
+])
+def test_bad_spec(module_file, spec, needle):
+    assert_usage_error(run("compare", f"{module_file}:small", "--args", spec), needle)
+
+
+def test_wrong_number_of_inputs(module_file):
+    assert_usage_error(run("compare", f"{module_file}:small", "--args", "f32[3]"),
+                       "does not take the 1 argument")
+
+
+def test_bad_stage(module_file):
+    assert_usage_error(run("ir", f"{module_file}:small", "--stage", "bogus"),
+                       "invalid choice: 'bogus'")
+
+
+def test_module_that_fails_to_import(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("x = 1\nraise RuntimeError('boom')\n")
+    assert_usage_error(run("compare", f"{bad}:f", "--args", "f32[3]"),
+                       "importing broken.py failed at line 2", "boom")
+
+
+def test_no_inputs(tmp_path):
+    m = tmp_path / "plain.py"
+    m.write_text("def f(x):\n    return x.sum()\n")
+    assert_usage_error(run("compare", f"{m}:f"), "pass --args SPEC")
+    assert_usage_error(run("compare", f"{m}:f", "--example"), "EXAMPLE_ARGS")
+
+
+# ---------------------------------------------------------------------------
+# bench
+
+
+@pytest.mark.skipif(importlib.util.find_spec("graphc.bench") is None,
+                    reason="graphc/bench.py (written by the lead) is not there yet")
+def test_bench_quick():
+    r = run("bench", "--quick", "--only", "W0", "W3", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "environment" in d
+    assert [w["id"] for w in d["workloads"]] == ["W0", "W3"]
+    r = run("bench", "--threads", "0")
+    assert_usage_error(r, "--threads")
