@@ -377,6 +377,7 @@ class CompiledFunction:
         exe = st["_executable"]
         if self.backend == "native":
             out.update(exe.plan.summary())
+            out["native_code"] = exe.cache_status   # compiled / disk-stored / disk-hit
         return out
 
     def _native(self, args: tuple):
@@ -531,9 +532,12 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
             return tuple(acc[id(p)] if id(p) in acc else p.zeros_like_() for p in want)
 
     vjp_body.__name__ = f"{cf.__name__}_vjp"
-    vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
-                              disk_cache=cf.disk_cache)
-    entry.stages["_vjp_fn"] = vjp_cf
+    with cf._lock:          # threads running backward at once share one gradient function
+        vjp_cf = entry.stages.get("_vjp_fn")
+        if vjp_cf is None:
+            vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
+                                      disk_cache=cf.disk_cache)
+            entry.stages["_vjp_fn"] = vjp_cf
     return vjp_cf
 
 

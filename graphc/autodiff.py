@@ -26,7 +26,7 @@ from eager.ops.registry import OPS
 
 from . import tree
 from . import tracer as T
-from .errors import GraphcError
+from .errors import GraphcError, TracerError
 from .ir import Graph
 
 
@@ -122,6 +122,16 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
         ct = gradient if isinstance(gradient, T.Tracer) else loss._wrap_const(
             np.asarray(gradient._data if isinstance(gradient, eager.Tensor) else gradient,
                        dtype=loss._meta_dtype))
+    if ctx.closed_rg:
+        import networkx as nx
+        used = nx.ancestors(ctx.graph.nx, loss.node) & ctx.closed_rg.keys()
+        if used:
+            srcs = ", ".join(sorted({ctx.closed_rg[n] for n in used}))
+            raise TracerError(
+                f"backward() while tracing {ctx.fn_name}: the loss depends on tensors that require "
+                f"grad but are not arguments of the function (used at {srcs}; e.g. a module's "
+                "parameters). graphc captures them as constants and cannot fill their .grad; pass "
+                "them as arguments (a list or dict of tensors works) and update those.")
     if not loss._rg:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a "
                            "grad_fn")
@@ -154,24 +164,27 @@ def _find_ctx(args: tuple) -> Optional[T.TraceContext]:
     return None
 
 
-def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str) -> tuple:
+def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tuple:
     """Turn differentiated arguments into tracers of ``ctx``; return (args, [(i, td, leaves)])."""
     from .tracer import arg_names
+    names = arg_names(fn, len(args))
     args = list(args)
     info = []
     for i in nums:
         leaves, td = tree.flatten(args[i])
+        paths = tree.leaf_paths(td, names[i])
         new = []
         for k, x in enumerate(leaves):
             if not isinstance(x, T.Tracer):
                 if isinstance(x, (int, float)) and not isinstance(x, bool):
-                    raise TypeError(f"{fname}: argument {i} is a Python number, which graphc "
-                                    "treats as static; pass a float array to differentiate it")
+                    raise TypeError(f"{fname}: argument {i} ({paths[k]}) is a Python number, "
+                                    "which graphc treats as static; pass a float array to "
+                                    "differentiate it")
                 arr = np.asarray(x._data if isinstance(x, eager.Tensor) else x)
                 nid = ctx.const(arr)
                 x = T.Tracer(ctx, nid, arr.shape, arr.dtype)
             if x._npdtype.kind != "f":
-                raise TypeError(f"{fname}: argument {i} (leaf {k}) has dtype "
+                raise TypeError(f"{fname}: argument {i} ({paths[k]}) has dtype "
                                 f"{x._npdtype.name}; only floating-point inputs can be "
                                 "differentiated -- convert it with .float()/.double() or leave it "
                                 "out of argnums")
@@ -183,7 +196,7 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str) -> tuple:
 
 def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
     ctx = _find_ctx(args)
-    args, info = _diff_leaves(ctx, args, nums, fname)
+    args, info = _diff_leaves(ctx, args, nums, fname, fn)
     res = fn(*args)
     aux = None
     if has_aux:
@@ -271,7 +284,7 @@ def vjp(fn: Callable, *primals: Any) -> tuple:
     def traced_vjp(*args):
         ps, ct = args[:n], args[n]
         ctx = _find_ctx(args)
-        ps, info = _diff_leaves(ctx, ps, tuple(range(n)), fname)
+        ps, info = _diff_leaves(ctx, ps, tuple(range(n)), fname, fn)
         out = fn(*ps)
         if not isinstance(out, T.Tracer):
             raise TypeError(f"{fname}: fn must return a single array")

@@ -54,7 +54,11 @@ class TraceContext:
         self.mutations: dict = {}        # input index -> tracer holding its final value
         self._input_of: dict = {}        # id(input tracer) -> flattened input index
         self.leaves: list = []           # input tracers of tensors that require grad
+        self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
         self.where = user_src(3)
+        # ops traced under eager.no_grad() inside a function traced with grad enabled give
+        # values autodiff must not look through (as eager records no tape for them)
+        self.grad_on = _GRAD.enabled
 
     def const(self, value: Any, src: str = "") -> int:
         if isinstance(value, np.ndarray):
@@ -84,7 +88,8 @@ class TraceContext:
 class Tracer(TensorOps):
     """A symbolic tensor: a node of the graph being traced."""
 
-    __slots__ = ("_ctx", "node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "__weakref__")
+    __slots__ = ("_ctx", "node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
+                 "__weakref__")
     _priority = 2
 
     def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype) -> None:
@@ -94,6 +99,7 @@ class Tracer(TensorOps):
         self._meta_dtype = np.dtype(dtype)
         self._rg = False
         self._grad = None
+        self._ng = None       # made under no_grad: True, or (node, its detach node) once used
 
     # --- the op surface hook ---------------------------------------------------------
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tracer":
@@ -109,9 +115,14 @@ class Tracer(TensorOps):
                         f"{op} at {src}: a value traced by another (outer) trace was used inside "
                         f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
                         "over it")
-                ids.append(o.node)
+                if o._ng is not None and _GRAD.enabled and _ROLE[0] == "forward":
+                    ids.append(_stop_gradient(o, src))
+                else:
+                    ids.append(o.node)
             elif isinstance(o, Tensor):
                 ids.append(ctx.const(o._data, src))
+                if o._rg:
+                    ctx.closed_rg.setdefault(ids[-1], src)
             elif isinstance(o, (np.ndarray, np.generic)):
                 ids.append(ctx.const(np.asarray(o), src))
             else:
@@ -126,6 +137,9 @@ class Tracer(TensorOps):
         if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
                 o.__class__ is Tracer and o._rg for o in operands):
             out._rg = True
+        elif (not _GRAD.enabled and ctx.grad_on and _ROLE[0] == "forward" and _SRC[0] is None
+              and op in _DIFF_OPS):
+            out._ng = True    # a later grad-mode use reads it through a detach node
         return out
 
     def _wrap_const(self, arr: np.ndarray) -> "Tracer":
@@ -352,6 +366,16 @@ def _set_diff_ops():
 _set_diff_ops()
 
 
+def _stop_gradient(t: Tracer, src: str) -> int:
+    """Node id of ``detach(t)`` for a value computed under no_grad (one per value)."""
+    if isinstance(t._ng, tuple) and t._ng[0] == t.node:
+        return t._ng[1]
+    did = t._ctx.graph.add_node("detach", (t.node,), {}, shape=t._meta_shape,
+                                dtype=t._meta_dtype, src=src, role="forward", by="trace")
+    t._ng = (t.node, did)
+    return did
+
+
 def _input_index(ctx: TraceContext, t: Tracer) -> Optional[int]:
     return ctx._input_of.get(id(t))
 
@@ -426,7 +450,8 @@ def classify_leaf(x: Any, path: str) -> tuple:
                 raise SignatureError(
                     f"argument {path}: numpy dtype {x.dtype} is not supported; use float32, "
                     "float64, int32, int64 or bool")
-        return ("A", x.shape, d), LeafSpec("array", x.shape, d)
+        # the key keeps the byte order (the call converts '>f8' input); the graph is native
+        return ("A", x.shape, x.dtype), LeafSpec("array", x.shape, d)
     if isinstance(x, np.generic):
         arr = np.asarray(x)
         return classify_leaf(arr, path)
@@ -553,8 +578,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         for t in ctx.leaves:
             idx = ctx._input_of.get(id(t))
             gr = t._grad
-            if gr is None or idx is None:     # no .grad, or a leaf made inside the function
-                continue
+            if gr is None or idx is None or not specs[idx].requires_grad:
+                continue      # .grad of a leaf made inside the function stays inside it
             if not isinstance(gr, Tracer) or gr._ctx is not ctx:
                 raise TracerError(f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "
                                   "to something that is not a traced value")
