@@ -68,11 +68,22 @@ def _output_builder(tr) -> Callable[[list], Any]:
             j += 1
     it = iter(getters)
 
+    getters_used = [0]          # output index of the next leaf (leaves are in order)
+
     def build(td):
         if td.kind == "leaf":
+            getters_used[0] += 1
             return next(it)
         if td.kind == "none":
             return lambda o: None
+        if td.kind == "tuple" and make is None and not tr.out_static and \
+                all(c.kind == "leaf" for c in td.children):
+            first = getters_used[0]
+            getters_used[0] += len(td.children)
+            for _ in td.children:
+                next(it)
+            lo, hi = first, first + len(td.children)
+            return lambda o: tuple(o[lo:hi])        # a flat tuple of outputs: one slice
         kids = [build(c) for c in td.children]
         if td.kind == "tuple":
             return lambda o: tuple([f(o) for f in kids])
@@ -151,6 +162,14 @@ class CompiledFunction:
 
     # --- signature --------------------------------------------------------------
     def _signature(self, args: tuple) -> tuple:
+        if not self.static_argnums:
+            # the common case, plain arrays only: no per-argument branching beyond one test
+            ndarray = np.ndarray
+            for a in args:
+                if a.__class__ is not ndarray:
+                    break
+            else:
+                return tuple([("A", a.shape, a.dtype) for a in args]), args
         names = None
         items = []
         dyn = []
@@ -208,6 +227,8 @@ class CompiledFunction:
         else:
             self._hits += 1
             entry.stamp = _tick()
+        if entry.fast:
+            return entry.build_out(entry.run(dyn))
         return self._run(entry, args, dyn)
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
