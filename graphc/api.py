@@ -45,6 +45,20 @@ class _Entry:
         self.build_out = _output_builder(trace)
 
 
+def _inplace_pairs(tr) -> dict:
+    """{graph output: graph input} for in-place updates of arguments and of their .grad
+    (the backend writes them straight into the caller's buffers when that is safe)."""
+    from .tracer import _graph_input_pos
+    specs = tr.in_specs
+    pairs = {}
+    for idx, out_pos in tr.mutated_inputs:
+        pairs[out_pos] = _graph_input_pos(specs, idx)
+    for idx, out_pos in tr.grad_writes:
+        if specs[idx].has_grad:
+            pairs[out_pos] = _graph_input_pos(specs, idx) + 1
+    return pairs
+
+
 def _plain_array_item(item) -> bool:
     """A key item of an exact, native-endian ndarray argument (or a static value)."""
     if isinstance(item, tuple) and item and item[0] in ("static_arg", "S"):
@@ -276,6 +290,7 @@ class CompiledFunction:
         if self.backend == "native":
             from .runtime.native import NativeExecutable
             exe = NativeExecutable(opt, self.opt_level, name=self.__name__,
+                                   inplace=_inplace_pairs(res),
                                    poison=self.poison_freed,
                                    disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache))
             run = exe.run
@@ -300,7 +315,8 @@ class CompiledFunction:
         for idx, out_pos in tr.mutated_inputs:
             target = dyn[idx]
             data = target._data if isinstance(target, Tensor) else target
-            np.copyto(data, outs[out_pos], casting="same_kind")
+            if outs[out_pos] is not data:          # not already written in place
+                np.copyto(data, outs[out_pos], casting="same_kind")
             if isinstance(target, Tensor):
                 target._version[0] += 1
         for idx, out_pos in tr.grad_writes:
@@ -308,7 +324,8 @@ class CompiledFunction:
             if target._grad is None:
                 target._grad = Tensor._make(np.array(outs[out_pos]))
             else:
-                np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
+                if outs[out_pos] is not target._grad._data:
+                    np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
                 target._grad._version[0] += 1
         return self._wrap_outputs(tr, outs[:n_user])
 

@@ -299,6 +299,8 @@ class Lowerer:
                 return self._const_global(buf[1])
         spec = self.plan.buffers[buf]
         if spec[0] == "out":
+            if spec[1] in self.plan.inplace:          # written over its input's memory
+                return data[self.plan.inplace[spec[1]]]
             return data[self.n_in + spec[1]]
         return b.gep(arena, [ir.Constant(I64, spec[1])], source_etype=I8, name=f"buf_n{buf}")
 
@@ -343,8 +345,10 @@ class Lowerer:
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         ptrs = {}
+        aliased = i in self.plan.alias_kernels        # an output written over an input
         for buf, arg in zip(bufs, fn.args):
-            arg.add_attribute("noalias")
+            if not aliased:
+                arg.add_attribute("noalias")
             arg.name = _buf_name(buf)
             ptrs[buf] = arg
         kb = KernelBuilder(self, fn, ptrs)
@@ -481,7 +485,11 @@ class KernelBuilder:
         if src.kind in "iu" and dst.kind == "f":
             return b.sitofp(v, dt)
         if src.kind == "f" and dst.kind in "iu":
-            sat = self.module.declare_intrinsic("llvm.fptosi.sat", [dt, reg_type(src)])
+            # llvmlite's declare_intrinsic does not know fptosi.sat: declare it by its
+            # mangled name (saturating: no poison for NaN or out-of-range values)
+            name = f"llvm.fptosi.sat.i{dt.width}.f{src.itemsize * 8}"
+            sat = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(dt, [reg_type(src)]), name=name)
             return b.call(sat, [v])
         if dst.itemsize > src.itemsize:
             return b.sext(v, dt)

@@ -160,8 +160,12 @@ class Kernel:
 class Plan:
     """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
 
-    def __init__(self, g: Graph, fuse: bool = True, poison: bool = False) -> None:
+    def __init__(self, g: Graph, fuse: bool = True, poison: bool = False,
+                 inplace: Optional[dict] = None) -> None:
         self.g = g
+        self.inplace_requested = dict(inplace or {})   # output index -> input index
+        self.inplace: dict = {}      # the pairs found safe: output k written over input i
+        self.alias_kernels: set = set()   # kernels whose buffer args may alias
         self.fuse = fuse
         self.poison = poison         # debugging: overwrite arena buffers after their last use
         self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
@@ -181,6 +185,7 @@ class Plan:
         self._build_kernels()
         self._plan_memory()
         self._check_bounds()
+        self._choose_inplace()
 
     # --- helpers ---------------------------------------------------------------
     def nd(self, n: int) -> dict:
@@ -498,7 +503,7 @@ class Plan:
                 top += size
             self.buffers[b] = ("arena", slot, nbytes)
             live.append((end, slot, size))
-            if self.poison:
+            if self.poison and end < len(self.kernels):     # not the bases of output views
                 self.poison_after.setdefault(end, []).append(b)
         self.arena_bytes = top
 
@@ -525,6 +530,45 @@ class Plan:
                     f"internal error: the view of {describe(self.g, n)} would address elements "
                     f"[{lo}, {hi}] of a buffer of {size}; refusing to generate code (please "
                     "report this graph)")
+
+    def _choose_inplace(self) -> None:
+        """Which outputs may be written straight into an input's memory (in-place updates
+        such as ``w -= lr * w.grad``), saving an output allocation and a copy back.
+
+        Safe when the output is stored by a loop kernel K that reads the input only at
+        the element it writes (same index space, identity strides, no copies), and no
+        kernel after K reads that input."""
+        for k, i in sorted(self.inplace_requested.items()):
+            o = self.g.outputs[k]
+            if self.out_buffer.get(o) != k or o in self.copies:
+                continue
+            src = ("in", i)
+            writer = None
+            for ki, kern in enumerate(self.kernels):
+                if o in kern.writes:
+                    writer = ki
+            if writer is None:
+                continue
+            kern = self.kernels[writer]
+            if kern.kind != "loop" or any(src in kk.reads for kk in self.kernels[writer + 1:]):
+                continue
+            if self.shape(o) != kern.space or self.shape(self.g.inputs[i]) != kern.space:
+                continue
+            ok = True
+            for n, dest in kern.stores:
+                if n in self.copies or dest != n:
+                    ok = False
+            roots = self.kernel_roots(kern)
+            for n in self.expr_nodes(roots) + roots:
+                for o2 in self.nd(n)["operands"] + ((n,) if n in roots else ()):
+                    v = self.views.get(o2)
+                    if v is not None and v.buf == src and not (
+                            v.offset == 0 and v.shape == kern.space and
+                            v.strides == cstrides(kern.space)):
+                        ok = False
+            if ok and src in kern.reads:
+                self.inplace[k] = i
+                self.alias_kernels.add(writer)
 
     # --- reporting ------------------------------------------------------------------
     def summary(self) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 from ..backend import lower as L
 from ..backend.plan import Plan, numel
 from ..errors import GraphcError
-from ..ir import Graph, verify
+from ..ir import Graph, describe, verify
 from . import cache, jit
 
 
@@ -53,7 +53,8 @@ class NativeExecutable:
 
     def __init__(self, graph: Graph, opt_level: int = 3, name: Optional[str] = None,
                  fuse: Optional[bool] = None, poison: bool = False,
-                 disk_cache: Optional["cache.DiskCache"] = None) -> None:
+                 disk_cache: Optional["cache.DiskCache"] = None,
+                 inplace: Optional[dict] = None) -> None:
         if ABI_PROBLEM is not None:
             raise GraphcError(f"the native backend cannot read numpy arrays on this build "
                               f"({ABI_PROBLEM}); use backend='interpreter'")
@@ -61,10 +62,9 @@ class NativeExecutable:
         self.graph = graph
         self.name = name or graph.name
         fuse = (opt_level >= 1) if fuse is None else fuse
-        self.plan = Plan(graph, fuse=fuse, poison=poison)
+        self.plan = Plan(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
-        self.module = None              # the llvmlite module (not built on a disk-cache hit)
-        self._inspect = None
+        self._inspect = None            # a JIT module with IR text, for code from disk
         key = None
         if disk_cache is not None:
             try:
@@ -77,8 +77,9 @@ class NativeExecutable:
         self._init_call()
 
     def _lower(self):
-        self.module = L.lower(self.plan, self.name)
-        return self.module
+        # the llvmlite module is not kept (~250 KB of Python objects per signature);
+        # the JIT module keeps its IR text for llvm_ir() and asm()
+        return L.lower(self.plan, self.name)
 
     def _init_call(self) -> None:
         g = self.graph
@@ -92,6 +93,7 @@ class NativeExecutable:
         proto = (ctypes.CFUNCTYPE if big else ctypes.PYFUNCTYPE)(ctypes.c_int, ctypes.py_object,
                                                                  ctypes.c_int)
         self._cfunc = proto(self.jit.address(L.ENTRY))
+        self._inplace = dict(self.plan.inplace)
         self._empty = np.empty
         from . import parallel
         self._threads = parallel.STATE
@@ -102,7 +104,12 @@ class NativeExecutable:
 
     def run(self, arrays: Sequence[np.ndarray]) -> list:
         empty = self._empty
-        outs = [empty(s, d) for s, d in self.out_specs]
+        if self._inplace:              # an output written over its input: hand that back
+            inp = self._inplace
+            outs = [arrays[inp[k]] if k in inp else empty(s, d)
+                    for k, (s, d) in enumerate(self.out_specs)]
+        else:
+            outs = [empty(s, d) for s, d in self.out_specs]
         rc = self._cfunc((*arrays, *outs), self._threads.n)
         if rc:
             return self._slow(arrays, outs, rc)
@@ -116,6 +123,8 @@ class NativeExecutable:
                 if a.shape != shape:
                     raise GraphcError(f"input of shape {a.shape} where {shape} was compiled")
                 fixed.append(np.array(a, dtype=dt, order="C", copy=True))
+            for k, i in self._inplace.items():
+                outs[k] = fixed[i]
             rc = self._cfunc((*fixed, *outs), self._threads.n)
             if rc == 0:
                 return outs
@@ -146,14 +155,39 @@ class NativeExecutable:
         if self.jit.opt_level is not None:
             return self.jit
         if self._inspect is None:
-            self._inspect = jit.compile_module(self._lower(), self.opt_level, name=self.name)
+            mod = jit.compile_module(self._lower(), self.opt_level, name=self.name)
+            mod.close()                 # only its IR text is needed (asm() re-generates code)
+            self._inspect = mod
         return self._inspect
 
+    def legend(self, mark: str = ";") -> str:
+        """Comment lines naming each kernel's graph nodes and source lines.
+
+        LLVM drops comments when it parses IR and inlines the kernels into
+        ``graphc_entry`` at O1+, so optimized IR and assembly start with this
+        table to tie the code back to the graph.
+        """
+        lines = [f"{mark} graphc: {self.graph.name}: {len(self.plan.kernels)} kernel(s), arena "
+                 f"{self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be inlined into "
+                 f"{L.ENTRY}"]
+        for i, k in enumerate(self.plan.kernels):
+            nodes = {n for n, _ in k.stores} | set(k.reduces)
+            if k.node is not None:
+                nodes.add(k.node)
+            if k.kind == "loop":        # the elementwise nodes fused into the loop, too
+                nodes |= {n for n in self.plan.expr_nodes(self.plan.kernel_roots(k))
+                          if self.graph.nx.nodes[n]["op"] not in ("input", "const")}
+            nodes = sorted(nodes)
+            lines.append(f"{mark}   k{i}_{k.kind}:")
+            lines += [f"{mark}     {describe(self.graph, n)}" for n in nodes]
+        return "\n".join(lines) + "\n"
+
     def llvm_ir(self, optimized: bool = False) -> str:
-        return self._inspectable().llvm_ir(optimized=optimized)
+        text = self._inspectable().llvm_ir(optimized=optimized)
+        return self.legend(";") + text if optimized else text
 
     def asm(self) -> str:
-        return self._inspectable().asm()
+        return self.legend("#") + self._inspectable().asm()
 
 
 _lock = threading.Lock()
