@@ -135,6 +135,9 @@ class Tensor(TensorOps):
             b = a.dtype.type(other)
             other = b
             rg = self._rg
+        elif oc is a.dtype.type:         # a numpy scalar of our dtype (VJP rules make these)
+            b = other
+            rg = self._rg
         else:
             return TensorOps._binary(self, op, other, gname)
         try:

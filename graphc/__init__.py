@@ -11,13 +11,14 @@ from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError,
                      UnsupportedOpError)
 from .interpreter import interpret, interpret_all
+from .runtime.parallel import get_num_threads, set_num_threads
 from .ir import Graph, verify
 from .passes.bisect import bisect_passes
 from .tracer import Tracer, trace
 
 __version__ = "0.1.0"
 
-__all__ = ["grad", "value_and_grad", "vjp", "compile", "compare", "ComparisonReport", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
+__all__ = ["set_num_threads", "get_num_threads", "grad", "value_and_grad", "vjp", "compile", "compare", "ComparisonReport", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
            "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",
            "TracerBoolConversionError", "ConcretizationTypeError", "TracerArrayConversionError",
            "LeakedTracerError", "GraphVerificationError", "GraphFormatError", "SignatureError",

@@ -191,6 +191,11 @@ defop("div", forward=_checked("div", _div), shape=_div_shape, arity=2,
 
 
 def _pow(x, y):
+    if np.ndim(y) == 0 and np.result_type(x, y) == np.result_type(x):
+        if y == 2:                       # the common x**2 and x**1: no error state to manage
+            return np.square(x)
+        if y == 1:
+            return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.power(x, y)
 

@@ -163,6 +163,14 @@ def _open() -> _Blas:
         DGEMM_SYMBOL: ctypes.cast(dgemm, ctypes.c_void_p).value,
     }
     _register_symbols(state.addresses)
+    # One BLAS thread unless asked otherwise: graphc's matrix products are small next to
+    # their thread start-up, and a second multi-threaded OpenBLAS pool beside numpy's
+    # oversubscribes the cores (a 64x1000x100 product then runs 10-50x slower under load).
+    # graphc.set_num_threads(n) or GRAPHC_BLAS_THREADS sets it explicitly.
+    if set_threads is not None:
+        env = os.environ.get("GRAPHC_BLAS_THREADS")
+        n = int(env) if env and env.isdigit() and int(env) > 0 else 1
+        set_threads[1](n)
     return state
 
 

@@ -40,9 +40,10 @@ DATA_OFFSET = 16
 FLAGS_OFFSET = 64
 NPY_C_CONTIGUOUS = 0x1
 NPY_ALIGNED = 0x100
+NPY_WRITEABLE = 0x400
 
 RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX = 0, 1, 2, 3
-PARALLEL_MIN = 1 << 16        # elements a loop needs before it is split across threads
+PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
 MAX_THREADS = 64
 
 
@@ -97,6 +98,7 @@ class Lowerer:
                   f"offset {TUPLE_ITEMS_OFFSET}, data pointer at +{DATA_OFFSET}, "
                   f"flags at +{FLAGS_OFFSET}")
         data = []
+        flags = []
         ok = ir.Constant(I1, 1)
         for i in range(self.n_in + self.n_out):
             nm = f"in{i}" if i < self.n_in else f"out{i - self.n_in}"
@@ -110,6 +112,8 @@ class Lowerer:
                             typ=I32, name=f"{nm}_flags")
                 need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
                 ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
+                flags.append(fl)
+        ok = self._inplace_guard(b, ok, data, flags)
         body = fn.append_basic_block("body")
         b.cbranch(ok, body, bad)
         b.position_at_end(bad)
@@ -265,6 +269,30 @@ class Lowerer:
         if f is None:
             f = ir.Function(self.module, ir.FunctionType(ret, argtys), name=name)
         return f
+
+    def _inplace_guard(self, b, ok, data, flags):
+        """An input that an output is written over (``plan.inplace``) must be writeable and
+        overlap no other input (``w -= g`` with ``g`` a shifted view of ``w`` would read
+        values already written); otherwise rc 1 makes the caller run on copies."""
+        targets = sorted(set(self.plan.inplace.values()))
+        if not targets:
+            return ok
+        b.comment("in-place outputs: their inputs must be writeable and overlap no input")
+        nbytes = [numel(self.g.nx.nodes[n]["shape"]) *
+                  np.dtype(self.g.nx.nodes[n]["dtype"]).itemsize for n in self.g.inputs]
+        lo = [b.ptrtoint(p, I64) for p in data[:self.n_in]]
+        for i in targets:
+            w = ir.Constant(I32, NPY_WRITEABLE)
+            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
+            for j in range(self.n_in):
+                if j == i or not nbytes[i] or not nbytes[j]:
+                    continue
+                hi_i = b.add(lo[i], ir.Constant(I64, nbytes[i]))
+                hi_j = b.add(lo[j], ir.Constant(I64, nbytes[j]))
+                overlap = b.and_(b.icmp_unsigned("<", lo[i], hi_j),
+                                 b.icmp_unsigned("<", lo[j], hi_i))
+                ok = b.and_(ok, b.xor(overlap, ir.Constant(I1, 1)))
+        return ok
 
     def _get_malloc(self):
         if self._malloc is None:

@@ -34,7 +34,7 @@ def set_num_threads(n: int) -> None:
 
 
 def _blas_threads(n: int) -> int:
-    return n
+    return n          # an explicit setting applies to both (see backend/blas.py for the default)
 
 
 def init_blas_threads() -> None:
