@@ -68,7 +68,9 @@ class NativeExecutable:
         key = None
         if disk_cache is not None:
             try:
-                key = disk_cache.key(graph, opt_level, fuse=fuse, poison=poison)
+                # every option that changes the generated code is part of the key
+                key = disk_cache.key(graph, opt_level, fuse=fuse, poison=poison,
+                                     inplace=sorted(self.plan.inplace.items()))
             except Exception:           # a graph the JSON form cannot hold: no disk caching
                 key = None
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
