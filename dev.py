@@ -48,7 +48,11 @@ def main(argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     ensure_venv()
     if cmd == "demo":
-        return subprocess.call([str(BIN / "graphc"), "demo", *rest], cwd=ROOT)
+        # one BLAS thread per pool (numpy's and graphc's): a fair, stable comparison even
+        # on a small shared machine where two multi-threaded pools fight for the cores
+        env = dict(os.environ)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        return subprocess.call([str(BIN / "graphc"), "demo", *rest], cwd=ROOT, env=env)
     if cmd == "test":
         return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
     if cmd == "bench":

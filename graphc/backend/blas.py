@@ -163,14 +163,14 @@ def _open() -> _Blas:
         DGEMM_SYMBOL: ctypes.cast(dgemm, ctypes.c_void_p).value,
     }
     _register_symbols(state.addresses)
-    # One BLAS thread unless asked otherwise: graphc's matrix products are small next to
-    # their thread start-up, and a second multi-threaded OpenBLAS pool beside numpy's
-    # oversubscribes the cores (a 64x1000x100 product then runs 10-50x slower under load).
-    # graphc.set_num_threads(n) or GRAPHC_BLAS_THREADS sets it explicitly.
-    if set_threads is not None:
-        env = os.environ.get("GRAPHC_BLAS_THREADS")
-        n = int(env) if env and env.isdigit() and int(env) > 0 else 1
-        set_threads[1](n)
+    # Thread count: OpenBLAS reads OPENBLAS_NUM_THREADS (default: every core) exactly as
+    # numpy's own OpenBLAS does, so both pools are configured the same way.  Two
+    # multi-threaded pools on a small, busy machine oversubscribe its cores (a 64x1000x100
+    # product can run 10-50x slower); set OPENBLAS_NUM_THREADS=1 there, or override
+    # graphc's pool alone with GRAPHC_BLAS_THREADS / graphc.set_num_threads(n).
+    env = os.environ.get("GRAPHC_BLAS_THREADS")
+    if set_threads is not None and env and env.isdigit() and int(env) > 0:
+        set_threads[1](int(env))
     return state
 
 

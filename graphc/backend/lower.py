@@ -346,8 +346,17 @@ class Lowerer:
             self.globals[n] = gv
         return gv
 
+    def _canonical(self, buf):
+        """An output written over an input (in place) is that input's buffer."""
+        spec = self.plan.buffers.get(buf) if not isinstance(buf, tuple) else None
+        if spec is not None and spec[0] == "out" and spec[1] in self.plan.inplace:
+            return ("in", self.plan.inplace[spec[1]])
+        return buf
+
     def _kernel_bufs(self, kern: Kernel) -> list:
-        return sorted(kern.reads | kern.writes, key=repr)
+        """A kernel's distinct buffer arguments; an in-place output shares its input's
+        argument, so the loop reads and writes through one pointer and vectorizes."""
+        return sorted({self._canonical(b) for b in kern.reads | kern.writes}, key=repr)
 
     # --- kernels ------------------------------------------------------------------
     def _parallel_ok(self, kern: Kernel) -> bool:
@@ -373,12 +382,13 @@ class Lowerer:
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         ptrs = {}
-        aliased = i in self.plan.alias_kernels        # an output written over an input
         for buf, arg in zip(bufs, fn.args):
-            if not aliased:
-                arg.add_attribute("noalias")
+            arg.add_attribute("noalias")          # distinct buffers never overlap
             arg.name = _buf_name(buf)
             ptrs[buf] = arg
+        for b in kern.reads | kern.writes:        # in-place outputs: their input's pointer
+            if b not in ptrs:
+                ptrs[b] = ptrs[self._canonical(b)]
         kb = KernelBuilder(self, fn, ptrs)
         if par:
             kb.par = fn.args[len(bufs):]
