@@ -545,11 +545,8 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
     if vjp_cf is not None:
         return vjp_cf
     from .autodiff import backprop
-    from .tracer import Tracer
     tr = entry.trace
     n_in = len(tr.in_specs)
-    fn = cf.__wrapped__
-    static = cf.static_argnums
 
     def vjp_body(*flat):
         primals, cts = flat[:n_in], flat[n_in:]

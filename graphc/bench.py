@@ -330,7 +330,6 @@ def environment() -> dict:
     except Exception:
         info["graphc loop threads"] = 1
     try:
-        import numpy._core._multiarray_umath  # noqa: F401
         cfg = np.show_config(mode="dicts")
         info["numpy BLAS"] = cfg.get("Build Dependencies", {}).get("blas", {}).get("name", "?")
     except Exception:

@@ -22,7 +22,7 @@ from eager._surface import Size, TensorOps
 from eager.tensor import Tensor
 
 from . import tree
-from .errors import (ConcretizationTypeError, GraphcError, LeakedTracerError, SignatureError,
+from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError)
 from .ir import Graph, type_str
 

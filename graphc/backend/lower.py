@@ -20,13 +20,11 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from eager._surface import decode_index
-
 from ..errors import UnsupportedOpError
 from ..ir import Graph, describe
 from . import blas, vecmath
-from .plan import (ARGREDUCE, ELEMENTWISE, REDUCE, Gather, Kernel, Plan, View, as_matrix,
-                   blas_layout, cstrides, index_view, numel)
+from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,
+                   numel)
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -634,39 +632,6 @@ class KernelBuilder:
         return b.select(b.icmp_signed("<", x, y), x, y)
 
     # --- values inside a loop over an index space ----------------------------------------
-    def leaf_value(self, o: int, space: tuple, idx: list, memo: dict) -> ir.Value:
-        """The value of a buffer-backed or constant node at loop index ``idx``."""
-        if o in memo:
-            return memo[o]
-        plan = self.plan
-        dt = np.dtype(self.g.nx.nodes[o]["dtype"])
-        if o in plan.scalars:
-            v = _const(dt, plan.scalars[o].item())
-        else:
-            view = plan.views[o]
-            st = view.broadcast_to(space)
-            v = self.load(view.buf, dt, self.offset(view.offset, st, idx), name=f"ld_n{o}")
-        memo[o] = v
-        return v
-
-    def compute(self, roots: list, space: tuple, idx: list, memo: dict, computed: set) -> None:
-        """Emit the fused expression DAG for ``roots`` (each node once) into ``memo``."""
-        plan = self.plan
-        for n in plan.expr_nodes(roots):
-            if n in memo:
-                continue
-            d = self.g.nx.nodes[n]
-            vals, dts = [], []
-            for o in d["operands"]:
-                if o in memo:
-                    vals.append(memo[o])
-                elif o in plan.views or o in plan.scalars:
-                    vals.append(self.leaf_value(o, space, idx, memo))
-                else:
-                    raise AssertionError(f"operand %{o} of %{n} not computed")
-                dts.append(np.dtype(self.g.nx.nodes[o]["dtype"]))
-            memo[n] = self.emit_op(n, vals, dts)
-
     # --- loop kernels: elementwise stores + reductions over one space ---------------------
     def loop_kernel(self, kern: Kernel) -> None:
         plan, g, b = self.plan, self.g, self.b
@@ -720,15 +685,12 @@ class KernelBuilder:
             else:
                 n_out = numel(d["shape"])
                 self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
-                    r, dt, ix[0], self._from_acc(ident, _reduce_acc(g.nx.nodes[r]["op"], dt)[0],
-                                                 dt)), name=f"init_n{r}_")
+                    r, dt, ix[0], self.convert(ident, _reduce_acc(g.nx.nodes[r]["op"], dt)[0],
+                                               dt)), name=f"init_n{r}_")
 
         def body(idx):
             memo: dict = {}
             # loads through merged views: build per-node access strides lazily
-            self._space_memo_view(space, remap)
-            for n in self._emit_order(computed_roots):
-                pass
             self._compute_merged(computed_roots, idx, memo, remap, space)
             for n, dest in kern.stores:
                 dt = np.dtype(g.nx.nodes[n]["dtype"])
@@ -840,13 +802,6 @@ class KernelBuilder:
             b.store(v, b.gep(base, [ir.Constant(I64, 0)], source_etype=mem_type(dt)))
 
     # merged-dimension variants of leaf loads (strides remapped onto the merged loop dims)
-    def _space_memo_view(self, space, remap):
-        self._remap = remap
-        self._space = space
-
-    def _emit_order(self, roots):
-        return ()
-
     def _merged_leaf(self, o, idx, memo, remap, space):
         if o in memo:
             return memo[o]
@@ -896,9 +851,6 @@ class KernelBuilder:
         if op == "any":
             return b.or_(cur, v)
         raise AssertionError(op)
-
-    def _from_acc(self, v, acc_t, dt):
-        return self.convert(v, acc_t, dt)
 
     def _empty_reductions(self, kern: Kernel) -> None:
         """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False)."""
@@ -1188,12 +1140,7 @@ def _merge_dims(space: tuple, vecs: list):
     groups = [[i] for i in range(len(space))]
     k = len(groups) - 1
     while k > 0:
-        a, c = groups[k - 1][-1], groups[k][0]
-        size_c = 1
-        for i in groups[k]:
-            size_c *= space[i]
-        if all(v[a] == v[groups[k][-1]] * _group_size(space, groups[k]) // 1 * 1 and
-               _contig(v, space, groups[k - 1][-1], groups[k]) for v in vecs):
+        if all(_contig(v, space, groups[k - 1][-1], groups[k]) for v in vecs):
             groups[k - 1] = groups[k - 1] + groups[k]
             groups.pop(k)
         k -= 1

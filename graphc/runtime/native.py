@@ -8,7 +8,6 @@ struct.  The struct offsets are checked once, here, at import.
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -191,5 +190,3 @@ class NativeExecutable:
     def asm(self) -> str:
         return self.legend("#") + self._inspectable().asm()
 
-
-_lock = threading.Lock()
