@@ -296,7 +296,8 @@ def _line_before(path: Path, block: Block) -> str:
 
 @pytest.mark.slow
 def test_readme_commands_work_in_a_fresh_clone(tmp_path):
-    """``git clone`` the committed project and run ``python3 dev.py test`` on a subset.
+    """``git clone`` the committed project; run ``python3 dev.py test`` on a subset, then
+    ``python3 dev.py demo`` (short).
 
     Measured here: about 35 s (creating .venv and installing the dependencies
     from the package index included).  Uses the last commit, not the working tree.
@@ -315,6 +316,11 @@ def test_readme_commands_work_in_a_fresh_clone(tmp_path):
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert re.search(r"\d+ passed", r.stdout), r.stdout[-2000:]
+    # the first command, on the .venv the second one made (a short run of the demo)
+    r = subprocess.run([python3, "dev.py", "demo", "--steps", "20"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "final weights, compiled vs eager" in r.stdout and "agree" in r.stdout
 
 
 if __name__ == "__main__":
