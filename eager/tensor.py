@@ -112,6 +112,14 @@ class Tensor(TensorOps):
     # --- the op dispatch ------------------------------------------------------------
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tensor":
         opdef = OPS[op]
+        if len(operands) == 1:
+            x = operands[0]
+            out = _make(opdef.forward(x._data, **attrs))
+            if opdef.kind == "movement":
+                _link_view(out, operands, op, attrs)
+            if x._rg and _STATE.enabled and opdef.vjp is not None:
+                _record1(out, opdef, gname, x, attrs)
+            return out
         arrays = [o._data if o.__class__ is Tensor else o for o in operands]
         out = _make(opdef.forward(*arrays, **attrs))
         if opdef.kind == "movement":
@@ -120,13 +128,18 @@ class Tensor(TensorOps):
             _record(out, opdef, gname, operands, attrs)
         return out
 
+    def _op(self, op: str, gname: str, *operands: Any, **attrs: Any) -> "Tensor":
+        if not operands:                # a unary op: self is the only operand, skip _dispatch
+            return self._apply(op, gname, (self,), attrs)
+        return TensorOps._op(self, op, gname, *operands, **attrs)
+
     def _binary(self, op: str, other: Any, gname: str) -> "Tensor":
         # Fast path: tensor (op) tensor of one dtype, or tensor (op) Python number.
         a = self._data
         oc = other.__class__
         if oc is Tensor:
             b = other._data
-            if a.dtype != b.dtype:
+            if a.dtype is not b.dtype and a.dtype != b.dtype:
                 return TensorOps._binary(self, op, other, gname)
             rg = self._rg or other._rg
         elif oc is builtins.float or oc is builtins.int:
@@ -148,7 +161,7 @@ class Tensor(TensorOps):
         if rg and _STATE.enabled:
             opdef = OPS[op]
             if opdef.vjp is not None:
-                _record(out, opdef, gname, (self, other), {})
+                _record2(out, opdef, gname, self, other)
         return out
 
     def reshape(self, *shape, _gname: str = "ViewBackward0") -> "Tensor":
@@ -160,7 +173,13 @@ class Tensor(TensorOps):
         except (ValueError, TypeError):
             return TensorOps.reshape(self, *shape, _gname=_gname)   # the precise error
         out = _make(data)
-        _link_view(out, (self,), "reshape", {"shape": data.shape})
+        owner = data.base               # _link_view, inlined
+        if owner is not None:
+            src = self._data
+            if owner is src or owner is src.base or np.may_share_memory(data, src):
+                out._version = self._version
+                if data.flags.writeable:
+                    out._view = (self, "reshape", {"shape": data.shape}, ())
         return out
 
     def view(self, *shape) -> "Tensor":
@@ -170,8 +189,15 @@ class Tensor(TensorOps):
         shp = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         if (self._rg and _STATE.enabled) or -1 in shp:
             return TensorOps.expand(self, *shape)
+        src = self._data
+        if src.flags.c_contiguous and src.size and len(shp) >= src.ndim:
+            data = _broadcast_view(src, shp)
+            if data is not None:        # a view of src: shares its version counter
+                out = _make(data)
+                out._version = self._version
+                return out
         try:
-            data = np.broadcast_to(self._data, shp)
+            data = np.broadcast_to(src, shp)
         except (ValueError, TypeError):
             return TensorOps.expand(self, *shape)
         out = _make(data)
@@ -187,7 +213,7 @@ class Tensor(TensorOps):
             opdef = OPS[op]
             out = _make(_RAW[op](b, a))
             if self._rg and _STATE.enabled and opdef.vjp is not None:
-                _record(out, opdef, gname, (b, self), {})
+                _record2(out, opdef, gname, b, self)
             return out
         return TensorOps._rbinary(self, op, other, gname)
 
@@ -352,8 +378,11 @@ class Tensor(TensorOps):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
                  inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see eager.autograd.backward)."""
-        _engine_mod.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph,
-                 inputs=inputs)
+        if gradient is None and inputs is None and not create_graph and not retain_graph:
+            _engine_mod.backward_scalar(self)       # the common loss.backward()
+        else:
+            _engine_mod.backward(self, gradient, retain_graph=retain_graph,
+                                 create_graph=create_graph, inputs=inputs)
 
     # --- conversions ------------------------------------------------------------------
     def item(self):
@@ -628,6 +657,28 @@ class RemovableHandle:
 _new = object.__new__
 
 
+def _broadcast_view(src: np.ndarray, shape) -> Optional[np.ndarray]:
+    """np.broadcast_to(src, shape) for a C-contiguous, non-empty ``src`` (a read-only view,
+    built directly: broadcast_to's nditer costs about 2 us), or None if it does not apply."""
+    lead = len(shape) - src.ndim
+    strides = [0] * lead
+    try:
+        for n, s, st in zip(shape[lead:], src.shape, src.strides):
+            if s == n:
+                strides.append(st if n != 1 else 0)
+            elif s == 1 and n.__class__ is builtins.int and n >= 0:
+                strides.append(0)
+            else:
+                return None
+        if lead and any(n.__class__ is not builtins.int or n < 0 for n in shape[:lead]):
+            return None
+        out = _ndarray(shape, src.dtype, src, 0, strides)
+    except (TypeError, ValueError):
+        return None
+    out.flags.writeable = False
+    return out
+
+
 def _init(t: Tensor, arr: np.ndarray) -> None:
     t._data = arr
     t._rg = False
@@ -720,14 +771,16 @@ _NODE_CLASSES = _function_mod._node_classes
 
 def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None:
     """Attach a backward node to ``out`` if any differentiable operand requires grad."""
-    if out._data.dtype.kind != "f":
+    out_data = out._data
+    if out_data.dtype.kind != "f":
         return
     vjp = opdef.vjp
     nv = len(vjp)
     needs = []
     edges = []
     anyneed = False
-    for i, o in enumerate(operands):
+    i = 0
+    for o in operands:
         if o.__class__ is Tensor and o._rg and i < nv and vjp[i] is not None:
             needs.append(True)
             anyneed = True
@@ -740,13 +793,177 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
         else:
             needs.append(False)
             edges.append(_NO_EDGE)
+        i += 1
     if not anyneed:
         return
-    cls = _NODE_CLASSES.get(gname) or node_class(gname)
-    node = cls(opdef, attrs, operands, tuple(needs), tuple(edges),
-               out._data if opdef.saves_out else None)
+    needs = tuple(needs)
+    km = _KEEP.get((opdef.name, needs))
+    if km is None:
+        km = _keep_mask(opdef, needs, len(operands))
+    keep, any_keep = km
+    # OpNode.__init__, inlined: the tape's hot path
+    saved = []
+    versions = []
+    shapes = []
+    for o, k in zip(operands, keep):
+        if o.__class__ is Tensor:
+            data = o._data
+            if k:
+                saved.append(o)
+                versions.append(o._version[0])
+            else:
+                saved.append(None)
+                versions.append(None)
+        else:                       # a constant operand (numpy scalar or array)
+            data = o
+            saved.append(o if k else None)
+            versions.append(None)
+        shapes.append((data.shape, data.dtype))
+    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
+    node._seq = _next(_SEQ)
+    node._hooks = None
+    node._retained = None
+    node._metadata = None
+    node._op = opdef
+    node._attrs = attrs
+    node._needs = needs
+    node.next_functions = tuple(edges)
+    node._saved = saved
+    node._versions = versions
+    node._shapes = shapes
     if opdef.saves_out:
+        node._out = out_data
         node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
+        node._freed = False
+    else:
+        node._out = None
+        node._outv = None
+        node._freed = False if any_keep else None
+    out._rg = True
+    out.grad_fn = node
+
+
+_KEEP = _function_mod._KEEP
+_keep_mask = _function_mod.keep_mask
+_SEQ = _function_mod._seq
+_next = next
+_NO_ATTRS: dict = {}    # the attrs of every binary node (never mutated)
+
+
+def _record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
+    """:func:`_record` for a unary op on ``x``, which requires grad."""
+    out_data = out._data
+    if out_data.dtype.kind != "f" or not opdef.vjp or opdef.vjp[0] is None:
+        return
+    fn = x.grad_fn
+    if fn is not None:
+        edge = (fn, x._output_nr)
+    else:
+        acc = x._acc() if x._acc is not None else None
+        edge = (acc if acc is not None else x._grad_accumulator(), 0)
+    km = _KEEP.get((opdef.name, _NEED1))
+    if km is None:
+        km = _keep_mask(opdef, _NEED1, 1)
+    keep = km[1]
+    dx = x._data
+    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
+    node._seq = _next(_SEQ)
+    node._hooks = None
+    node._retained = None
+    node._metadata = None
+    node._op = opdef
+    node._attrs = attrs
+    node._needs = _NEED1
+    node.next_functions = (edge,)
+    if keep:
+        node._saved = [x]
+        node._versions = [x._version[0]]
+    else:
+        node._saved = [None]
+        node._versions = [None]
+    node._shapes = [(dx.shape, dx.dtype)]
+    if opdef.saves_out:
+        node._out = out_data
+        node._outv = out._version
+        node._freed = False
+    else:
+        node._out = None
+        node._outv = None
+        node._freed = False if keep else None
+    out._rg = True
+    out.grad_fn = node
+
+
+_NEED1 = (True,)
+
+
+def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
+    """:func:`_record` for a binary op without attrs (``x`` or ``y`` may be a numpy constant)."""
+    out_data = out._data
+    if out_data.dtype.kind != "f":
+        return
+    vjp = opdef.vjp
+    if x.__class__ is Tensor:
+        dx = x._data
+        nx = x._rg and vjp[0] is not None
+        if nx:
+            fn = x.grad_fn
+            if fn is not None:
+                ex = (fn, x._output_nr)
+            else:
+                acc = x._acc() if x._acc is not None else None
+                ex = (acc if acc is not None else x._grad_accumulator(), 0)
+        else:
+            ex = _NO_EDGE
+    else:
+        dx = x
+        nx = False
+        ex = _NO_EDGE
+    if y.__class__ is Tensor:
+        dy = y._data
+        ny = y._rg and len(vjp) > 1 and vjp[1] is not None
+        if ny:
+            fn = y.grad_fn
+            if fn is not None:
+                ey = (fn, y._output_nr)
+            else:
+                acc = y._acc() if y._acc is not None else None
+                ey = (acc if acc is not None else y._grad_accumulator(), 0)
+        else:
+            ey = _NO_EDGE
+    else:
+        dy = y
+        ny = False
+        ey = _NO_EDGE
+    if not (nx or ny):
+        return
+    needs = (nx, ny)
+    km = _KEEP.get((opdef.name, needs))
+    if km is None:
+        km = _keep_mask(opdef, needs, 2)
+    (kx, ky), any_keep = km
+    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
+    node._seq = _next(_SEQ)
+    node._hooks = None
+    node._retained = None
+    node._metadata = None
+    node._op = opdef
+    node._attrs = _NO_ATTRS
+    node._needs = needs
+    node.next_functions = (ex, ey)
+    node._saved = [x if kx else None, y if ky else None]
+    # a saved tensor's version now (constants have none: there dx is x, dy is y)
+    node._versions = [x._version[0] if kx and dx is not x else None,
+                      y._version[0] if ky and dy is not y else None]
+    node._shapes = [(dx.shape, dx.dtype), (dy.shape, dy.dtype)]
+    if opdef.saves_out:
+        node._out = out_data
+        node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
+        node._freed = False
+    else:
+        node._out = None
+        node._outv = None
+        node._freed = False if any_keep else None
     out._rg = True
     out.grad_fn = node
 

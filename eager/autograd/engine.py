@@ -7,6 +7,7 @@ After a node runs without ``retain_graph`` its saved buffers are freed.
 from __future__ import annotations
 
 import heapq
+from weakref import ref as _ref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -39,7 +40,7 @@ def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tupl
             if out._data.dtype.kind != "f":
                 raise RuntimeError("grad can be implicitly created only for real scalar outputs "
                                    f"but got {out.dtype}")
-            g = Tensor._make(np.ones_like(out._data))
+            g = Tensor._make(np.ones(out._data.shape, out._data.dtype))
             owned.append(True)
         else:
             owned.append(False)
@@ -82,6 +83,16 @@ def backward(tensors, grad_tensors=None, retain_graph: Optional[bool] = None,
         _run(_roots(outputs), grads, retain_graph, create_graph, targets, capture=False)
     else:
         _run_simple(_roots(outputs), grads, retain_graph, create_graph)
+
+
+def backward_scalar(out) -> None:
+    """``out.backward()`` with no arguments: :func:`backward` for one implicit root."""
+    data = out._data
+    if data.size != 1 or data.dtype.kind != "f" or not out._rg:
+        backward(out)                   # the precise error
+        return
+    g = _Tensor._make(np.ones(data.shape, data.dtype))
+    _run_simple([_edge(out)], ([g], [True]), False, False)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None,
@@ -130,77 +141,123 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
     retain_grad, freeing saved buffers); nodes run from a LIFO of ready nodes, which
     is a valid reverse topological order.
     """
-    deps: dict = {}
-    seen = set()
+    deps: dict = {}             # node -> number of consumers yet to deliver (also "seen")
     stack = []
     for node, _ in roots:
-        if node is not None and node not in seen:
-            seen.add(node)
+        if node is not None and node not in deps:
+            deps[node] = 0
             stack.append(node)
     pop, push = stack.pop, stack.append
     while stack:
         for nxt, _ in pop().next_functions:
             if nxt is None:
                 continue
-            if nxt in seen:
+            if nxt in deps:
                 deps[nxt] += 1
             else:
                 deps[nxt] = 1
-                seen.add(nxt)
                 push(nxt)
     buffers: dict = {}
-    shared = set()
+    shared: dict = {}
     grads, owned = grads
     for (node, nr), g, own in zip(roots, grads, owned):
         if not own:
-            shared.add(id(g))
+            shared[id(g)] = _ref(g)
         _accumulate_into(buffers, node, nr, g)
-    ready = [n for n in buffers if deps.get(n, 0) == 0]
+    ready = [n for n in buffers if deps[n] == 0]
     pop, push = ready.pop, ready.append
     state = grad_mode.STATE
     prev = state.enabled
     state.enabled = create_graph
     Acc = AccumulateGrad
+    make = _Tensor._make
     try:
         while ready:
             node = pop()
-            node_grads = buffers.pop(node, None)
-            if node_grads is None:
-                continue
-            if node._hooks or node._retained:
-                node_grads = _pre_hooks(node, node_grads, create_graph, shared)
-            if node.__class__ is Acc:
-                g = node_grads[0]
-                if g is not None:
-                    _accumulate_leaf(node.variable, g, create_graph, id(g) in shared)
-                continue
-            if len(node_grads) == 1:
-                g0 = node_grads[0]
-                skip = g0 is None
-            else:
-                g0 = None
-                skip = all(g is None for g in node_grads)
-            if skip:
-                out_grads = ()
-            else:
-                out_grads = node.apply(node_grads)
-                if not retain_graph:
+            node_grads = buffers.pop(node)
+            out_grads = None
+            if node_grads is not None:
+                if node._hooks or node._retained:
+                    node_grads = _pre_hooks(node, node_grads, create_graph, shared)
+                if node.__class__ is Acc:
+                    g = node_grads[0]
+                    if g is None:
+                        continue
+                    var = node.variable
+                    data = g._data
+                    if (var._grad is None and var._hooks is None and not create_graph
+                            and data.shape == var._data.shape):
+                        # _accumulate_leaf's common case: the first gradient of a leaf
+                        if (data.base is not None or not data.flags.writeable
+                                or _is_shared(shared, g)):
+                            data = np.array(data)
+                        var._grad = make(data)
+                    else:
+                        _accumulate_leaf(var, g, create_graph, _is_shared(shared, g))
+                    continue
+                if len(node_grads) == 1:
+                    g0 = node_grads[0]
+                    if g0 is not None:
+                        out_grads = node.apply(node_grads)
+                elif any(g is not None for g in node_grads):
+                    g0 = None
+                    out_grads = node.apply(node_grads)
+                if out_grads is not None and not retain_graph:
                     node.release()
+            if out_grads is None:       # no gradient reached this node: nor does it flow on
+                for nxt, nr in node.next_functions:
+                    if nxt is None:
+                        continue
+                    d = deps[nxt] - 1
+                    deps[nxt] = d
+                    if not d:
+                        if nxt not in buffers:
+                            buffers[nxt] = None
+                        push(nxt)
+                continue
             k = -1
-            for nxt, nr in node.next_functions:
+            for nxt, nr in node.next_functions:      # out_grads has one entry per edge
                 k += 1
                 if nxt is None:
                     continue
-                g = out_grads[k] if out_grads else None
+                g = out_grads[k]
                 if g is not None:
+                    if (nxt.__class__ is Acc and deps[nxt] == 1 and not create_graph
+                            and not (nxt._hooks or nxt._retained)):
+                        # the last gradient for a leaf: accumulate it right away (as the
+                        # Acc branch above would once the node is popped; nothing can tell)
+                        deps[nxt] = 0
+                        buf = buffers.pop(nxt, None)
+                        if buf is not None:
+                            g = buf[0] + g      # a new buffer: not shared
+                            is_shared = False
+                        else:
+                            is_shared = (g is g0 or g._data.base is not None or (
+                                g0 is None and any(g is x for x in node_grads))
+                                or _is_shared(shared, g))
+                        var = nxt.variable
+                        data = g._data
+                        if (var._grad is None and var._hooks is None
+                                and data.shape == var._data.shape):
+                            if is_shared or data.base is not None or not data.flags.writeable:
+                                data = np.array(data)
+                            var._grad = make(data)
+                        else:
+                            _accumulate_leaf(var, g, False, is_shared)
+                        continue
                     if g is g0 or g._data.base is not None or (
-                            g0 is None and any(g is x for x in node_grads)) or id(g) in shared:
-                        shared.add(id(g))
+                            g0 is None and any(g is x for x in node_grads)):
+                        shared[id(g)] = _ref(g)
                     buf = buffers.get(nxt)
                     if buf is None:
-                        buf = buffers[nxt] = [None] * nxt.num_outputs
-                    old = buf[nr]
-                    buf[nr] = g if old is None else old + g
+                        if nr == 0 and nxt.num_outputs == 1:
+                            buffers[nxt] = [g]
+                        else:
+                            buf = buffers[nxt] = [None] * nxt.num_outputs
+                            buf[nr] = g
+                    else:
+                        old = buf[nr]
+                        buf[nr] = g if old is None else old + g
                 d = deps[nxt] - 1
                 deps[nxt] = d
                 if not d:
@@ -257,13 +314,14 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
 
     # 3. seed the input buffers with the root gradients.  ``shared`` holds the ids of
     # gradients whose buffer someone else may also hold (user-given roots, identity
-    # VJPs such as add's, views); a leaf stores a copy of those, never the buffer.
+    # VJPs such as add's, views; as id -> weakref); a leaf stores a copy of those, never
+    # the buffer.
     buffers: dict = {}
-    shared = set()
+    shared: dict = {}
     grads, owned = grads
     for (node, nr), g, own in zip(roots, grads, owned):
         if not own:
-            shared.add(id(g))
+            shared[id(g)] = _ref(g)
         _accumulate_into(buffers, node, nr, g)
     heap = []
     for node in buffers:
@@ -279,9 +337,10 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
         while heap:
             node = pop(heap)[1]
             node_grads = buffers.pop(node, None)
-            if node_grads is None:
-                continue
             if needed is not None and node not in needed:
+                continue
+            if node_grads is None:      # no gradient reached this node: nor does it flow on
+                _release_deps(node, deps, buffers, heap)
                 continue
             if node._hooks or node._retained:
                 node_grads = _pre_hooks(node, node_grads, create_graph, shared)
@@ -295,7 +354,7 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
             if node.__class__ is AccumulateGrad:
                 g = node_grads[0]
                 if not capture and g is not None:
-                    _accumulate_leaf(node.variable, g, create_graph, id(g) in shared)
+                    _accumulate_leaf(node.variable, g, create_graph, _is_shared(shared, g))
                 continue
             if len(node_grads) == 1:
                 g0 = node_grads[0]
@@ -314,9 +373,9 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
                 if nxt is None:
                     continue
                 if g is not None:
-                    if g is g0 or g._data.base is not None or id(g) in shared or (
+                    if g is g0 or g._data.base is not None or (
                             g0 is None and any(g is x for x in node_grads)):
-                        shared.add(id(g))
+                        shared[id(g)] = _ref(g)
                     buf = buffers.get(nxt)
                     if buf is None:
                         buf = buffers[nxt] = [None] * nxt.num_outputs
@@ -359,7 +418,7 @@ def _accumulate_into(buffers: dict, node: Node, nr: int, g) -> None:
         buf[nr] = buf[nr] + g
 
 
-def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: set) -> list:
+def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: dict) -> list:
     """Tensor hooks registered on non-leaf outputs, then retain_grad."""
     if node._hooks:
         grads = list(grads)
@@ -370,7 +429,7 @@ def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: set) -> list
                 r = hook(grads[nr])
                 if r is not None:
                     grads[nr] = r
-                    shared.add(id(r))
+                    shared[id(r)] = _ref(r)
     if node._retained:
         for nr, ref in node._retained.items():
             t = ref()
@@ -379,10 +438,17 @@ def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: set) -> list
                 continue
             if t._grad is None:
                 t._grad = g if create_graph else _owned(g, True)
-                shared.add(id(g))
+                shared[id(g)] = _ref(g)
             else:
                 t._grad = t._grad + g
     return grads
+
+
+def _is_shared(shared: dict, g) -> bool:
+    """Whether someone else may hold ``g``'s buffer.  ``shared`` maps id -> weakref, so
+    a new gradient that reuses the id of a dead shared one is not mistaken for it."""
+    r = shared.get(id(g))
+    return r is not None and r() is g
 
 
 def _owned(g, is_shared: bool):

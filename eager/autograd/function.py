@@ -66,7 +66,10 @@ class AccumulateGrad(Node):
     __slots__ = ("variable",)
 
     def __init__(self, variable) -> None:
-        super().__init__()
+        self._seq = next(_seq)      # Node.__init__, inlined (one per leaf per graph)
+        self._hooks = None
+        self._retained = None
+        self._metadata = None
         self.variable = variable
         self.next_functions = ()
 
@@ -82,16 +85,24 @@ def node_class(name: str) -> type:
 
 
 _new = object.__new__
-_SAVES: dict = {}   # (op name, needs) -> the operand positions the needed rules read
 _Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no import cycle)
 _sum_to = None      # eager._surface.sum_to, bound likewise
 
 
 class OpNode(Node):
-    """Backward node of a registered primitive: runs its VJP rules."""
+    """Backward node of a registered primitive: runs its VJP rules.
+
+    ``_saved[i]`` is operand ``i`` when a needed rule reads it, else None (the rule
+    then gets a :class:`Meta` built from ``_shapes[i]``); ``_versions[i]`` is the
+    version a saved tensor had when recorded.  ``_freed`` is False while saved
+    values are held, True once released, and None for a node that saved nothing
+    (such a node can run again after backward, as in PyTorch).
+    eager.tensor._record builds these nodes directly (the hot path); ``__init__``
+    does the same for other callers.
+    """
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
-                 "_has_saved", "_outv")
+                 "_outv")
 
     def __init__(self, op, attrs: dict, operands: tuple, needs: tuple, next_functions: tuple,
                  out_data: Optional[np.ndarray]) -> None:
@@ -103,98 +114,113 @@ class OpNode(Node):
         self._attrs = attrs
         self._needs = needs
         self.next_functions = next_functions
-        saves = op.saves
-        if op.reads is not None:    # keep only what the rules that will run read
-            key = (op.name, needs)
-            saves = _SAVES.get(key)
-            if saves is None:
-                saves = _SAVES[key] = frozenset(
-                    j for i, r in enumerate(op.reads) if needs[i] for j in r)
+        keep, any_keep = keep_mask(op, needs, len(operands))
         saved = []
         versions = []
         shapes = []
-        has_saved = out_data is not None
-        for i, o in enumerate(operands):
-            keep = saves is None or i in saves
+        for o, k in zip(operands, keep):
             if o.__class__ is _Tensor:
                 data = o._data
-                saved.append(o if keep else None)
-                versions.append(o._version[0] if keep else None)
+                saved.append(o if k else None)
+                versions.append(o._version[0] if k else None)
             else:                       # a constant operand (numpy scalar or array)
                 data = o
-                saved.append(o if keep else None)
+                saved.append(o if k else None)
                 versions.append(None)
-            has_saved = has_saved or keep
             shapes.append((data.shape, data.dtype))
         self._saved = saved
         self._versions = versions
         self._shapes = shapes
         self._out = out_data
         self._outv = None       # the output tensor's version counter, set by _record
-        self._freed = False
-        self._has_saved = has_saved
+        self._freed = False if (any_keep or out_data is not None) else None
 
     def release(self) -> None:
-        if self._has_saved:
+        if self._freed is False:
             self._freed = True
             self._saved = None
             self._out = None
 
-    def _unpack(self, Tensor) -> tuple:
-        if self._freed:
-            raise RuntimeError(FREED_MSG)
-        ins = []
-        for i, o in enumerate(self._saved):
-            if o is None:               # not kept: the rule sees only shape and dtype
-                m = _new(Meta)
-                m.shape, m.dtype = self._shapes[i]
-                ins.append(m)
-                continue
-            v = self._versions[i]
-            if v is not None and o._version[0] != v:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation: [{_type_str(o)} {list(o.shape)}], which is "
-                    f"{'output 0 of ' + o.grad_fn.name() if o.grad_fn is not None else 'a leaf'}"
-                    f", is at version {o._version[0]}; expected version {v} instead. Hint: the "
-                    f"operation that saved it is {self.name()}; avoid modifying it in place, or "
-                    "clone() it first.")
-            if isinstance(o, (np.ndarray, np.generic)):
-                o = Tensor._make(np.asarray(o))
-            ins.append(o)
-        out = None
-        if self._out is not None:
-            if self._outv is not None and self._outv[0] != 0:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation: [{_type_str(Tensor._make(self._out))} "
-                    f"{list(self._out.shape)}], which is output 0 of {self.name()}, is at version "
-                    f"{self._outv[0]}; expected version 0 instead. Hint: avoid modifying it in "
-                    "place, or clone() it first.")
-            out = Tensor._make(self._out)
-            if grad_mode.STATE.enabled:       # create_graph: out is differentiable through self
-                out._rg = True
-                out.grad_fn = self
-        return ins, out
+    def _output(self, Tensor):
+        """The saved output as a tensor for the rules (after checking its version)."""
+        if self._outv is not None and self._outv[0] != 0:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{_type_str(Tensor._make(self._out))} "
+                f"{list(self._out.shape)}], which is output 0 of {self.name()}, is at version "
+                f"{self._outv[0]}; expected version 0 instead. Hint: avoid modifying it in "
+                "place, or clone() it first.")
+        out = Tensor._make(self._out)
+        if grad_mode.STATE.enabled:       # create_graph: out is differentiable through self
+            out._rg = True
+            out.grad_fn = self
+        return out
+
+    def _version_error(self, o, v) -> None:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{_type_str(o)} {list(o.shape)}], which is "
+            f"{'output 0 of ' + o.grad_fn.name() if o.grad_fn is not None else 'a leaf'}"
+            f", is at version {o._version[0]}; expected version {v} instead. Hint: the "
+            f"operation that saved it is {self.name()}; avoid modifying it in place, or "
+            "clone() it first.")
 
     def apply(self, grads: list) -> list:
+        if self._freed:
+            raise RuntimeError(FREED_MSG)
         g = grads[0]
-        ins, out = self._unpack(_Tensor)
+        Tensor = _Tensor
+        shapes = self._shapes
+        ins = self._saved.copy()        # the rules' inputs: saved operands, or Metas
+        i = 0
+        for o in ins:
+            if o is None:               # not kept: the rule sees only shape and dtype
+                m = _new(Meta)
+                m.shape, m.dtype = shapes[i]
+                ins[i] = m
+            elif o.__class__ is Tensor:
+                if o._version[0] != self._versions[i]:
+                    self._version_error(o, self._versions[i])
+            elif isinstance(o, (np.ndarray, np.generic)):
+                ins[i] = Tensor._make(np.asarray(o))
+            i += 1
+        out = None if self._out is None else self._output(Tensor)
         rules = self._op.vjp
         attrs = self._attrs
         res = []
-        for i, need in enumerate(self._needs):
-            if not need:
+        i = 0
+        for need in self._needs:
+            if need:
+                r = rules[i](g, out, *ins, **attrs) if attrs else rules[i](g, out, *ins)
+                shape, dtype = shapes[i]
+                d = r._data
+                if d.shape != shape:
+                    r = _sum_to(r, shape)
+                    d = r._data
+                if d.dtype is not dtype and d.dtype != dtype:
+                    r = r.to(dtype)
+                res.append(r)
+            else:
                 res.append(None)
-                continue
-            r = rules[i](g, out, *ins, **attrs)
-            shape, dtype = self._shapes[i]
-            if r._data.shape != shape:
-                r = _sum_to(r, shape)
-            if r._data.dtype != dtype:
-                r = r.to(dtype)
-            res.append(r)
+            i += 1
         return res
+
+
+def keep_mask(op, needs: tuple, n: int) -> tuple:
+    """(which operands to keep, whether any is kept) for ``op`` when ``needs`` hold."""
+    key = (op.name, needs)
+    km = _KEEP.get(key)
+    if km is None:
+        if op.reads is not None:    # keep only what the rules that will run read
+            saves = frozenset(j for i, r in enumerate(op.reads) if needs[i] for j in r)
+        else:
+            saves = op.saves
+        keep = tuple(saves is None or i in saves for i in range(n))
+        km = _KEEP[key] = (keep, any(keep))
+    return km
+
+
+_KEEP: dict = {}    # (op name, needs) -> (keep mask, any kept); len(needs) is the operand count
 
 
 def _type_str(t) -> str:
