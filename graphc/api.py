@@ -23,6 +23,7 @@ from .ir import Graph, verify
 from .tracer import Tracer, TraceResult, arg_names, classify_leaf, trace_flat
 
 _tick = _engine_cache.tick
+_ndarray = np.ndarray
 
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
 
@@ -31,7 +32,7 @@ class _Entry:
     """One cached signature: its trace and the executable that runs it."""
 
     # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
-    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__")
+    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call")
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
         self.trace = trace
@@ -43,6 +44,25 @@ class _Entry:
         self.fast = (not trace.tensor_io and not trace.mutated_inputs and
                      not trace.grad_writes and all(_plain_array_item(it) for it in key))
         self.build_out = _output_builder(trace)
+        self.call = _fast_call(run, self.build_out) if self.fast else None
+
+
+def _fast_call(run: Callable, build_out: Callable) -> Callable:
+    """The whole call for plain arrays, with everything it touches bound locally
+    (native executables: allocate outputs, cross into native code once, rebuild)."""
+    exe = getattr(run, "__self__", None)
+    if exe is None or not hasattr(exe, "_cfunc") or exe._inplace:
+        return lambda arrays: build_out(run(arrays))
+    cfunc, specs, empty, threads, slow = (exe._cfunc, exe.out_specs, np.empty, exe._threads,
+                                          exe._slow)
+
+    def call(arrays):
+        outs = [empty(s, d) for s, d in specs]
+        rc = cfunc((*arrays, *outs), threads.n)
+        if rc:
+            outs = slow(arrays, outs, rc)
+        return build_out(outs)
+    return call
 
 
 def _inplace_pairs(tr) -> dict:
@@ -139,6 +159,7 @@ class CompiledFunction:
         if "__name__" not in self.__dict__:      # a callable object or functools.partial
             self.__name__ = type(fn).__name__
         self.static_argnums = tuple(static_argnums)
+        self._all_dynamic = not self.static_argnums
         self.opt_level = int(opt_level)
         self.recompile_limit = int(recompile_limit)
         if backend not in ("native", "interpreter"):
@@ -234,15 +255,23 @@ class CompiledFunction:
         if kwargs:
             raise TypeError(f"compiled {self.__name__}() takes positional arguments only; got "
                             f"keyword arguments {sorted(kwargs)}")
-        key, dyn = self._signature(args)
+        if self._all_dynamic:          # inline of _signature's plain-array fast path
+            for a in args:
+                if a.__class__ is not _ndarray:
+                    key, dyn = self._signature(args)
+                    break
+            else:
+                key, dyn = tuple([("A", a.shape, a.dtype) for a in args]), args
+        else:
+            key, dyn = self._signature(args)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._miss(args, key)
         else:
             self._hits += 1
             entry.stamp = _tick()
-        if entry.fast:
-            return entry.build_out(entry.run(dyn))
+        if entry.call is not None:
+            return entry.call(dyn)
         return self._run(entry, args, dyn)
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
