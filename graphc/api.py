@@ -120,6 +120,9 @@ def _output_builder(tr) -> Callable[[list], Any]:
             return lambda o: tuple(o[lo:hi])        # a flat tuple of outputs: one slice
         kids = [build(c) for c in td.children]
         if td.kind == "tuple":
+            if len(kids) == 2:                       # e.g. value_and_grad's (value, grads)
+                k0, k1 = kids
+                return lambda o: (k0(o), k1(o))
             return lambda o: tuple([f(o) for f in kids])
         if td.kind == "list":
             return lambda o: [f(o) for f in kids]
