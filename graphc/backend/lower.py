@@ -885,7 +885,8 @@ class KernelBuilder:
         total = numel(batch + (M, N))
         if total == 0:
             return
-        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt:
+        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt or not blas.available():
+            # plain loops: integer/bool/mixed matmuls, K == 0, or no BLAS library installed
             self._matmul_loops(n, va, vb, batch, M, K, N, dt, adt, bdt)
             return
         gemm = blas.declare_gemm(self.module, dt)
