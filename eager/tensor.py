@@ -408,7 +408,7 @@ class Tensor(TensorOps):
 
     def __bool__(self) -> builtins.bool:
         if self._data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return builtins.bool(self._data.reshape(()))
 
     def __float__(self) -> builtins.float:
@@ -784,12 +784,7 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
         if o.__class__ is Tensor and o._rg and i < nv and vjp[i] is not None:
             needs.append(True)
             anyneed = True
-            fn = o.grad_fn
-            if fn is not None:
-                edges.append((fn, o._output_nr))
-            else:
-                acc = o._acc() if o._acc is not None else None
-                edges.append((acc if acc is not None else o._grad_accumulator(), 0))
+            edges.append(_edge(o))
         else:
             needs.append(False)
             edges.append(_NO_EDGE)
@@ -819,30 +814,12 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
             saved.append(o if k else None)
             versions.append(None)
         shapes.append((data.shape, data.dtype))
-    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
-    node._seq = _next(_SEQ)
-    node._hooks = None
-    node._retained = None
-    node._metadata = None
-    node._op = opdef
-    node._attrs = attrs
-    node._needs = needs
-    node.next_functions = tuple(edges)
-    node._saved = saved
-    node._versions = versions
-    node._shapes = shapes
-    if opdef.saves_out:
-        node._out = out_data
-        node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
-        node._freed = False
-    else:
-        node._out = None
-        node._outv = None
-        node._freed = False if any_keep else None
+    out.grad_fn = _new_op_node(gname, opdef, attrs, needs, tuple(edges), saved, versions,
+                               shapes, out, any_keep)
     out._rg = True
-    out.grad_fn = node
 
 
+_new_op_node = _function_mod.new_op_node
 _KEEP = _function_mod._KEEP
 _keep_mask = _function_mod.keep_mask
 _SEQ = _function_mod._seq
@@ -855,43 +832,16 @@ def _record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
     out_data = out._data
     if out_data.dtype.kind != "f" or not opdef.vjp or opdef.vjp[0] is None:
         return
-    fn = x.grad_fn
-    if fn is not None:
-        edge = (fn, x._output_nr)
-    else:
-        acc = x._acc() if x._acc is not None else None
-        edge = (acc if acc is not None else x._grad_accumulator(), 0)
+    edge = _edge(x)
     km = _KEEP.get((opdef.name, _NEED1))
     if km is None:
         km = _keep_mask(opdef, _NEED1, 1)
     keep = km[1]
     dx = x._data
-    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
-    node._seq = _next(_SEQ)
-    node._hooks = None
-    node._retained = None
-    node._metadata = None
-    node._op = opdef
-    node._attrs = attrs
-    node._needs = _NEED1
-    node.next_functions = (edge,)
-    if keep:
-        node._saved = [x]
-        node._versions = [x._version[0]]
-    else:
-        node._saved = [None]
-        node._versions = [None]
-    node._shapes = [(dx.shape, dx.dtype)]
-    if opdef.saves_out:
-        node._out = out_data
-        node._outv = out._version
-        node._freed = False
-    else:
-        node._out = None
-        node._outv = None
-        node._freed = False if keep else None
+    out.grad_fn = _new_op_node(gname, opdef, attrs, _NEED1, (edge,),
+                               [x if keep else None], [x._version[0] if keep else None],
+                               [(dx.shape, dx.dtype)], out, keep)
     out._rg = True
-    out.grad_fn = node
 
 
 _NEED1 = (True,)
@@ -906,15 +856,7 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     if x.__class__ is Tensor:
         dx = x._data
         nx = x._rg and vjp[0] is not None
-        if nx:
-            fn = x.grad_fn
-            if fn is not None:
-                ex = (fn, x._output_nr)
-            else:
-                acc = x._acc() if x._acc is not None else None
-                ex = (acc if acc is not None else x._grad_accumulator(), 0)
-        else:
-            ex = _NO_EDGE
+        ex = _edge(x) if nx else _NO_EDGE
     else:
         dx = x
         nx = False
@@ -922,15 +864,7 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     if y.__class__ is Tensor:
         dy = y._data
         ny = y._rg and len(vjp) > 1 and vjp[1] is not None
-        if ny:
-            fn = y.grad_fn
-            if fn is not None:
-                ey = (fn, y._output_nr)
-            else:
-                acc = y._acc() if y._acc is not None else None
-                ey = (acc if acc is not None else y._grad_accumulator(), 0)
-        else:
-            ey = _NO_EDGE
+        ey = _edge(y) if ny else _NO_EDGE
     else:
         dy = y
         ny = False
@@ -942,30 +876,13 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     if km is None:
         km = _keep_mask(opdef, needs, 2)
     (kx, ky), any_keep = km
-    node = _new(_NODE_CLASSES.get(gname) or node_class(gname))
-    node._seq = _next(_SEQ)
-    node._hooks = None
-    node._retained = None
-    node._metadata = None
-    node._op = opdef
-    node._attrs = _NO_ATTRS
-    node._needs = needs
-    node.next_functions = (ex, ey)
-    node._saved = [x if kx else None, y if ky else None]
     # a saved tensor's version now (constants have none: there dx is x, dy is y)
-    node._versions = [x._version[0] if kx and dx is not x else None,
-                      y._version[0] if ky and dy is not y else None]
-    node._shapes = [(dx.shape, dx.dtype), (dy.shape, dy.dtype)]
-    if opdef.saves_out:
-        node._out = out_data
-        node._outv = out._version       # in-place writes to out must fail backward, not corrupt it
-        node._freed = False
-    else:
-        node._out = None
-        node._outv = None
-        node._freed = False if any_keep else None
+    out.grad_fn = _new_op_node(gname, opdef, _NO_ATTRS, needs, (ex, ey),
+                               [x if kx else None, y if ky else None],
+                               [x._version[0] if kx and dx is not x else None,
+                                y._version[0] if ky and dy is not y else None],
+                               [(dx.shape, dx.dtype), (dy.shape, dy.dtype)], out, any_keep)
     out._rg = True
-    out.grad_fn = node
 
 
 def _check_device(dev) -> None:

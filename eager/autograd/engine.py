@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from weakref import ref as _ref
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

@@ -7,8 +7,7 @@ rules read (``OpDef.saves``); everything else is a :class:`Meta` (shape, dtype).
 from __future__ import annotations
 
 import itertools
-import weakref
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +88,35 @@ _Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no i
 _sum_to = None      # eager._surface.sum_to, bound likewise
 
 
+def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: list,
+                versions: list, shapes: list, out, keeps: bool):
+    """The backward node of one recorded op (``keeps``: some operand was saved).
+
+    One constructor for every recorder: slots are set directly rather than through
+    ``__init__`` because this runs once per recorded op."""
+    node = _new(_node_classes.get(gname) or node_class(gname))
+    node._seq = next(_seq)
+    node._hooks = None
+    node._retained = None
+    node._metadata = None
+    node._op = op
+    node._attrs = attrs
+    node._needs = needs
+    node.next_functions = edges
+    node._saved = saved
+    node._versions = versions
+    node._shapes = shapes
+    if op.saves_out:
+        node._out = out._data
+        node._outv = out._version      # in-place writes to out must fail backward, not corrupt it
+        node._freed = False
+    else:
+        node._out = None
+        node._outv = None
+        node._freed = False if keeps else None
+    return node
+
+
 class OpNode(Node):
     """Backward node of a registered primitive: runs its VJP rules.
 
@@ -97,43 +125,11 @@ class OpNode(Node):
     version a saved tensor had when recorded.  ``_freed`` is False while saved
     values are held, True once released, and None for a node that saved nothing
     (such a node can run again after backward, as in PyTorch).
-    eager.tensor._record builds these nodes directly (the hot path); ``__init__``
-    does the same for other callers.
+    Built by :func:`new_op_node` (eager.tensor's recorders call it on the hot path).
     """
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
                  "_outv")
-
-    def __init__(self, op, attrs: dict, operands: tuple, needs: tuple, next_functions: tuple,
-                 out_data: Optional[np.ndarray]) -> None:
-        self._seq = next(_seq)
-        self._hooks = None
-        self._retained = None
-        self._metadata = None
-        self._op = op
-        self._attrs = attrs
-        self._needs = needs
-        self.next_functions = next_functions
-        keep, any_keep = keep_mask(op, needs, len(operands))
-        saved = []
-        versions = []
-        shapes = []
-        for o, k in zip(operands, keep):
-            if o.__class__ is _Tensor:
-                data = o._data
-                saved.append(o if k else None)
-                versions.append(o._version[0] if k else None)
-            else:                       # a constant operand (numpy scalar or array)
-                data = o
-                saved.append(o if k else None)
-                versions.append(None)
-            shapes.append((data.shape, data.dtype))
-        self._saved = saved
-        self._versions = versions
-        self._shapes = shapes
-        self._out = out_data
-        self._outv = None       # the output tensor's version counter, set by _record
-        self._freed = False if (any_keep or out_data is not None) else None
 
     def release(self) -> None:
         if self._freed is False:
