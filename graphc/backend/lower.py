@@ -193,57 +193,33 @@ class Lowerer:
         def part(t):
             return b.gep(partials, [b.mul(t, ir.Constant(I64, max(nred, 1)))], source_etype=I64)
 
-        # threads 1..nt-1
-        t_slot = b.alloca(I64, name=f"k{i}_t")
-        b.store(ir.Constant(I64, 1), t_slot)
-        cond = fn.append_basic_block(f"k{i}_spawn_cond")
-        body = fn.append_basic_block(f"k{i}_spawn")
-        done = fn.append_basic_block(f"k{i}_spawned")
-        b.branch(cond)
-        b.position_at_end(cond)
-        t = b.load(t_slot, typ=I64)
-        b.cbranch(b.icmp_signed("<", t, nt), body, done)
-        b.position_at_end(body)
-        lo, hi = chunk(t)
-        for k, a in enumerate(args):
-            b.store(b.ptrtoint(a, I64), slot(t, k))
-        b.store(lo, slot(t, len(args)))
-        b.store(hi, slot(t, len(args) + 1))
-        b.store(b.ptrtoint(part(t), I64), slot(t, len(args) + 2))
-        tid_p = b.gep(tids, [t], source_etype=I64)
-        err = b.call(create, [tid_p, ir.Constant(PTR, None), tramp, slot(t, 0)])
-        ok = b.icmp_signed("==", err, ir.Constant(I32, 0))
-        made_p = b.gep(made, [t], source_etype=I8)
-        b.store(b.zext(ok, I8), made_p)
-        inline = fn.append_basic_block(f"k{i}_inline")
-        nxt = fn.append_basic_block(f"k{i}_next")
-        b.cbranch(ok, nxt, inline)
-        b.position_at_end(inline)                 # could not start a thread: run it here
-        b.call(kfn, args + [lo, hi, part(t)])
-        b.branch(nxt)
-        b.position_at_end(nxt)
-        b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
-        b.branch(cond)
-        b.position_at_end(done)
+        one = ir.Constant(I64, 1)
+
+        def spawn(t):                             # threads 1..nt-1
+            lo, hi = chunk(t)
+            for k, a in enumerate(args):
+                b.store(b.ptrtoint(a, I64), slot(t, k))
+            b.store(lo, slot(t, len(args)))
+            b.store(hi, slot(t, len(args) + 1))
+            b.store(b.ptrtoint(part(t), I64), slot(t, len(args) + 2))
+            tid_p = b.gep(tids, [t], source_etype=I64)
+            err = b.call(create, [tid_p, ir.Constant(PTR, None), tramp, slot(t, 0)])
+            ok = b.icmp_signed("==", err, ir.Constant(I32, 0))
+            b.store(b.zext(ok, I8), b.gep(made, [t], source_etype=I8))
+            with b.if_then(b.not_(ok)):           # could not start a thread: run it here
+                b.call(kfn, args + [lo, hi, part(t)])
+
+        def join_one(t):
+            was = b.icmp_unsigned("!=", b.load(b.gep(made, [t], source_etype=I8), typ=I8),
+                                  ir.Constant(I8, 0))
+            with b.if_then(was):
+                tid = b.load(b.gep(tids, [t], source_etype=I64), typ=I64)
+                b.call(join, [tid, ir.Constant(PTR, None)])
+
+        counted_loop(b, fn, one, nt, spawn, f"k{i}_spawn")
         lo, hi = chunk(ir.Constant(I64, 0))
         b.call(kfn, args + [lo, hi, part(ir.Constant(I64, 0))])      # chunk 0 on this thread
-        b.store(ir.Constant(I64, 1), t_slot)
-        jc = fn.append_basic_block(f"k{i}_join_cond")
-        jb = fn.append_basic_block(f"k{i}_join")
-        jd = fn.append_basic_block(f"k{i}_joined")
-        b.branch(jc)
-        b.position_at_end(jc)
-        t = b.load(t_slot, typ=I64)
-        b.cbranch(b.icmp_signed("<", t, nt), jb, jd)
-        b.position_at_end(jb)
-        made_p = b.gep(made, [t], source_etype=I8)
-        was = b.icmp_unsigned("!=", b.load(made_p, typ=I8), ir.Constant(I8, 0))
-        with b.if_then(was):
-            tid = b.load(b.gep(tids, [t], source_etype=I64), typ=I64)
-            b.call(join, [tid, ir.Constant(PTR, None)])
-        b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
-        b.branch(jc)
-        b.position_at_end(jd)
+        counted_loop(b, fn, one, nt, join_one, f"k{i}_join")
         kb.combine_partials(b, fn, partials, nt, nred, self._data, self._arena_ptr, i)
 
     def _trampoline(self, i: int, kfn, nargs: int):
@@ -771,23 +747,12 @@ class KernelBuilder:
 
             acc = b.alloca(at, name=f"comb_n{r}")
             b.store(load_part(ir.Constant(I64, 0)), acc)
-            t_slot = b.alloca(I64)
-            b.store(ir.Constant(I64, 1), t_slot)
-            cond = fn.append_basic_block(f"k{i}_comb{k}_cond")
-            body = fn.append_basic_block(f"k{i}_comb{k}")
-            done = fn.append_basic_block(f"k{i}_comb{k}_done")
-            b.branch(cond)
-            b.position_at_end(cond)
-            t = b.load(t_slot, typ=I64)
-            b.cbranch(b.icmp_signed("<", t, nt), body, done)
-            b.position_at_end(body)
             saved = self.b
-            self.b = b
-            b.store(self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc)
+            self.b = b                            # _combine emits through self.b
+            counted_loop(b, fn, ir.Constant(I64, 1), nt, lambda t: b.store(
+                self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc),
+                f"k{i}_comb{k}")
             self.b = saved
-            b.store(b.add(t, ir.Constant(I64, 1)), t_slot)
-            b.branch(cond)
-            b.position_at_end(done)
             v = b.load(acc, typ=at)
             count = numel(g.nx.nodes[d["operands"][0]]["shape"])
             if d["op"] == "mean":
@@ -1119,6 +1084,25 @@ class KernelBuilder:
         self._gather_loop(n, own, 2, lambda idx, off: self.store(
             n, dt, off, self.convert(self.load(vv.buf, vdt, self.offset(vv.offset, vst, idx)),
                                      vdt, dt)))
+
+
+def counted_loop(b: ir.IRBuilder, fn: ir.Function, start, stop, body, name: str) -> None:
+    """``for t in range(start, stop): body(t)`` with runtime bounds, in the entry point.
+    ``body`` may branch, as long as it leaves ``b`` in a block that falls through."""
+    slot = b.alloca(I64, name=f"{name}_t")
+    b.store(start, slot)
+    cond = fn.append_basic_block(f"{name}_cond")
+    blk = fn.append_basic_block(name)
+    done = fn.append_basic_block(f"{name}_done")
+    b.branch(cond)
+    b.position_at_end(cond)
+    t = b.load(slot, typ=I64)
+    b.cbranch(b.icmp_signed("<", t, stop), blk, done)
+    b.position_at_end(blk)
+    body(t)
+    b.store(b.add(t, ir.Constant(I64, 1)), slot)
+    b.branch(cond)
+    b.position_at_end(done)
 
 
 def _reduce_acc(op: str, dt: np.dtype):
