@@ -16,6 +16,7 @@ from . import _surface as _surface_mod
 from .autograd import function as _function_mod
 from .autograd import grad_mode
 from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
+from .ops.movement import broadcast_view as _broadcast_view
 from .ops.registry import OPS
 
 _STATE = grad_mode.STATE
@@ -657,28 +658,6 @@ class RemovableHandle:
 _new = object.__new__
 
 
-def _broadcast_view(src: np.ndarray, shape) -> Optional[np.ndarray]:
-    """np.broadcast_to(src, shape) for a C-contiguous, non-empty ``src`` (a read-only view,
-    built directly: broadcast_to's nditer costs about 2 us), or None if it does not apply."""
-    lead = len(shape) - src.ndim
-    strides = [0] * lead
-    try:
-        for n, s, st in zip(shape[lead:], src.shape, src.strides):
-            if s == n:
-                strides.append(st if n != 1 else 0)
-            elif s == 1 and n.__class__ is builtins.int and n >= 0:
-                strides.append(0)
-            else:
-                return None
-        if lead and any(n.__class__ is not builtins.int or n < 0 for n in shape[:lead]):
-            return None
-        out = _ndarray(shape, src.dtype, src, 0, strides)
-    except (TypeError, ValueError):
-        return None
-    out.flags.writeable = False
-    return out
-
-
 def _init(t: Tensor, arr: np.ndarray) -> None:
     t._data = arr
     t._rg = False
@@ -695,6 +674,8 @@ _make = Tensor._make
 _function_mod._Tensor = Tensor
 from .autograd import engine as _engine_mod  # noqa: E402  (binds Tensor for the engine)
 _engine_mod._Tensor = Tensor
+from .autograd import plans as _plans_mod  # noqa: E402  (binds Tensor for the VJP plans)
+_plans_mod._Tensor = Tensor
 _function_mod._sum_to = _surface_mod.sum_to
 
 # --- views -----------------------------------------------------------------------
@@ -815,7 +796,7 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
             versions.append(None)
         shapes.append((data.shape, data.dtype))
     out.grad_fn = _new_op_node(gname, opdef, attrs, needs, tuple(edges), saved, versions,
-                               shapes, out, any_keep)
+                               tuple(shapes), out, any_keep)
     out._rg = True
 
 
@@ -840,7 +821,7 @@ def _record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
     dx = x._data
     out.grad_fn = _new_op_node(gname, opdef, attrs, _NEED1, (edge,),
                                [x if keep else None], [x._version[0] if keep else None],
-                               [(dx.shape, dx.dtype)], out, keep)
+                               ((dx.shape, dx.dtype),), out, keep)
     out._rg = True
 
 
@@ -849,40 +830,72 @@ _NEED1 = (True,)
 
 def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     """:func:`_record` for a binary op without attrs (``x`` or ``y`` may be a numpy constant)."""
-    out_data = out._data
-    if out_data.dtype.kind != "f":
+    if out._data.dtype.kind != "f":
         return
-    vjp = opdef.vjp
-    if x.__class__ is Tensor:
-        dx = x._data
-        nx = x._rg and vjp[0] is not None
-        ex = _edge(x) if nx else _NO_EDGE
+    xt = x.__class__ is Tensor
+    yt = y.__class__ is Tensor
+    r = _RECIPES2.get((gname, opdef.name, xt and x._rg, yt and y._rg))
+    if r is None:
+        r = _recipe2(opdef, gname, xt and x._rg, yt and y._rg)
+    if r is False:
+        return
+    cls, needs, kx, ky, keeps = r
+    # the edges (function._edge, inlined)
+    if needs[0]:
+        fn = x.grad_fn
+        ex = (fn, x._output_nr) if fn is not None else (x._grad_accumulator(), 0)
     else:
-        dx = x
-        nx = False
         ex = _NO_EDGE
-    if y.__class__ is Tensor:
-        dy = y._data
-        ny = y._rg and len(vjp) > 1 and vjp[1] is not None
-        ey = _edge(y) if ny else _NO_EDGE
+    if needs[1]:
+        fn = y.grad_fn
+        ey = (fn, y._output_nr) if fn is not None else (y._grad_accumulator(), 0)
     else:
-        dy = y
-        ny = False
         ey = _NO_EDGE
-    if not (nx or ny):
-        return
-    needs = (nx, ny)
-    km = _KEEP.get((opdef.name, needs))
-    if km is None:
-        km = _keep_mask(opdef, needs, 2)
-    (kx, ky), any_keep = km
-    # a saved tensor's version now (constants have none: there dx is x, dy is y)
-    out.grad_fn = _new_op_node(gname, opdef, _NO_ATTRS, needs, (ex, ey),
-                               [x if kx else None, y if ky else None],
-                               [x._version[0] if kx and dx is not x else None,
-                                y._version[0] if ky and dy is not y else None],
-                               [(dx.shape, dx.dtype), (dy.shape, dy.dtype)], out, any_keep)
+    dx = x._data if xt else x
+    dy = y._data if yt else y
+    # new_op_node, inlined for a binary node without attrs
+    node = _new(cls)
+    node._seq = _next(_SEQ)
+    node._hooks = None
+    node._retained = None
+    node._metadata = None
+    node._op = opdef
+    node._attrs = _NO_ATTRS
+    node._needs = needs
+    node.next_functions = (ex, ey)
+    # a saved tensor's version now (constants have none)
+    node._saved = [x if kx else None, y if ky else None]
+    node._versions = [x._version[0] if kx and xt else None, y._version[0] if ky and yt else None]
+    node._shapes = ((dx.shape, dx.dtype), (dy.shape, dy.dtype))
+    if opdef.saves_out:
+        node._out = out._data
+        node._outv = out._version
+        node._freed = False
+    else:
+        node._out = None
+        node._outv = None
+        node._freed = False if keeps else None
+    out.grad_fn = node
     out._rg = True
+
+
+_RECIPES2: dict = {}    # (gname, op, x needs grad, y needs grad) -> recipe, or False
+
+
+def _recipe2(opdef, gname: str, rx: bool, ry: bool):
+    """What a binary node of ``opdef`` needs when x/y require grad: (node class, needs,
+    keep x, keep y, keeps anything), or False when no input needs a gradient."""
+    vjp = opdef.vjp
+    nx = bool(rx) and vjp[0] is not None
+    ny = bool(ry) and len(vjp) > 1 and vjp[1] is not None
+    if not (nx or ny):
+        r = False
+    else:
+        needs = (nx, ny)
+        (kx, ky), keeps = _keep_mask(opdef, needs, 2)
+        r = (_NODE_CLASSES.get(gname) or _function_mod.node_class(gname), needs, kx, ky, keeps)
+    _RECIPES2[(gname, opdef.name, bool(rx), bool(ry))] = r
+    return r
 
 
 def _check_device(dev) -> None:

@@ -174,26 +174,15 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
     try:
         while ready:
             node = pop()
-            node_grads = buffers.pop(node)
+            node_grads = buffers.pop(node, None)
             out_grads = None
             if node_grads is not None:
                 if node._hooks or node._retained:
                     node_grads = _pre_hooks(node, node_grads, create_graph, shared)
                 if node.__class__ is Acc:
                     g = node_grads[0]
-                    if g is None:
-                        continue
-                    var = node.variable
-                    data = g._data
-                    if (var._grad is None and var._hooks is None and not create_graph
-                            and data.shape == var._data.shape):
-                        # _accumulate_leaf's common case: the first gradient of a leaf
-                        if (data.base is not None or not data.flags.writeable
-                                or _is_shared(shared, g)):
-                            data = np.array(data)
-                        var._grad = make(data)
-                    else:
-                        _accumulate_leaf(var, g, create_graph, _is_shared(shared, g))
+                    if g is not None:
+                        _leaf_grad(node.variable, g, create_graph, _is_shared(shared, g), make)
                     continue
                 if len(node_grads) == 1:
                     g0 = node_grads[0]
@@ -202,55 +191,42 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
                 elif any(g is not None for g in node_grads):
                     g0 = None
                     out_grads = node.apply(node_grads)
-                if out_grads is not None and not retain_graph:
-                    node.release()
             if out_grads is None:       # no gradient reached this node: nor does it flow on
                 for nxt, nr in node.next_functions:
-                    if nxt is None:
-                        continue
-                    d = deps[nxt] - 1
-                    deps[nxt] = d
-                    if not d:
-                        if nxt not in buffers:
-                            buffers[nxt] = None
-                        push(nxt)
+                    if nxt is not None:
+                        d = deps[nxt] - 1
+                        deps[nxt] = d
+                        if not d:
+                            push(nxt)
                 continue
-            k = -1
-            for nxt, nr in node.next_functions:      # out_grads has one entry per edge
-                k += 1
+            if not retain_graph:
+                node.release()
+            # a gradient is "fresh" (a buffer no one else holds) unless the node passed an
+            # incoming gradient through, it is a view, or the node is a user Function
+            fresh_node = node._fresh_outputs
+            for (nxt, nr), g in zip(node.next_functions, out_grads):   # one per edge
                 if nxt is None:
                     continue
-                g = out_grads[k]
+                d = deps[nxt] - 1
+                deps[nxt] = d
                 if g is not None:
-                    if (nxt.__class__ is Acc and deps[nxt] == 1 and not create_graph
+                    fresh = (fresh_node and g is not g0 and g._data.base is None and not (
+                        g0 is None and any(g is x for x in node_grads)))
+                    if (not d and nxt.__class__ is Acc and not create_graph
                             and not (nxt._hooks or nxt._retained)):
-                        # the last gradient for a leaf: accumulate it right away (as the
-                        # Acc branch above would once the node is popped; nothing can tell)
-                        deps[nxt] = 0
+                        # the last gradient for a leaf: accumulate it now (as the Acc branch
+                        # above would once the node is popped; nothing can tell)
                         buf = buffers.pop(nxt, None)
                         if buf is not None:
                             g = buf[0] + g      # a new buffer: not shared
-                            is_shared = False
-                        else:
-                            is_shared = (g is g0 or g._data.base is not None or (
-                                g0 is None and any(g is x for x in node_grads))
-                                or _is_shared(shared, g))
-                        var = nxt.variable
-                        data = g._data
-                        if (var._grad is None and var._hooks is None
-                                and data.shape == var._data.shape):
-                            if is_shared or data.base is not None or not data.flags.writeable:
-                                data = np.array(data)
-                            var._grad = make(data)
-                        else:
-                            _accumulate_leaf(var, g, False, is_shared)
+                            fresh = True
+                        _leaf_grad(nxt.variable, g, False, not fresh, make)
                         continue
-                    if g is g0 or g._data.base is not None or (
-                            g0 is None and any(g is x for x in node_grads)):
+                    if not fresh:
                         shared[id(g)] = _ref(g)
                     buf = buffers.get(nxt)
                     if buf is None:
-                        if nr == 0 and nxt.num_outputs == 1:
+                        if nxt.num_outputs == 1:
                             buffers[nxt] = [g]
                         else:
                             buf = buffers[nxt] = [None] * nxt.num_outputs
@@ -258,14 +234,27 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
                     else:
                         old = buf[nr]
                         buf[nr] = g if old is None else old + g
-                d = deps[nxt] - 1
-                deps[nxt] = d
                 if not d:
-                    if nxt not in buffers:
-                        buffers[nxt] = None
                     push(nxt)
     finally:
         state.enabled = prev
+
+
+def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
+    """Deliver gradient ``g`` to leaf ``var``: :func:`_accumulate_leaf`, with its common
+    case inline (the first gradient of a leaf without hooks: a fresh gradient tensor
+    becomes ``.grad`` itself, anything else is copied)."""
+    if var._grad is None and var._hooks is None and not create_graph:
+        data = g._data
+        if data.shape == var._data.shape:
+            if is_shared or data.base is not None or not data.flags.writeable:
+                var._grad = make(np.array(data))
+            elif g.grad_fn is None and not g._rg and g._version[0] == 0:
+                var._grad = g
+            else:
+                var._grad = make(data)
+            return
+    _accumulate_leaf(var, g, create_graph, is_shared)
 
 
 def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,

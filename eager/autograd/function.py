@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..ops.registry import Meta
-from . import grad_mode
+from . import grad_mode, plans as _plans
 
 _seq = itertools.count()
 _node_classes: dict[str, type] = {}
@@ -29,6 +29,7 @@ class Node:
 
     __slots__ = ("next_functions", "_seq", "_hooks", "_retained", "_metadata", "__weakref__")
     num_outputs = 1
+    _fresh_outputs = False      # apply() returns new buffers (except pass-throughs): OpNode
 
     def __init__(self) -> None:
         self._seq = next(_seq)
@@ -85,6 +86,8 @@ def node_class(name: str) -> type:
 
 _new = object.__new__
 _Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no import cycle)
+_STATE = grad_mode.STATE
+_PLANS = _plans._PLANS
 _sum_to = None      # eager._surface.sum_to, bound likewise
 
 
@@ -130,6 +133,7 @@ class OpNode(Node):
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
                  "_outv")
+    _fresh_outputs = True
 
     def release(self) -> None:
         if self._freed is False:
@@ -166,6 +170,18 @@ class OpNode(Node):
             raise RuntimeError(FREED_MSG)
         g = grads[0]
         Tensor = _Tensor
+        if g is not None and not _STATE.enabled and _plans.enabled:
+            attrs = self._attrs
+            d = g._data
+            try:
+                plan = _PLANS.get((self._op.name, self._needs, self._shapes, d.shape, d.dtype,
+                                   _plans.attrs_key(attrs) if attrs else ()))
+            except TypeError:           # an unhashable attr: the rules run on tensors
+                plan = False
+            if plan is None:
+                plan = _plans.lookup(self, g)
+            if plan:        # the rules, compiled for this signature (plans.py); it also
+                return plan(self, g)    # checks the versions of the saved tensors
         shapes = self._shapes
         ins = self._saved.copy()        # the rules' inputs: saved operands, or Metas
         i = 0

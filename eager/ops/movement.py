@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Optional
+
 from .. import _surface as S
 from .registry import Meta, defop
 
@@ -19,7 +21,7 @@ def _reshape_shape(x: Meta, shape) -> Meta:
     return Meta(tuple(shape), x.dtype)
 
 
-defop("reshape", forward=lambda x, shape: np.reshape(x, shape), shape=_reshape_shape, arity=1,
+defop("reshape", forward=lambda x, shape: x.reshape(shape), shape=_reshape_shape, arity=1,
       attrs=("shape",), saves=(), kind="movement",
       vjp=(lambda g, out, x, shape: g.reshape(x.shape),),
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"shape": (2, 6)}),
@@ -41,7 +43,7 @@ def _transpose_shape(x: Meta, perm) -> Meta:
     return Meta(tuple(x.shape[p] for p in perm), x.dtype)
 
 
-defop("transpose", forward=lambda x, perm: np.transpose(x, perm), shape=_transpose_shape, arity=1,
+defop("transpose", forward=lambda x, perm: x.transpose(perm), shape=_transpose_shape, arity=1,
       attrs=("perm",), saves=(), kind="movement",
       vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
@@ -57,7 +59,37 @@ def _expand_shape(x: Meta, shape) -> Meta:
     return Meta(tuple(shape), x.dtype)
 
 
-defop("expand", forward=lambda x, shape: np.broadcast_to(x, shape), shape=_expand_shape, arity=1,
+def broadcast_view(src: np.ndarray, shape) -> Optional[np.ndarray]:
+    """np.broadcast_to(src, shape) for a C-contiguous, non-empty ``src`` (a read-only view,
+    built directly: broadcast_to's nditer costs about 2 us), or None if it does not apply."""
+    lead = len(shape) - src.ndim
+    strides = [0] * lead
+    try:
+        for n, s, st in zip(shape[lead:], src.shape, src.strides):
+            if s == n:
+                strides.append(st if n != 1 else 0)
+            elif s == 1 and n.__class__ is int and n >= 0:
+                strides.append(0)
+            else:
+                return None
+        if lead and any(n.__class__ is not int or n < 0 for n in shape[:lead]):
+            return None
+        out = np.ndarray(shape, src.dtype, src, 0, strides)
+    except (TypeError, ValueError):
+        return None
+    out.flags.writeable = False
+    return out
+
+
+def _expand(x, shape):
+    if x.__class__ is np.ndarray and x.flags.c_contiguous and x.size and len(shape) >= x.ndim:
+        out = broadcast_view(x, shape)
+        if out is not None:
+            return out
+    return np.broadcast_to(x, shape)
+
+
+defop("expand", forward=_expand, shape=_expand_shape, arity=1,
       attrs=("shape",), saves=(), kind="movement",
       vjp=(lambda g, out, x, shape: g,),          # sum_to(g, x.shape) is applied by the caller
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),

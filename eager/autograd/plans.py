@@ -1,0 +1,292 @@
+"""VJP plans: the backward rules of the registry, compiled to straight-line numpy code.
+
+Each op's VJP rules are written once, with the public tensor methods (see
+``eager.ops.registry``).  Run on eager tensors they pay Python's price per
+*tensor op*: every ``g * y`` inside a rule goes through the operator surface,
+dtype promotion, a new Tensor object and the no-grad checks.  For a 64x100
+matrix that overhead is larger than the arithmetic.
+
+A plan removes it without a second definition of any rule.  The first time a
+backward node of a given signature runs -- (op, which inputs need a gradient,
+the input shapes and dtypes, the incoming gradient's shape and dtype, the op's
+attrs) -- its rules are run once on :class:`PlanTracer` values, which record
+every op a rule calls (and the ``sum_to``/dtype cast that ``OpNode.apply``
+adds).  The recording becomes a small Python function of numpy arrays, e.g.
+for ``MulBackward0`` with both inputs needing a gradient::
+
+    def plan(node, G):
+        g = G._data
+        S = node._saved
+        V = node._versions
+        x0 = S[0]
+        if x0.__class__ is T:
+            if x0._version[0] != V[0]:
+                node._version_error(x0, V[0])
+            x0 = x0._data
+        else:
+            x0 = asarray(x0)
+        x1 = ...                        # likewise
+        t0 = f_mul(g, x1)
+        t1 = f_mul(g, x0)
+        return [make(t0), make(t1)]
+
+Later nodes with the same signature call it directly.  It calls the same numpy
+forwards, in the same order and dtypes, as the rules do on tensors, so results
+are bit-identical (tests/eager/test_vjp_plans.py checks every op sample).
+
+Plans are used only when backward does not record (``create_graph=False``);
+with ``create_graph=True`` the rules run on tensors and record the graph of the
+gradient.  A rule that needs a concrete value, a signature that cannot be
+hashed (e.g. an index array in ``getitem``'s attrs) or any other failure while
+recording marks that signature "not plannable" and the rules run on tensors as
+before.  ``enabled = False`` (this module) switches plans off, for debugging.
+"""
+from __future__ import annotations
+
+import builtins
+import itertools
+
+import numpy as np
+
+from .. import _dtype as D
+from .._surface import Size, TensorOps, sum_to
+from ..ops.registry import OPS, Meta
+
+enabled = True          # set to False to run every VJP rule on tensors (debugging aid)
+MAX_PLANS = 4096        # the cache is cleared when it reaches this many signatures
+
+_PLANS: dict = {}       # signature -> plan function, or False (not plannable)
+_Tensor = None          # eager.tensor.Tensor, bound by eager.tensor at import
+_ids = itertools.count()
+
+
+class NotPlannable(Exception):
+    """Raised while recording a rule that a plan cannot express."""
+
+
+def lookup(node, g):
+    """The plan for backward node ``node`` receiving gradient ``g``, or None."""
+    attrs = node._attrs
+    d = g._data
+    try:
+        key = (node._op.name, node._needs, node._shapes, d.shape, d.dtype,
+               attrs_key(attrs) if attrs else ())
+        plan = _PLANS.get(key)
+    except TypeError:           # an unhashable attr (an index array, a list...)
+        return None
+    if plan is None:
+        try:
+            plan = _build(node, d.shape, d.dtype)
+        except Exception:       # noqa: BLE001 -- any failure: the rules run on tensors
+            plan = False
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan or None
+
+
+def attrs_key(attrs: dict) -> tuple:
+    """The attrs part of a signature: names, value types and values (``1`` and ``1.0``
+    are different signatures).  Raises TypeError for an unhashable value."""
+    return tuple([(k, v.__class__, v) for k, v in attrs.items()])
+
+
+def clear() -> None:
+    """Forget every compiled plan (they are rebuilt on demand)."""
+    _PLANS.clear()
+
+
+def cache_size() -> int:
+    return len(_PLANS)
+
+
+# ---------------------------------------------------------------------------
+# recording
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.lines: list = []
+        self.env: dict = {}
+
+    def const(self, value) -> str:
+        name = f"c{len(self.env)}"
+        if isinstance(value, np.ndarray):
+            value = value.copy()
+            value.flags.writeable = False
+        self.env[name] = value
+        return name
+
+    def emit(self, op: str, names: list, attrs: dict, meta: Meta) -> "PlanTracer":
+        opdef = OPS[op]
+        fname = f"f_{op}"
+        if fname not in self.env:
+            self.env[fname] = getattr(opdef.forward, "raw", opdef.forward)
+        args = list(names)
+        for k, v in attrs.items():
+            if not k.isidentifier():
+                raise NotPlannable(f"attr name {k!r}")
+            args.append(f"{k}={self.const(v)}")
+        call = f"{fname}({', '.join(args)})"
+        if meta.shape == ():                # numpy returns scalars for 0-d results
+            call = f"asarray({call})"
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"    {name} = {call}")
+        return PlanTracer(self, name, meta.shape, meta.dtype)
+
+
+class PlanTracer(TensorOps):
+    """A symbolic value while a VJP rule is recorded into a plan."""
+
+    __slots__ = ("_rec", "_name", "_shape", "_dtype")
+    _priority = 3
+
+    def __init__(self, rec: _Recorder, name: str, shape: tuple, dtype: np.dtype) -> None:
+        self._rec = rec
+        self._name = name
+        self._shape = tuple(shape)
+        self._dtype = np.dtype(dtype)
+
+    def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "PlanTracer":
+        rec = self._rec
+        names = []
+        metas = []
+        for o in operands:
+            if o.__class__ is PlanTracer:
+                if o._rec is not rec:
+                    raise NotPlannable("a value of another recording")
+                names.append(o._name)
+                metas.append(Meta(o._shape, o._dtype))
+            elif isinstance(o, (np.ndarray, np.generic)):
+                a = np.asarray(o)
+                names.append(rec.const(a))
+                metas.append(Meta(a.shape, a.dtype))
+            else:       # an eager tensor or anything else: keep the rule on tensors
+                raise NotPlannable(f"operand of type {type(o).__name__}")
+        meta = OPS[op].shape(*metas, **attrs)
+        return rec.emit(op, names, attrs, meta)
+
+    def _wrap_const(self, arr: np.ndarray) -> "PlanTracer":
+        arr = np.asarray(arr)
+        return PlanTracer(self._rec, self._rec.const(arr), arr.shape, arr.dtype)
+
+    @property
+    def _npdtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def shape(self) -> Size:
+        return Size(self._shape)
+
+    def size(self, dim=None):
+        return Size(self._shape) if dim is None else self._shape[dim]
+
+    @property
+    def dtype(self):
+        return D.FROM_NP[self._dtype]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def requires_grad(self) -> bool:
+        return False
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def _concrete(self, *args, **kwargs):
+        raise NotPlannable("the rule needs a concrete value")
+
+    __bool__ = __float__ = __int__ = __index__ = __complex__ = _concrete
+    item = tolist = numpy = __array__ = __iter__ = _concrete
+
+
+# ---------------------------------------------------------------------------
+# building
+
+
+def _build(node, gshape: tuple, gdtype: np.dtype):
+    op = node._op
+    rec = _Recorder()
+    g = PlanTracer(rec, "g", gshape, gdtype)
+    out = None
+    if node._out is not None:
+        out = PlanTracer(rec, "out", node._out.shape, node._out.dtype)
+    ins = []
+    loaded = []
+    for i, (o, (shape, dtype)) in enumerate(zip(node._saved, node._shapes)):
+        if o is None:
+            ins.append(Meta(shape, dtype))
+        else:
+            ins.append(PlanTracer(rec, f"x{i}", shape, dtype))
+            loaded.append(i)
+    rules = op.vjp
+    attrs = node._attrs
+    results = []
+    for i, need in enumerate(node._needs):
+        if not need:
+            results.append(None)
+            continue
+        r = rules[i](g, out, *ins, **attrs) if attrs else rules[i](g, out, *ins)
+        if r.__class__ is not PlanTracer or r._rec is not rec:
+            raise NotPlannable(f"rule {i} of {op.name} returned {type(r).__name__}")
+        shape, dtype = node._shapes[i]
+        if r._shape != tuple(shape):
+            r = sum_to(r, shape)
+        if r._dtype != dtype:
+            r = r.to(dtype)
+        results.append(r._name)
+    lines = ["def plan(node, G):", "    g = G._data"]
+    if loaded:
+        lines += ["    S = node._saved", "    V = node._versions"]
+    for i in loaded:        # a saved tensor modified in place since: the error, as on tensors
+        lines += [f"    x{i} = S[{i}]",
+                  f"    if x{i}.__class__ is T:",
+                  f"        if x{i}._version[0] != V[{i}]:",
+                  f"            node._version_error(x{i}, V[{i}])",
+                  f"        x{i} = x{i}._data",
+                  f"    else:",
+                  f"        x{i} = asarray(x{i})"]
+    if out is not None:
+        lines += ["    if node._outv[0] != 0:",
+                  "        node._output(T)",      # raises the in-place modification error
+                  "    out = node._out"]
+    lines.extend(rec.lines)
+    ret = []
+    for name in results:
+        if name is None:
+            ret.append("None")
+        elif name == "g":
+            ret.append("G")         # the incoming gradient itself: the engine sees it is shared
+        elif name[0] == "x" or name == "out":
+            ret.append(f"make({name}.copy())")      # never hand out a saved buffer itself
+        else:
+            ret.append(f"make({name})")
+    lines.append(f"    return [{', '.join(ret)}]")
+    src = "\n".join(lines) + "\n"
+    env = dict(rec.env)
+    env.update(T=_Tensor, make=_Tensor._make, asarray=np.asarray)
+    code = builtins.compile(src, f"<vjp plan {next(_ids)}: {op.name}>", "exec")
+    exec(code, env)     # noqa: S102 -- our own generated source, from the registry's rules
+    plan = env["plan"]
+    plan.source = src
+    return plan
+
+
+def source(node, g) -> str:
+    """The generated source of ``node``'s plan for gradient ``g`` (for docs and debugging)."""
+    plan = lookup(node, g)
+    if plan is None:
+        raise ValueError(f"{type(node).__name__} has no plan for this signature (its rules run "
+                         "on tensors)")
+    return plan.source
