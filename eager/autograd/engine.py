@@ -1,8 +1,11 @@
 """The backward engine: an iterative walk of the tape in reverse topological order.
 
-Nodes run when every consumer has delivered its gradient (dependency counts),
-highest sequence number first, so a 100,000-op chain needs no recursion.
-After a node runs without ``retain_graph`` its saved buffers are freed.
+Every node is newer (has a higher ``_seq``) than the nodes its edges point to, so
+running the pending node with the highest sequence number first runs it after all of
+its consumers have delivered; ``backward()`` needs nothing more (``_run_simple``),
+``inputs=``/``autograd.grad`` also count dependencies to prune the walk (``_run``).
+The walk is iterative, so a 100,000-op chain needs no recursion.  After a node runs
+without ``retain_graph`` its saved buffers are freed.
 """
 from __future__ import annotations
 
@@ -137,26 +140,12 @@ def _input_edge(t) -> tuple:
 def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: bool) -> None:
     """``backward()`` without ``inputs=``: the common case, kept lean.
 
-    Same semantics as :func:`_run` (dependency counts, shared-buffer tracking, hooks,
-    retain_grad, freeing saved buffers); nodes run from a LIFO of ready nodes, which
-    is a valid reverse topological order.
+    Same semantics as :func:`_run` (shared-buffer tracking, hooks, retain_grad, freeing
+    saved buffers) without its discovery pass: every node is newer (a higher ``_seq``)
+    than the nodes its edges point to, so running the pending node with the highest
+    ``_seq`` first means all of its consumers have delivered (a consumer not run yet
+    would be reachable through a pending node newer than it).
     """
-    deps: dict = {}             # node -> number of consumers yet to deliver (also "seen")
-    stack = []
-    for node, _ in roots:
-        if node is not None and node not in deps:
-            deps[node] = 0
-            stack.append(node)
-    pop, push = stack.pop, stack.append
-    while stack:
-        for nxt, _ in pop().next_functions:
-            if nxt is None:
-                continue
-            if nxt in deps:
-                deps[nxt] += 1
-            else:
-                deps[nxt] = 1
-                push(nxt)
     buffers: dict = {}
     shared: dict = {}
     grads, owned = grads
@@ -164,78 +153,68 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
         if not own:
             shared[id(g)] = _ref(g)
         _accumulate_into(buffers, node, nr, g)
-    ready = [n for n in buffers if deps[n] == 0]
-    pop, push = ready.pop, ready.append
+    heap = [(-n._seq, n) for n in buffers]
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     state = grad_mode.STATE
     prev = state.enabled
     state.enabled = create_graph
     Acc = AccumulateGrad
     make = _Tensor._make
     try:
-        while ready:
-            node = pop()
-            node_grads = buffers.pop(node, None)
-            out_grads = None
-            if node_grads is not None:
-                if node._hooks or node._retained:
-                    node_grads = _pre_hooks(node, node_grads, create_graph, shared)
-                if node.__class__ is Acc:
-                    g = node_grads[0]
-                    if g is not None:
-                        _leaf_grad(node.variable, g, create_graph, _is_shared(shared, g), make)
-                    continue
-                if len(node_grads) == 1:
-                    g0 = node_grads[0]
-                    if g0 is not None:
-                        out_grads = node.apply(node_grads)
-                elif any(g is not None for g in node_grads):
-                    g0 = None
-                    out_grads = node.apply(node_grads)
-            if out_grads is None:       # no gradient reached this node: nor does it flow on
-                for nxt, nr in node.next_functions:
-                    if nxt is not None:
-                        d = deps[nxt] - 1
-                        deps[nxt] = d
-                        if not d:
-                            push(nxt)
+        while heap:
+            node = pop(heap)[1]
+            node_grads = buffers.pop(node)
+            if node._hooks or node._retained:
+                node_grads = _pre_hooks(node, node_grads, create_graph, shared)
+            if node.__class__ is Acc:
+                g = node_grads[0]
+                if g is not None:
+                    _leaf_grad(node.variable, g, create_graph, _is_shared(shared, g), make)
                 continue
+            if len(node_grads) == 1:
+                g0 = node_grads[0]
+                if g0 is None:
+                    continue            # no gradient reached this node: nor does it flow on
+            elif any(g is not None for g in node_grads):
+                g0 = None
+            else:
+                continue
+            out_grads = node.apply(node_grads)
+            fresh_node = node._fresh_outputs
             if not retain_graph:
-                node.release()
+                if fresh_node:              # OpNode.release, inline
+                    if node._freed is False:
+                        node._freed = True
+                        node._saved = None
+                        node._out = None
+                else:
+                    node.release()
             # a gradient is "fresh" (a buffer no one else holds) unless the node passed an
             # incoming gradient through, it is a view, or the node is a user Function
-            fresh_node = node._fresh_outputs
             for (nxt, nr), g in zip(node.next_functions, out_grads):   # one per edge
-                if nxt is None:
+                if nxt is None or g is None:
                     continue
-                d = deps[nxt] - 1
-                deps[nxt] = d
-                if g is not None:
-                    fresh = (fresh_node and g is not g0 and g._data.base is None and not (
-                        g0 is None and any(g is x for x in node_grads)))
-                    if (not d and nxt.__class__ is Acc and not create_graph
-                            and not (nxt._hooks or nxt._retained)):
-                        # the last gradient for a leaf: accumulate it now (as the Acc branch
-                        # above would once the node is popped; nothing can tell)
-                        buf = buffers.pop(nxt, None)
-                        if buf is not None:
-                            g = buf[0] + g      # a new buffer: not shared
-                            fresh = True
-                        _leaf_grad(nxt.variable, g, False, not fresh, make)
-                        continue
-                    if not fresh:
+                buf = buffers.get(nxt)
+                if buf is None:
+                    if (not fresh_node or g is g0 or g._data.base is not None
+                            or (g0 is None and any(g is x for x in node_grads))):
                         shared[id(g)] = _ref(g)
-                    buf = buffers.get(nxt)
-                    if buf is None:
-                        if nxt.num_outputs == 1:
-                            buffers[nxt] = [g]
-                        else:
-                            buf = buffers[nxt] = [None] * nxt.num_outputs
-                            buf[nr] = g
+                    if nxt.num_outputs == 1:
+                        buffers[nxt] = [g]
                     else:
-                        old = buf[nr]
-                        buf[nr] = g if old is None else old + g
-                if not d:
-                    push(nxt)
+                        buf = buffers[nxt] = [None] * nxt.num_outputs
+                        buf[nr] = g
+                    push(heap, (-nxt._seq, nxt))
+                else:
+                    old = buf[nr]
+                    if old is None:
+                        if (not fresh_node or g is g0 or g._data.base is not None
+                                or (g0 is None and any(g is x for x in node_grads))):
+                            shared[id(g)] = _ref(g)
+                        buf[nr] = g
+                    else:
+                        buf[nr] = old + g       # a new buffer
     finally:
         state.enabled = prev
 

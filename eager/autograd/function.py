@@ -356,12 +356,14 @@ class Function(metaclass=FunctionMeta):
         outs = (out,) if single else out
         record = grad_mode.STATE.enabled and any(t.requires_grad for t in tensors)
         if record:
+            # edges first: a leaf's AccumulateGrad made here must be older (a lower _seq)
+            # than this node, as the engine runs nodes newest first
+            edges = tuple(_edge(a) if isinstance(a, Tensor) else (None, 0) for a in args)
             node = cls._backward_cls.__new__(cls._backward_cls)
             Node.__init__(node)
             node._fn = cls
             node._ctx = ctx
-            node.next_functions = tuple(_edge(a) if isinstance(a, Tensor) else (None, 0)
-                                        for a in args)
+            node.next_functions = edges
             node.num_outputs = len(outs)
             node._out_meta = [Meta(o.shape, o._data.dtype) if isinstance(o, Tensor) else None
                               for o in outs]

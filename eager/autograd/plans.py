@@ -268,8 +268,8 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
             ret.append("None")
         elif name == "g":
             ret.append("G")         # the incoming gradient itself: the engine sees it is shared
-        elif name[0] == "x" or name == "out":
-            ret.append(f"make({name}.copy())")      # never hand out a saved buffer itself
+        elif name[0] in "xc" or name == "out":
+            ret.append(f"make({name}.copy())")  # never hand out a saved buffer or a constant
         else:
             ret.append(f"make({name})")
     lines.append(f"    return [{', '.join(ret)}]")
