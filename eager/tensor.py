@@ -135,35 +135,10 @@ class Tensor(TensorOps):
         return TensorOps._op(self, op, gname, *operands, **attrs)
 
     def _binary(self, op: str, other: Any, gname: str) -> "Tensor":
-        # Fast path: tensor (op) tensor of one dtype, or tensor (op) Python number.
-        a = self._data
-        oc = other.__class__
-        if oc is Tensor:
-            b = other._data
-            if a.dtype is not b.dtype and a.dtype != b.dtype:
-                return TensorOps._binary(self, op, other, gname)
-            rg = self._rg or other._rg
-        elif oc is builtins.float or oc is builtins.int:
-            if a.dtype.kind == "b" or (a.dtype.kind != "f" and oc is builtins.float):
-                return TensorOps._binary(self, op, other, gname)
-            b = a.dtype.type(other)
-            other = b
-            rg = self._rg
-        elif oc is a.dtype.type:         # a numpy scalar of our dtype (VJP rules make these)
-            b = other
-            rg = self._rg
-        else:
-            return TensorOps._binary(self, op, other, gname)
-        try:
-            out = _make(_RAW[op](a, b))
-        except ValueError:
-            OPS[op].forward(a, b)       # raises the error naming the op and both shapes
-            raise
-        if rg and _STATE.enabled:
-            opdef = OPS[op]
-            if opdef.vjp is not None:
-                _record2(out, opdef, gname, self, other)
-        return out
+        f = _BINOPS.get((op, gname))
+        if f is None:
+            f = _binop(op, gname)
+        return f(self, other)
 
     def reshape(self, *shape, _gname: str = "ViewBackward0") -> "Tensor":
         if self._rg and _STATE.enabled:
@@ -206,17 +181,10 @@ class Tensor(TensorOps):
         return out
 
     def _rbinary(self, op: str, other: Any, gname: str) -> "Tensor":
-        oc = other.__class__
-        kind = self._data.dtype.kind
-        if (oc is builtins.float and kind == "f") or (oc is builtins.int and kind != "b"):
-            a = self._data
-            b = a.dtype.type(other)
-            opdef = OPS[op]
-            out = _make(_RAW[op](b, a))
-            if self._rg and _STATE.enabled and opdef.vjp is not None:
-                _record2(out, opdef, gname, b, self)
-            return out
-        return TensorOps._rbinary(self, op, other, gname)
+        f = _RBINOPS.get((op, gname))
+        if f is None:
+            f = _rbinop(op, gname)
+        return f(self, other)
 
     # --- basic properties -------------------------------------------------------------
     @property
@@ -370,10 +338,17 @@ class Tensor(TensorOps):
         return self
 
     def _grad_accumulator(self) -> AccumulateGrad:
-        acc = self._acc() if self._acc is not None else None
-        if acc is None:
-            acc = AccumulateGrad(self)
-            self._acc = weakref.ref(acc)
+        ref = self._acc
+        acc = ref() if ref is not None else None
+        if acc is None:                 # AccumulateGrad(self), without an __init__ frame
+            acc = _new(AccumulateGrad)
+            acc._seq = _next(_SEQ)
+            acc._hooks = None
+            acc._retained = None
+            acc._metadata = None
+            acc.variable = self
+            acc.next_functions = ()
+            self._acc = _weakref(acc)
         return acc
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
@@ -795,11 +770,12 @@ def _record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> Non
             saved.append(o if k else None)
             versions.append(None)
         shapes.append((data.shape, data.dtype))
-    out.grad_fn = _new_op_node(gname, opdef, attrs, needs, tuple(edges), saved, versions,
-                               tuple(shapes), out, any_keep)
+    out.grad_fn = _new_op_node(gname, opdef, attrs, needs, tuple(edges), tuple(saved),
+                               tuple(versions), tuple(shapes), out, any_keep)
     out._rg = True
 
 
+_weakref = weakref.ref
 _new_op_node = _function_mod.new_op_node
 _KEEP = _function_mod._KEEP
 _keep_mask = _function_mod.keep_mask
@@ -820,7 +796,7 @@ def _record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
     keep = km[1]
     dx = x._data
     out.grad_fn = _new_op_node(gname, opdef, attrs, _NEED1, (edge,),
-                               [x if keep else None], [x._version[0] if keep else None],
+                               (x if keep else None,), (x._version[0] if keep else None,),
                                ((dx.shape, dx.dtype),), out, keep)
     out._rg = True
 
@@ -864,8 +840,8 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     node._needs = needs
     node.next_functions = (ex, ey)
     # a saved tensor's version now (constants have none)
-    node._saved = [x if kx else None, y if ky else None]
-    node._versions = [x._version[0] if kx and xt else None, y._version[0] if ky and yt else None]
+    node._saved = (x if kx else None, y if ky else None)
+    node._versions = (x._version[0] if kx and xt else None, y._version[0] if ky and yt else None)
     node._shapes = ((dx.shape, dx.dtype), (dy.shape, dy.dtype))
     if opdef.saves_out:
         node._out = out._data
@@ -896,6 +872,98 @@ def _recipe2(opdef, gname: str, rx: bool, ry: bool):
         r = (_NODE_CLASSES.get(gname) or _function_mod.node_class(gname), needs, kx, ky, keeps)
     _RECIPES2[(gname, opdef.name, bool(rx), bool(ry))] = r
     return r
+
+
+# --- binary operators ------------------------------------------------------------
+# ``a * b`` is the hottest path of the tape.  Each operator is one closure made here
+# (op, node name and numpy function bound), so a call is one Python frame: the fast
+# path covers tensor (op) tensor of one dtype and tensor (op) Python number; anything
+# else (promotion, arrays, lists...) goes through TensorOps' general coercion.
+
+_BINOPS: dict = {}
+_RBINOPS: dict = {}
+
+
+def _binop(op: str, gname: str):
+    """``self (op) other`` for Tensor ``self``."""
+    raw = _RAW[op]
+    opdef = OPS[op]
+    forward = opdef.forward
+    recorded = opdef.vjp is not None
+    general = TensorOps._binary
+    state = _STATE
+    Float, Int = builtins.float, builtins.int
+
+    def binop(self, other):
+        a = self._data
+        dt = a.dtype
+        oc = other.__class__
+        if oc is Tensor:
+            b = other._data
+            if dt is not b.dtype and dt != b.dtype:
+                return general(self, op, other, gname)
+            rg = self._rg or other._rg
+        elif oc is Float or oc is Int:
+            if dt.kind == "b" or (dt.kind != "f" and oc is Float):
+                return general(self, op, other, gname)
+            b = dt.type(other)
+            other = b
+            rg = self._rg
+        elif oc is dt.type:             # a numpy scalar of our dtype (VJP rules make these)
+            b = other
+            rg = self._rg
+        else:
+            return general(self, op, other, gname)
+        try:
+            out = _make(raw(a, b))
+        except ValueError:
+            forward(a, b)               # raises the error naming the op and both shapes
+            raise
+        if rg and recorded and state.enabled:
+            _record2(out, opdef, gname, self, other)
+        return out
+
+    binop.__name__ = binop.__qualname__ = f"{op}_{gname or 'nograd'}"
+    _BINOPS[(op, gname)] = binop
+    return binop
+
+
+def _rbinop(op: str, gname: str):
+    """``other (op) self`` for Tensor ``self`` and a Python number ``other``."""
+    raw = _RAW[op]
+    opdef = OPS[op]
+    recorded = opdef.vjp is not None
+    general = TensorOps._rbinary
+    state = _STATE
+    Float, Int = builtins.float, builtins.int
+
+    def rbinop(self, other):
+        oc = other.__class__
+        a = self._data
+        kind = a.dtype.kind
+        if (oc is Float and kind == "f") or (oc is Int and kind != "b"):
+            b = a.dtype.type(other)
+            out = _make(raw(b, a))
+            if self._rg and recorded and state.enabled:
+                _record2(out, opdef, gname, b, self)
+            return out
+        return general(self, op, other, gname)
+
+    rbinop.__name__ = rbinop.__qualname__ = f"r{op}_{gname}"
+    _RBINOPS[(op, gname)] = rbinop
+    return rbinop
+
+
+for _name, _op_name, _gname in (("__add__", "add", "AddBackward0"),
+                                ("__sub__", "sub", "SubBackward0"),
+                                ("__mul__", "mul", "MulBackward0"),
+                                ("__truediv__", "div", "DivBackward0")):
+    setattr(Tensor, _name, _binop(_op_name, _gname))
+for _name, _op_name, _gname in (("__radd__", "add", "AddBackward0"),
+                                ("__rsub__", "sub", "RsubBackward1"),
+                                ("__rmul__", "mul", "MulBackward0"),
+                                ("__rtruediv__", "div", "DivBackward0")):
+    setattr(Tensor, _name, _rbinop(_op_name, _gname))
 
 
 def _check_device(dev) -> None:

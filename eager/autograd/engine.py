@@ -18,6 +18,13 @@ import numpy as np
 from . import grad_mode
 from .function import AccumulateGrad, Node, _edge
 
+def _ones(shape: tuple, dtype) -> np.ndarray:
+    """np.ones without its Python wrapper (the implicit gradient of a scalar output)."""
+    out = np.empty(shape, dtype)
+    out.fill(1)
+    return out
+
+
 _Tensor = None      # eager.tensor.Tensor and eager.tensor.tensor, bound by eager.tensor
 _tensor = None
 
@@ -94,7 +101,7 @@ def backward_scalar(out) -> None:
     if data.size != 1 or data.dtype.kind != "f" or not out._rg:
         backward(out)                   # the precise error
         return
-    g = _Tensor._make(np.ones(data.shape, data.dtype))
+    g = _Tensor._make(_ones(data.shape, data.dtype))
     _run_simple([_edge(out)], ([g], [True]), False, False)
 
 

@@ -91,8 +91,8 @@ _PLANS = _plans._PLANS
 _sum_to = None      # eager._surface.sum_to, bound likewise
 
 
-def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: list,
-                versions: list, shapes: list, out, keeps: bool):
+def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
+                versions: tuple, shapes: tuple, out, keeps: bool):
     """The backward node of one recorded op (``keeps``: some operand was saved).
 
     One constructor for every recorder: slots are set directly rather than through
@@ -183,7 +183,7 @@ class OpNode(Node):
             if plan:        # the rules, compiled for this signature (plans.py); it also
                 return plan(self, g)    # checks the versions of the saved tensors
         shapes = self._shapes
-        ins = self._saved.copy()        # the rules' inputs: saved operands, or Metas
+        ins = list(self._saved)         # the rules' inputs: saved operands, or Metas
         i = 0
         for o in ins:
             if o is None:               # not kept: the rule sees only shape and dtype
