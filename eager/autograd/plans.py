@@ -104,9 +104,17 @@ def cache_size() -> int:
 # recording
 
 
+class _Step:
+    __slots__ = ("name", "fname", "args", "kwargs", "meta", "ufunc")
+
+    def __init__(self, name, fname, args, kwargs, meta, ufunc) -> None:
+        self.name, self.fname, self.args, self.kwargs = name, fname, args, kwargs
+        self.meta, self.ufunc = meta, ufunc
+
+
 class _Recorder:
     def __init__(self) -> None:
-        self.lines: list = []
+        self.steps: list = []
         self.env: dict = {}
 
     def const(self, value) -> str:
@@ -120,19 +128,57 @@ class _Recorder:
     def emit(self, op: str, names: list, attrs: dict, meta: Meta) -> "PlanTracer":
         opdef = OPS[op]
         fname = f"f_{op}"
-        if fname not in self.env:
-            self.env[fname] = getattr(opdef.forward, "raw", opdef.forward)
-        args = list(names)
+        fn = getattr(opdef.forward, "raw", opdef.forward)
+        self.env.setdefault(fname, fn)
+        kwargs = []
         for k, v in attrs.items():
             if not k.isidentifier():
                 raise NotPlannable(f"attr name {k!r}")
-            args.append(f"{k}={self.const(v)}")
-        call = f"{fname}({', '.join(args)})"
-        if meta.shape == ():                # numpy returns scalars for 0-d results
-            call = f"asarray({call})"
-        name = f"t{len(self.lines)}"
-        self.lines.append(f"    {name} = {call}")
+            kwargs.append(f"{k}={self.const(v)}")
+        # a plain numpy ufunc of all its operands can write into a dead temporary (below)
+        ufunc = isinstance(fn, np.ufunc) and not attrs and fn.nin == len(names) and fn.nout == 1
+        name = f"t{len(self.steps)}"
+        self.steps.append(_Step(name, fname, list(names), kwargs, meta, ufunc))
         return PlanTracer(self, name, meta.shape, meta.dtype)
+
+    def lines(self, results: list) -> list:
+        """The steps as source lines.  An elementwise ufunc whose operand is a temporary
+        of the output's shape and dtype, fresh (a ufunc result, not a view) and used for
+        the last time, writes its result into that operand's buffer (``out=``): what
+        numpy's own temporary elision does for ``a * b + c``.  Same loop, same values;
+        one 8 MB allocation less per reuse for W2's chain rule."""
+        last = {}
+        for k, st in enumerate(self.steps):
+            for a in st.args:
+                last[a] = k
+        for r in results:
+            if r is not None:
+                last[r] = len(self.steps)      # returned: alive to the end
+        fresh = set()                           # temporaries that own their buffer
+        out = []
+        for k, st in enumerate(self.steps):
+            call_args = list(st.args)
+            target = None
+            if st.ufunc and st.meta.shape != ():
+                for a in st.args:
+                    if a in fresh and last.get(a) == k:
+                        m = self.meta_of(a)
+                        if m.shape == st.meta.shape and m.dtype == st.meta.dtype:
+                            target = a
+                            break
+            if target is not None:
+                call_args.append(f"out={target}")
+                fresh.discard(target)
+            call = f"{st.fname}({', '.join(call_args + st.kwargs)})"
+            if st.meta.shape == ():             # numpy returns scalars for 0-d results
+                call = f"asarray({call})"
+            elif st.ufunc:
+                fresh.add(st.name)
+            out.append(f"    {st.name} = {call}")
+        return out
+
+    def meta_of(self, name: str) -> Meta:
+        return self.steps[int(name[1:])].meta
 
 
 class PlanTracer(TensorOps):
@@ -261,7 +307,7 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
         lines += ["    if node._outv[0] != 0:",
                   "        node._output(T)",      # raises the in-place modification error
                   "    out = node._out"]
-    lines.extend(rec.lines)
+    lines.extend(rec.lines(results))
     ret = []
     for name in results:
         if name is None:

@@ -176,3 +176,24 @@ def test_plan_cache_is_bounded():
     finally:
         plans.MAX_PLANS = old
         plans.clear()
+
+
+def test_plans_write_into_dead_temporaries():
+    x = eager.tensor(np.linspace(-2, 2, 50), requires_grad=True)
+    y = x.tanh()
+    src = plans.source(y.grad_fn, eager.ones(50, dtype=eager.float64))
+    # g * (1 - out * out): the subtraction and the product reuse the first temporary
+    assert "f_sub(c1, t0, out=t0)" in src and "f_mul(g, t1, out=t1)" in src
+    y.backward(eager.ones(50, dtype=eager.float64))
+    want = 1 - np.tanh(np.linspace(-2, 2, 50)) ** 2
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-15)
+    assert not np.shares_memory(x.grad.numpy(), y.detach().numpy())
+
+
+def test_a_returned_temporary_is_never_overwritten():
+    # mul's two gradients are separate temporaries that are both returned
+    a = eager.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    b = eager.tensor(np.arange(2.0, 8.0).reshape(2, 3), requires_grad=True)
+    (a * b * a).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), 2 * a.detach().numpy() * b.detach().numpy())
+    np.testing.assert_array_equal(b.grad.numpy(), a.detach().numpy() ** 2)
