@@ -169,6 +169,8 @@ class _Recorder:
             if target is not None:
                 call_args.append(f"out={target}")
                 fresh.discard(target)
+            if not st.ufunc:        # a reshape/expand/index may return a view of its input:
+                fresh.difference_update(st.args)    # that buffer is no longer ours alone
             call = f"{st.fname}({', '.join(call_args + st.kwargs)})"
             if st.meta.shape == ():             # numpy returns scalars for 0-d results
                 call = f"asarray({call})"

@@ -197,3 +197,19 @@ def test_a_returned_temporary_is_never_overwritten():
     (a * b * a).sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), 2 * a.detach().numpy() * b.detach().numpy())
     np.testing.assert_array_equal(b.grad.numpy(), a.detach().numpy() ** 2)
+
+
+def test_buffer_reuse_never_overwrites_a_buffer_a_view_still_reads():
+    from eager.autograd.plans import PlanTracer, _Recorder
+    rec = _Recorder()
+    g = PlanTracer(rec, "g", (2, 3), np.dtype(np.float64))
+    t0 = g * g                       # a fresh temporary
+    v = t0.reshape(3, 2)             # a view of it, used at the end
+    t1 = t0 + 1.0                    # t0's last use: it must not be overwritten
+    lines = rec.lines([v._name, t1._name])
+    assert not any("out=" in ln for ln in lines), lines
+    rec = _Recorder()
+    g = PlanTracer(rec, "g", (2, 3), np.dtype(np.float64))
+    t0 = g * g
+    t1 = t0 + 1.0                    # no view: the temporary is reused
+    assert any("out=t0" in ln for ln in rec.lines([t1._name]))
