@@ -43,6 +43,14 @@ NPY_WRITEABLE = 0x400
 RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX = 0, 1, 2, 3
 PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
 MAX_THREADS = 64
+CHUNKS_PER_THREAD = 4         # chunks per thread of a split loop (claimed dynamically)
+MAX_CHUNKS = MAX_THREADS * CHUNKS_PER_THREAD
+
+# The worker pool's entry point (graphc/runtime/pool.py), registered with llvm.add_symbol:
+# void graphc_pool_run(void (*chunk)(void *ctx, i64 c), void *ctx, i64 nchunks, i32 nthreads)
+POOL_RUN = "graphc_pool_run"
+CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])
+POOL_RUN_FN = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I32])
 
 
 def reg_type(dtype: np.dtype) -> ir.Type:
@@ -158,90 +166,61 @@ class Lowerer:
         return self.module
 
     def _parallel_call(self, b, fn, i: int, kern: Kernel, kfn, args: list) -> None:
-        """Run kernel i's outer loop in nthreads chunks (pthreads), then combine the
-        per-thread partial reductions in thread order (deterministic per thread count)."""
+        """Run kernel i's outer loop as chunks on graphc's worker pool, then combine the
+        per-chunk partial reductions in chunk order.  The chunks depend only on the thread
+        count (one chunk for 1 thread: the serial loop), not on which thread runs which,
+        so results are deterministic per thread count."""
         kb = self.builders[i]
         size = kb.outer_size
         nred = len(kern.reduces)
-        slots = len(args) + 3
-        with b.goto_entry_block():       # opaque pointers to flat arrays of 8-byte slots
-            structs = b.bitcast(b.alloca(I64, size=MAX_THREADS * slots, name=f"k{i}_args"), PTR)
-            tids = b.bitcast(b.alloca(I64, size=MAX_THREADS, name=f"k{i}_tids"), PTR)
-            made = b.bitcast(b.alloca(I8, size=MAX_THREADS, name=f"k{i}_made"), PTR)
-            partials = b.bitcast(b.alloca(I64, size=MAX_THREADS * max(nred, 1),
+        nargs = len(args)
+        with b.goto_entry_block():       # 8-byte slots: kernel args, partials, chunk count
+            ctx = b.bitcast(b.alloca(I64, size=nargs + 2, name=f"k{i}_ctx"), PTR)
+            partials = b.bitcast(b.alloca(I64, size=MAX_CHUNKS * max(nred, 1),
                                           name=f"k{i}_partials"), PTR)
         nt = b.select(b.icmp_signed("<", self.nthreads, ir.Constant(I32, 1)),
                       ir.Constant(I32, 1), self.nthreads)
         nt = b.select(b.icmp_signed(">", nt, ir.Constant(I32, MAX_THREADS)),
                       ir.Constant(I32, MAX_THREADS), nt)
-        nt = b.zext(nt, I64)
-        nt = b.select(b.icmp_signed(">", nt, ir.Constant(I64, size)),
-                      ir.Constant(I64, max(size, 1)), nt)
-        tramp = self._trampoline(i, kfn, len(args))
-        create = self._pthread("pthread_create", I32, [PTR, PTR, PTR, PTR])
-        join = self._pthread("pthread_join", I32, [I64, PTR])
+        nt64 = b.zext(nt, I64)
+        nchunks = b.select(b.icmp_signed("==", nt64, ir.Constant(I64, 1)), ir.Constant(I64, 1),
+                           b.mul(nt64, ir.Constant(I64, CHUNKS_PER_THREAD)))
+        nchunks = b.select(b.icmp_signed(">", nchunks, ir.Constant(I64, size)),
+                           ir.Constant(I64, max(size, 1)), nchunks, name=f"k{i}_nchunks")
+        for k, a in enumerate(args):
+            b.store(b.ptrtoint(a, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
+        b.store(b.ptrtoint(partials, I64), b.gep(ctx, [ir.Constant(I64, nargs)], source_etype=I64))
+        b.store(nchunks, b.gep(ctx, [ir.Constant(I64, nargs + 1)], source_etype=I64))
+        chunk = self._chunk_function(i, kfn, nargs, size, max(nred, 1))
+        b.call(self._pool_run(), [chunk, ctx, nchunks, nt])
+        kb.combine_partials(b, fn, partials, nchunks, nred, self._data, self._arena_ptr, i)
 
-        def chunk(t):
-            lo = b.sdiv(b.mul(t, ir.Constant(I64, size)), nt)
-            hi = b.sdiv(b.mul(b.add(t, ir.Constant(I64, 1)), ir.Constant(I64, size)), nt)
-            return lo, hi
-
-        def slot(t, k):       # thread t's argument slot k (pointers stored as i64)
-            return b.gep(structs, [b.add(b.mul(t, ir.Constant(I64, slots)),
-                                         ir.Constant(I64, k))], source_etype=I64)
-
-        def part(t):
-            return b.gep(partials, [b.mul(t, ir.Constant(I64, max(nred, 1)))], source_etype=I64)
-
-        one = ir.Constant(I64, 1)
-
-        def spawn(t):                             # threads 1..nt-1
-            lo, hi = chunk(t)
-            for k, a in enumerate(args):
-                b.store(b.ptrtoint(a, I64), slot(t, k))
-            b.store(lo, slot(t, len(args)))
-            b.store(hi, slot(t, len(args) + 1))
-            b.store(b.ptrtoint(part(t), I64), slot(t, len(args) + 2))
-            tid_p = b.gep(tids, [t], source_etype=I64)
-            err = b.call(create, [tid_p, ir.Constant(PTR, None), tramp, slot(t, 0)])
-            ok = b.icmp_signed("==", err, ir.Constant(I32, 0))
-            b.store(b.zext(ok, I8), b.gep(made, [t], source_etype=I8))
-            with b.if_then(b.not_(ok)):           # could not start a thread: run it here
-                b.call(kfn, args + [lo, hi, part(t)])
-
-        def join_one(t):
-            was = b.icmp_unsigned("!=", b.load(b.gep(made, [t], source_etype=I8), typ=I8),
-                                  ir.Constant(I8, 0))
-            with b.if_then(was):
-                tid = b.load(b.gep(tids, [t], source_etype=I64), typ=I64)
-                b.call(join, [tid, ir.Constant(PTR, None)])
-
-        counted_loop(b, fn, one, nt, spawn, f"k{i}_spawn")
-        lo, hi = chunk(ir.Constant(I64, 0))
-        b.call(kfn, args + [lo, hi, part(ir.Constant(I64, 0))])      # chunk 0 on this thread
-        counted_loop(b, fn, one, nt, join_one, f"k{i}_join")
-        kb.combine_partials(b, fn, partials, nt, nred, self._data, self._arena_ptr, i)
-
-    def _trampoline(self, i: int, kfn, nargs: int):
-        """``void* tramp(void* slots)``: unpack a thread's arguments and run its chunk."""
-        f = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), name=f"k{i}_thread")
+    def _chunk_function(self, i: int, kfn, nargs: int, size: int, stride: int):
+        """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop,
+        ``[c*size/nchunks, (c+1)*size/nchunks)``, into partial slot c."""
+        f = ir.Function(self.module, CHUNK_FN, name=f"k{i}_chunk")
         f.linkage = "internal"
+        f.attributes.add("nounwind")
+        ctx, c = f.args
+        ctx.name, c.name = "ctx", "chunk"
         bb = ir.IRBuilder(f.append_basic_block("entry"))
-        a = f.args[0]
 
         def get(k):
-            return bb.load(bb.gep(a, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
+            return bb.load(bb.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
 
         args = [bb.inttoptr(get(k), PTR) for k in range(nargs)]
-        args += [get(nargs), get(nargs + 1), bb.inttoptr(get(nargs + 2), PTR)]
-        bb.call(kfn, args)
-        bb.ret(ir.Constant(PTR, None))
+        partials, nchunks = bb.inttoptr(get(nargs), PTR), get(nargs + 1)
+        lo = bb.sdiv(bb.mul(c, ir.Constant(I64, size)), nchunks)
+        hi = bb.sdiv(bb.mul(bb.add(c, ir.Constant(I64, 1)), ir.Constant(I64, size)), nchunks)
+        part = bb.gep(partials, [bb.mul(c, ir.Constant(I64, stride))], source_etype=I64)
+        bb.call(kfn, args + [lo, hi, part])
+        bb.ret_void()
         return f
 
-    def _pthread(self, name: str, ret, argtys):
-        f = self.module.globals.get(name)
+    def _pool_run(self):
+        f = self.module.globals.get(POOL_RUN)
         if f is None:
-            f = ir.Function(self.module, ir.FunctionType(ret, argtys), name=name)
+            f = ir.Function(self.module, POOL_RUN_FN, name=POOL_RUN)
         return f
 
     def _inplace_guard(self, b, ok, data, flags):
@@ -334,18 +313,7 @@ class Lowerer:
 
     # --- kernels ------------------------------------------------------------------
     def _parallel_ok(self, kern: Kernel) -> bool:
-        """Split this loop kernel's outer loop across threads?  Big loops whose reductions
-        are all full reductions with 8-byte accumulators (sums, f64/i64 max/min)."""
-        if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
-            return False
-        for r in kern.reduces:
-            d = self.g.nx.nodes[r]
-            if numel(d["shape"]) != 1:
-                return False
-            acc, _ = _reduce_acc(d["op"], np.dtype(d["dtype"]))
-            if acc.itemsize != 8:
-                return False
-        return True
+        return parallel_ok(self.plan, kern)
 
     def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
         bufs = self._kernel_bufs(kern)
@@ -1084,6 +1052,27 @@ class KernelBuilder:
         self._gather_loop(n, own, 2, lambda idx, off: self.store(
             n, dt, off, self.convert(self.load(vv.buf, vdt, self.offset(vv.offset, vst, idx)),
                                      vdt, dt)))
+
+
+def parallel_ok(plan: Plan, kern: Kernel) -> bool:
+    """Split this kernel's outer loop across threads?  Big loop kernels whose reductions
+    are all full reductions with 8-byte accumulators (sums, f64/i64 max/min)."""
+    if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
+        return False
+    for r in kern.reduces:
+        d = plan.g.nx.nodes[r]
+        if numel(d["shape"]) != 1:
+            return False
+        acc, _ = _reduce_acc(d["op"], np.dtype(d["dtype"]))
+        if acc.itemsize != 8:
+            return False
+    return True
+
+
+def needs_pool(plan: Plan) -> bool:
+    """Does the code for ``plan`` call the worker pool (``POOL_RUN``)?  Then the pool must
+    be registered (``graphc.runtime.pool.ensure()``) before the code is loaded."""
+    return any(parallel_ok(plan, k) for k in plan.kernels)
 
 
 def counted_loop(b: ir.IRBuilder, fn: ir.Function, start, stop, body, name: str) -> None:

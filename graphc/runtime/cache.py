@@ -231,7 +231,7 @@ def _backend_source_hash() -> str:
         backend = os.path.join(os.path.dirname(here), "backend")
         h = hashlib.sha256()
         files = [os.path.join(backend, f) for f in sorted(os.listdir(backend)) if f.endswith(".py")]
-        files += [os.path.join(here, f) for f in ("jit.py", "native.py")]
+        files += [os.path.join(here, f) for f in ("jit.py", "native.py", "pool.py")]
         for p in files:
             h.update(os.path.basename(p).encode() + b"\0")
             with open(p, "rb") as fh:

@@ -16,7 +16,7 @@ from ..backend import lower as L
 from ..backend.plan import Plan, numel
 from ..errors import GraphcError
 from ..ir import Graph, describe, verify
-from . import cache, jit
+from . import cache, jit, pool
 
 
 def _check_abi() -> Optional[str]:
@@ -63,6 +63,8 @@ class NativeExecutable:
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Plan(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
+        if L.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
+            pool.ensure()
         self._inspect = None            # a JIT module with IR text, for code from disk
         key = None
         if disk_cache is not None:

@@ -1,9 +1,10 @@
 """Thread count for graphc's parallel loops and its BLAS calls (one setting for both).
 
-Large fused loops are split across threads inside the generated code (pthreads);
-small ones run on the calling thread.  ``set_num_threads(1)`` reproduces
-single-threaded results bit for bit (a parallel sum adds per-thread partial sums
-in a fixed order, so results are deterministic for a given thread count).
+Large fused loops are split into chunks that the calling thread and graphc's
+persistent worker threads (``graphc/runtime/pool.py``) run; small ones run on the
+calling thread.  ``set_num_threads(1)`` reproduces single-threaded results bit
+for bit (one chunk), and a parallel sum adds per-chunk partial sums in chunk
+order, so results are deterministic for a given thread count.
 """
 from __future__ import annotations
 
