@@ -18,7 +18,10 @@ Methods (all classic, see fdlibm / Cephes):
   mantissa moved to ``[sqrt(1/2), sqrt(2))``, then the fdlibm
   ``log(1+f) = f - hfsq + s*(hfsq+R(s*s))`` formula.
 * tanh: ``tanh|x| = -u / (u + 2)`` with ``u = expm1(-2|x|)`` (an expm1 for
-  non-positive arguments), sign restored with ``copysign`` so ``-0.0`` stays.
+  non-positive arguments, trimmed for speed: see ``_expm1_nonpositive``), sign
+  restored with ``copysign`` so ``-0.0`` stays.  One expm1 and one division
+  cover every |x|; a polynomial for small |x| next to ``1 - 2/(e**2|x| + 1)``
+  would have to evaluate both in straight-line code and is slower.
 * sigmoid: ``e = exp(-|x|)``; ``1/(1+e)`` for ``x >= 0`` else ``e/(1+e)``:
   never NaN for finite ``x``, no overflow.
 * sin/cos: ``x = n pi/2 + r`` with a 4-part Cody-Waite split (exact products
@@ -307,6 +310,11 @@ class _Emitter:
             acc = self.fma(acc, x, k)
         return acc
 
+    def poly2(self, x, x2, coeffs: tuple[float, ...]):
+        """sum(coeffs[i] * x**i) as E(x2) + x * O(x2) (``x2 = x*x``): as many operations
+        as Horner, but two independent chains of half the length."""
+        return self.fma(self.poly(x2, coeffs[1::2]), x, self.poly(x2, coeffs[0::2]))
+
     # comparisons (ordered: false when an operand is NaN)
     def lt(self, a, b):
         return self.b.fcmp_ordered("<", self.f(a), self.f(b))
@@ -441,13 +449,29 @@ def _exp_core(e: _Emitter, x, lo=None):
 
 
 def _expm1_nonpositive(e: _Emitter, y):
-    """e**y - 1 for y <= 0 (or NaN), accurate near 0."""
+    """e**y - 1 for y <= 0 (or NaN), accurate near 0.
+
+    Like :func:`_exp_core`, with savings that the narrow range allows (tanh's inner
+    loop, so every operation counts): ``y`` is clamped to ``[expm1_lo, 0]``, so
+    ``2**n`` is always one normal power of two (no two-step scaling); the shifter carries the
+    exponent bias, so the bits of ``t = y*log2e + shifter + bias`` shifted left by
+    the mantissa width are ``2**n`` (the shifter's own bits shift out); ``n`` is
+    rounded from one ``fmuladd``; the Cody-Waite steps are ``fmuladd`` too
+    (``nf * ln2_hi`` is exact, so the first one is exact with or without FMA);
+    and the polynomial is evaluated as two interleaved Horner chains
+    (:meth:`_Emitter.poly2`), which shortens the dependency chain at no cost in
+    operations.  About 15% fewer vector operations than the generic form.
+    """
     s = e.s
     yc = e.sel(e.lt(y, s.expm1_lo), s.expm1_lo, y)
-    nf, n = e.round_shift(e.mul(yc, s.log2e))
-    r = e.sub(e.sub(yc, e.mul(nf, s.ln2_hi)), e.mul(nf, s.ln2_lo))
-    em1 = e.fma(e.mul(r, r), e.poly(r, s.exp_q), r)
-    scale = e.pow2(n)
+    shifter = s.shifter + s.bias
+    t = e.fma(yc, s.log2e, shifter)
+    nf = e.sub(t, shifter)
+    r = e.fma(nf, -s.ln2_hi, yc)
+    r = e.fma(nf, -s.ln2_lo, r)
+    r2 = e.mul(r, r)
+    em1 = e.fma(r2, e.poly2(r, r2, s.exp_q), r)
+    scale = e.from_bits(e.shl(e.bits(t), s.mant))
     return e.fma(scale, em1, e.sub(scale, 1.0))
 
 
@@ -484,9 +508,10 @@ def _body_log(e: _Emitter, x):
 
 
 def _body_tanh(e: _Emitter, x):
+    # tanh|x| = -u/(u+2); copysign ignores the sign of its first operand, so the
+    # minus is left out
     u = _expm1_nonpositive(e, e.mul(e.fabs(x), -2.0))
-    t = e.div(e.neg(u), e.add(u, 2.0))
-    return e.copysign(t, x)
+    return e.copysign(e.div(u, e.add(u, 2.0)), x)
 
 
 def _body_sigmoid(e: _Emitter, x):
