@@ -338,17 +338,16 @@ class Tensor(TensorOps):
         return self
 
     def _grad_accumulator(self) -> AccumulateGrad:
-        ref = self._acc
-        acc = ref() if ref is not None else None
+        acc = self._acc                 # made once per leaf (it refers to us weakly)
         if acc is None:                 # AccumulateGrad(self), without an __init__ frame
             acc = _new(AccumulateGrad)
             acc._seq = _next(_SEQ)
             acc._hooks = None
             acc._retained = None
             acc._metadata = None
-            acc.variable = self
+            acc._var = _weakref(self)
             acc.next_functions = ()
-            self._acc = _weakref(acc)
+            self._acc = acc
         return acc
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,

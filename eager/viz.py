@@ -70,6 +70,8 @@ def _label_parts(node: Node, names: dict) -> tuple:
     """(class name, leaf name or '', leaf shape or '')."""
     if isinstance(node, AccumulateGrad):
         var = node.variable
+        if var is None:                 # the leaf was deleted (graphs hold leaves weakly)
+            return node.name(), "", ""
         return node.name(), names.get(id(var), ""), _shape_str(var)
     return node.name(), "", ""
 

@@ -230,6 +230,8 @@ def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
     """Deliver gradient ``g`` to leaf ``var``: :func:`_accumulate_leaf`, with its common
     case inline (the first gradient of a leaf without hooks: a fresh gradient tensor
     becomes ``.grad`` itself, anything else is copied)."""
+    if var is None:                 # the leaf is gone: nobody can read its gradient
+        return
     if var._grad is None and var._hooks is None and not create_graph:
         data = g._data
         if data.shape == var._data.shape:
@@ -328,8 +330,9 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
                     continue
             if node.__class__ is AccumulateGrad:
                 g = node_grads[0]
-                if not capture and g is not None:
-                    _accumulate_leaf(node.variable, g, create_graph, _is_shared(shared, g))
+                var = node.variable
+                if not capture and g is not None and var is not None:
+                    _accumulate_leaf(var, g, create_graph, _is_shared(shared, g))
                 continue
             if len(node_grads) == 1:
                 g0 = node_grads[0]

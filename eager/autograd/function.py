@@ -7,6 +7,7 @@ rules read (``OpDef.saves``); everything else is a :class:`Meta` (shape, dtype).
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -61,17 +62,25 @@ class Node:
 
 
 class AccumulateGrad(Node):
-    """The sink of a leaf tensor: adds incoming gradients into ``variable.grad``."""
+    """The sink of a leaf tensor: adds incoming gradients into ``variable.grad``.
 
-    __slots__ = ("variable",)
+    A leaf keeps its accumulator for its whole life (every graph that uses the leaf
+    points at the same node); the accumulator refers to the leaf weakly, so graphs
+    do not keep leaves alive (``variable`` is None once the leaf is gone)."""
+
+    __slots__ = ("_var",)
 
     def __init__(self, variable) -> None:
-        self._seq = next(_seq)      # Node.__init__, inlined (one per leaf per graph)
+        self._seq = next(_seq)      # Node.__init__, inlined
         self._hooks = None
         self._retained = None
         self._metadata = None
-        self.variable = variable
+        self._var = weakref.ref(variable)
         self.next_functions = ()
+
+    @property
+    def variable(self):
+        return self._var()
 
 
 def node_class(name: str) -> type:

@@ -70,3 +70,21 @@ def test_a_long_chain_with_a_side_branch():
     total.backward()
     want = 1.0001 ** 2000 + sum(1.0001 ** (i + 1) for i in range(0, 2000, 500))
     assert x.grad.item() == pytest.approx(want, rel=1e-12)
+
+
+def test_a_leaf_keeps_one_accumulator_and_graphs_do_not_keep_leaves_alive():
+    import gc
+    import weakref
+    x = eager.tensor([1.0, 2.0], requires_grad=True)
+    acc1 = (x * 2).grad_fn.next_functions[0][0]
+    acc2 = (x * 3).grad_fn.next_functions[0][0]
+    assert acc1 is acc2 and type(acc1).__name__ == "AccumulateGrad" and acc1.variable is x
+    y = (x + 1).sum()                       # add saves nothing
+    ref = weakref.ref(x)
+    acc = y.grad_fn.next_functions[0][0].next_functions[0][0]
+    del x, acc1, acc2
+    gc.collect()
+    assert ref() is None                    # the graph held it only weakly (PyTorch: strongly)
+    assert acc.variable is None
+    y.backward()                            # nothing to accumulate into: no error
+    assert "AccumulateGrad" in eager.viz.to_dot(y)
