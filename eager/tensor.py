@@ -338,17 +338,20 @@ class Tensor(TensorOps):
         return self
 
     def _grad_accumulator(self) -> AccumulateGrad:
-        acc = self._acc                 # made once per leaf (it refers to us weakly)
-        if acc is None:                 # AccumulateGrad(self), without an __init__ frame
-            acc = _new(AccumulateGrad)
-            acc._seq = _next(_SEQ)
-            acc._hooks = None
-            acc._retained = None
-            acc._metadata = None
-            acc._var = _weakref(self)
-            acc.next_functions = ()
-            self._acc = acc
-        return acc
+        return (self._acc or self._leaf_edge())[0]
+
+    def _leaf_edge(self) -> tuple:
+        """Make this leaf's AccumulateGrad (once: it refers to us weakly) and keep the
+        edge ``(node, 0)`` that graphs point at in ``_acc``."""
+        acc = _new(AccumulateGrad)      # AccumulateGrad(self), without an __init__ frame
+        acc._seq = _next(_SEQ)
+        acc._hooks = None
+        acc._retained = None
+        acc._metadata = None
+        acc._var = _weakref(self)
+        acc.next_functions = ()
+        edge = self._acc = (acc, 0)
+        return edge
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
                  inputs=None) -> None:
@@ -803,27 +806,30 @@ def _record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
 _NEED1 = (True,)
 
 
-def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
-    """:func:`_record` for a binary op without attrs (``x`` or ``y`` may be a numpy constant)."""
-    if out._data.dtype.kind != "f":
-        return
+def _record2(out: Tensor, recipes: list, x, y, dt) -> None:
+    """:func:`_record` for a binary op without attrs (``x`` or ``y`` may be a numpy constant).
+
+    Called by the operator closures below for operands of one float dtype ``dt`` (the
+    output's too). ``recipes`` belongs to one (op, node name): entry ``2*x_rg + y_rg``
+    says what such a node needs and keeps (see :func:`_recipe2`)."""
     xt = x.__class__ is Tensor
     yt = y.__class__ is Tensor
-    r = _RECIPES2.get((gname, opdef.name, xt and x._rg, yt and y._rg))
+    i = (2 if xt and x._rg else 0) + (1 if yt and y._rg else 0)
+    r = recipes[i]
     if r is None:
-        r = _recipe2(opdef, gname, xt and x._rg, yt and y._rg)
+        r = _recipe2(recipes, i)
     if r is False:
         return
-    cls, needs, kx, ky, keeps = r
-    # the edges (function._edge, inlined)
+    cls, opdef, needs, kx, ky, keeps = r
+    # the edges (function._edge, inlined; a leaf keeps its edge in _acc)
     if needs[0]:
         fn = x.grad_fn
-        ex = (fn, x._output_nr) if fn is not None else (x._grad_accumulator(), 0)
+        ex = (fn, x._output_nr) if fn is not None else (x._acc or x._leaf_edge())
     else:
         ex = _NO_EDGE
     if needs[1]:
         fn = y.grad_fn
-        ey = (fn, y._output_nr) if fn is not None else (y._grad_accumulator(), 0)
+        ey = (fn, y._output_nr) if fn is not None else (y._acc or y._leaf_edge())
     else:
         ey = _NO_EDGE
     dx = x._data if xt else x
@@ -841,7 +847,7 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     # a saved tensor's version now (constants have none)
     node._saved = (x if kx else None, y if ky else None)
     node._versions = (x._version[0] if kx and xt else None, y._version[0] if ky and yt else None)
-    node._shapes = ((dx.shape, dx.dtype), (dy.shape, dy.dtype))
+    node._shapes = ((dx.shape, dt), (dy.shape, dt))
     if opdef.saves_out:
         node._out = out._data
         node._outv = out._version
@@ -854,22 +860,26 @@ def _record2(out: Tensor, opdef, gname: str, x, y) -> None:
     out._rg = True
 
 
-_RECIPES2: dict = {}    # (gname, op, x needs grad, y needs grad) -> recipe, or False
+def _new_recipes(opdef, gname: str) -> list:
+    """The four recipe slots of one (op, node name), filled on first use."""
+    return [None, None, None, None, opdef, gname]
 
 
-def _recipe2(opdef, gname: str, rx: bool, ry: bool):
-    """What a binary node of ``opdef`` needs when x/y require grad: (node class, needs,
-    keep x, keep y, keeps anything), or False when no input needs a gradient."""
+def _recipe2(recipes: list, i: int):
+    """Fill recipe slot ``i`` (bit 1: x requires grad, bit 0: y does): (node class, op,
+    needs, keep x, keep y, keeps anything), or False when no input needs a gradient."""
+    opdef, gname = recipes[4], recipes[5]
     vjp = opdef.vjp
-    nx = bool(rx) and vjp[0] is not None
-    ny = bool(ry) and len(vjp) > 1 and vjp[1] is not None
+    nx = bool(i & 2) and vjp[0] is not None
+    ny = bool(i & 1) and len(vjp) > 1 and vjp[1] is not None
     if not (nx or ny):
         r = False
     else:
         needs = (nx, ny)
         (kx, ky), keeps = _keep_mask(opdef, needs, 2)
-        r = (_NODE_CLASSES.get(gname) or _function_mod.node_class(gname), needs, kx, ky, keeps)
-    _RECIPES2[(gname, opdef.name, bool(rx), bool(ry))] = r
+        r = (_NODE_CLASSES.get(gname) or _function_mod.node_class(gname), opdef, needs, kx, ky,
+             keeps)
+    recipes[i] = r
     return r
 
 
@@ -889,6 +899,7 @@ def _binop(op: str, gname: str):
     opdef = OPS[op]
     forward = opdef.forward
     recorded = opdef.vjp is not None
+    recipes = _new_recipes(opdef, gname)
     general = TensorOps._binary
     state = _STATE
     Float, Int = builtins.float, builtins.int
@@ -918,8 +929,8 @@ def _binop(op: str, gname: str):
         except ValueError:
             forward(a, b)               # raises the error naming the op and both shapes
             raise
-        if rg and recorded and state.enabled:
-            _record2(out, opdef, gname, self, other)
+        if rg and recorded and state.enabled and dt.kind == "f":
+            _record2(out, recipes, self, other, dt)
         return out
 
     binop.__name__ = binop.__qualname__ = f"{op}_{gname or 'nograd'}"
@@ -932,6 +943,7 @@ def _rbinop(op: str, gname: str):
     raw = _RAW[op]
     opdef = OPS[op]
     recorded = opdef.vjp is not None
+    recipes = _new_recipes(opdef, gname)
     general = TensorOps._rbinary
     state = _STATE
     Float, Int = builtins.float, builtins.int
@@ -939,12 +951,13 @@ def _rbinop(op: str, gname: str):
     def rbinop(self, other):
         oc = other.__class__
         a = self._data
-        kind = a.dtype.kind
+        dt = a.dtype
+        kind = dt.kind
         if (oc is Float and kind == "f") or (oc is Int and kind != "b"):
-            b = a.dtype.type(other)
+            b = dt.type(other)
             out = _make(raw(b, a))
-            if self._rg and recorded and state.enabled:
-                _record2(out, opdef, gname, b, self)
+            if self._rg and recorded and state.enabled and kind == "f":
+                _record2(out, recipes, b, self, dt)
             return out
         return general(self, op, other, gname)
 

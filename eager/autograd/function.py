@@ -395,5 +395,5 @@ def _edge(t) -> tuple:
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
     if t._rg:
-        return (t._grad_accumulator(), 0)
+        return t._acc or t._leaf_edge()     # (its AccumulateGrad, 0), made once per leaf
     return (None, 0)
