@@ -966,6 +966,35 @@ def _rbinop(op: str, gname: str):
     return rbinop
 
 
+def _mm2d(method: str):
+    """``self @ other`` for two 2-D tensors of one dtype (the MLP's products): the op
+    record's numpy forward and a binary node, without the general matmul dispatch
+    (``TensorOps.<method>``), which handles every other case and every error."""
+    raw = _RAW["matmul"]
+    recipes = _new_recipes(OPS["matmul"], "MmBackward0")
+    general = getattr(TensorOps, method)
+    state = _STATE
+
+    def mm(self, other):
+        if other.__class__ is Tensor:
+            a = self._data
+            b = other._data
+            dt = a.dtype
+            if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]
+                    and (dt is b.dtype or dt == b.dtype)):
+                out = _make(raw(a, b))
+                if (self._rg or other._rg) and state.enabled and dt.kind == "f":
+                    _record2(out, recipes, self, other, dt)
+                return out
+        return general(self, other)
+
+    mm.__name__ = mm.__qualname__ = method
+    return mm
+
+
+for _name in ("mm", "matmul", "__matmul__"):
+    setattr(Tensor, _name, _mm2d(_name))
+
 for _name, _op_name, _gname in (("__add__", "add", "AddBackward0"),
                                 ("__sub__", "sub", "SubBackward0"),
                                 ("__mul__", "mul", "MulBackward0"),
