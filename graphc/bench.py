@@ -48,9 +48,17 @@ def _median_time(fn: Callable, quick: bool, min_time: float = 0.02) -> float:
 
 def _optional(name: str):
     try:
-        return __import__(name)
+        mod = __import__(name)
     except Exception:
         return None
+    if name == "torch":
+        # PyTorch's own thread pool runs its matrix products: give it the BLAS thread
+        # count of this run (BENCHMARKS.md: "1 BLAS thread where settable")
+        try:
+            mod.set_num_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", "1")))
+        except Exception:
+            pass
+    return mod
 
 
 # ---------------------------------------------------------------------------
