@@ -49,18 +49,16 @@ class _Entry:
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
     """The whole call for plain arrays, with everything it touches bound locally
-    (native executables: allocate outputs, cross into native code once, rebuild)."""
+    (native executables: one builtin call allocates the outputs and runs the code)."""
     exe = getattr(run, "__self__", None)
-    if exe is None or not hasattr(exe, "_cfunc") or exe._inplace:
+    if exe is None or not hasattr(exe, "_native") or exe._inplace:
         return lambda arrays: build_out(run(arrays))
-    cfunc, specs, empty, threads, slow = (exe._cfunc, exe.out_specs, np.empty, exe._threads,
-                                          exe._slow)
+    native, slow = exe._native, exe._slow
 
-    def call(arrays):
-        outs = [empty(s, d) for s, d in specs]
-        rc = cfunc((*arrays, *outs), threads.n)
-        if rc:
-            outs = slow(arrays, outs, rc)
+    def call(arrays):               # arrays: the tuple of the call's arguments
+        outs = native(arrays)
+        if outs.__class__ is int:   # a code instead of the outputs (e.g. strided inputs)
+            outs = slow(arrays, outs)
         return build_out(outs)
     return call
 
@@ -87,52 +85,57 @@ def _plain_array_item(item) -> bool:
             isinstance(item[2], np.dtype) and item[2].isnative)
 
 
-def _output_builder(tr) -> Callable[[list], Any]:
-    """A function rebuilding the user's output structure from the flat output list."""
+def _output_builder(tr) -> Callable[[tuple], Any]:
+    """A function rebuilding the user's output structure from the tuple of outputs.
+
+    Plain outputs are taken with ``operator.itemgetter``, in C: a tuple of consecutive
+    outputs is one slice of the tuple, and a tuple of such items one itemgetter (so
+    value_and_grad's ``(value, (g0, g1...))`` is ``itemgetter(0, slice(1, n))``).
+    """
     import operator
     make = Tensor._make if tr.tensor_io else None
-    getters = []
-    j = 0
-    for k in range(tr.out_tree.num_leaves):
-        if k in tr.out_static:
-            getters.append(lambda o, v=tr.out_static[k]: v)
-        else:
-            getters.append(operator.itemgetter(j) if make is None else
-                           (lambda o, j=j: make(o[j])))
-            j += 1
-    it = iter(getters)
+    leaves = iter(range(tr.out_tree.num_leaves))
+    next_out = [0]                  # index of the next array output (leaves are in order)
 
-    getters_used = [0]          # output index of the next leaf (leaves are in order)
+    def fn(spec):
+        return operator.itemgetter(spec[1]) if spec[0] == "item" else spec[1]
 
     def build(td):
+        """("item", int or slice) when the value is ``outs[item]``, else ("fn", f)."""
         if td.kind == "leaf":
-            getters_used[0] += 1
-            return next(it)
+            k = next(leaves)
+            if k in tr.out_static:
+                return "fn", (lambda o, v=tr.out_static[k]: v)
+            j = next_out[0]
+            next_out[0] += 1
+            return ("item", j) if make is None else ("fn", lambda o, j=j: make(o[j]))
         if td.kind == "none":
-            return lambda o: None
-        if td.kind == "tuple" and make is None and not tr.out_static and \
-                all(c.kind == "leaf" for c in td.children):
-            first = getters_used[0]
-            getters_used[0] += len(td.children)
-            for _ in td.children:
-                next(it)
-            lo, hi = first, first + len(td.children)
-            return lambda o: tuple(o[lo:hi])        # a flat tuple of outputs: one slice
+            return "fn", (lambda o: None)
         kids = [build(c) for c in td.children]
         if td.kind == "tuple":
-            if len(kids) == 2:                       # e.g. value_and_grad's (value, grads)
-                k0, k1 = kids
-                return lambda o: (k0(o), k1(o))
-            return lambda o: tuple([f(o) for f in kids])
+            items = [k[1] for k in kids if k[0] == "item"]
+            if len(items) == len(kids):
+                ints = [i for i in items if isinstance(i, int)]
+                if items and len(ints) == len(items) and ints == list(range(ints[0],
+                                                                            ints[-1] + 1)):
+                    return "item", slice(ints[0], ints[-1] + 1)   # a flat tuple: one slice
+                if len(items) >= 2:
+                    return "fn", operator.itemgetter(*items)
+            fs = [fn(k) for k in kids]
+            if len(fs) == 2:
+                f0, f1 = fs
+                return "fn", (lambda o: (f0(o), f1(o)))
+            return "fn", (lambda o: tuple([f(o) for f in fs]))
+        fs = [fn(k) for k in kids]
         if td.kind == "list":
-            return lambda o: [f(o) for f in kids]
+            return "fn", (lambda o: [f(o) for f in fs])
         if td.kind == "dict":
             keys = td.aux
-            return lambda o: {k: f(o) for k, f in zip(keys, kids)}
+            return "fn", (lambda o: {k: f(o) for k, f in zip(keys, fs)})
         cls = td.aux                                  # namedtuple
-        return lambda o: cls(*[f(o) for f in kids])
+        return "fn", (lambda o: cls(*[f(o) for f in fs]))
 
-    return build(tr.out_tree)
+    return fn(build(tr.out_tree))
 
 
 def _describe_key_item(item) -> str:
@@ -240,7 +243,7 @@ class CompiledFunction:
                 if spec.kind != "static":
                     dyn.append(np.asarray(leaf) if isinstance(leaf, np.generic) else leaf)
             items.append(tuple(sub) if td.kind != "leaf" else sub[1])
-        return tuple(items), dyn
+        return tuple(items), tuple(dyn)
 
     def _check_arity(self, args: tuple) -> None:
         """Python's own binding rules (defaults count); the message names the argument."""
@@ -330,7 +333,10 @@ class CompiledFunction:
                 run = _native_order(run)
         else:
             exe = Plan(opt)
-            run = exe.run
+            plan_run = exe.run
+
+            def run(arrays):          # outputs as a tuple, as the native backend gives them
+                return tuple(plan_run(arrays))
         stages["_executable"] = exe
         stages["_compile_seconds"] = time.perf_counter() - t0
         return _Entry(res, run, stages, key)

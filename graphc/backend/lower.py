@@ -1,13 +1,21 @@
 """Lowering a scheduled graph (graphc.backend.plan.Plan) to one LLVM module.
 
-The module has one entry point, ``graphc_entry(arrays, nthreads)``: a tuple of
-the input arrays followed by the output arrays (allocated by the caller) and the
-thread count for parallel loops.  It
-reads each array's data pointer and flags straight from numpy's array struct
-(offsets checked once at import against ``__array_interface__``), refuses
-inputs that are not C-contiguous and aligned (return code 1: the caller copies
-and retries), allocates one arena for intermediates, runs every kernel in
-order and returns 0; 3 means an index was out of bounds (IndexError).
+The module has one entry point, ``PyObject *graphc_entry(PyObject *self,
+PyObject *arrays)``, a CPython ``METH_O`` function (graphc.runtime.native wraps
+it in a builtin function object, so a call costs what calling a builtin costs).
+``arrays`` is a tuple of the input arrays.  The entry point checks it is a
+tuple of the compiled length, reads each array's data pointer and flags
+straight from numpy's array struct (offsets checked once at import against
+``__array_interface__``), refuses inputs that are not C-contiguous and aligned,
+allocates the output arrays itself (numpy's ``PyArray_New``; an output written
+over an input in place is that input object), releases the GIL for big graphs,
+allocates one arena for intermediates, runs every kernel in order and returns a
+new tuple of the outputs.  On failure it frees what it allocated and returns a
+Python int instead: 1 the input layout (the caller copies and retries), 2 no
+memory for the arena, 3 an index out of bounds (IndexError), 4 not a tuple of
+the compiled length; or NULL with numpy's MemoryError when an output cannot be
+allocated.  The thread count for parallel loops is read from the
+``graphc_num_threads`` global (graphc.runtime.parallel).
 
 Each kernel is an internal function whose buffer arguments are ``noalias``
 (the memory planner guarantees buffers written by a kernel overlap nothing it
@@ -33,6 +41,8 @@ ENTRY = "graphc_entry"
 
 # numpy's PyArrayObject and CPython's PyTupleObject layouts (checked at import by
 # graphc.runtime.native)
+OB_TYPE_OFFSET = 8
+OB_SIZE_OFFSET = 16
 TUPLE_ITEMS_OFFSET = 24
 DATA_OFFSET = 16
 FLAGS_OFFSET = 64
@@ -40,7 +50,8 @@ NPY_C_CONTIGUOUS = 0x1
 NPY_ALIGNED = 0x100
 NPY_WRITEABLE = 0x400
 
-RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX = 0, 1, 2, 3
+RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS = 0, 1, 2, 3, 4
+GIL_FREE_MIN = 1 << 14        # loop elements above which the entry releases the GIL
 PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
 MAX_THREADS = 64
 CHUNKS_PER_THREAD = 4         # chunks per thread of a split loop (claimed dynamically)
@@ -51,6 +62,22 @@ MAX_CHUNKS = MAX_THREADS * CHUNKS_PER_THREAD
 POOL_RUN = "graphc_pool_run"
 CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])
 POOL_RUN_FN = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I32])
+
+# What the entry point uses of the running process, registered under these names with
+# llvm.add_symbol by graphc.runtime.native: functions of CPython's stable C API and of
+# numpy's C-API table (name -> LLVM function type), the addresses of two type objects,
+# and the thread count (graphc.runtime.parallel.NATIVE)
+NUM_THREADS = "graphc_num_threads"           # int32, read atomically once per call
+PY_SYMBOLS = {
+    "graphc_PyArray_New": ir.FunctionType(PTR, [PTR, I32, PTR, I32, PTR, PTR, I32, I32, PTR]),
+    "graphc_PyTuple_New": ir.FunctionType(PTR, [I64]),
+    "graphc_PyLong_FromSsize_t": ir.FunctionType(PTR, [I64]),
+    "graphc_Py_IncRef": ir.FunctionType(ir.VoidType(), [PTR]),
+    "graphc_Py_DecRef": ir.FunctionType(ir.VoidType(), [PTR]),
+    "graphc_PyEval_SaveThread": ir.FunctionType(PTR, []),
+    "graphc_PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [PTR]),
+}
+PY_TYPES = ("graphc_PyArray_Type", "graphc_PyTuple_Type")    # the type objects' addresses
 
 
 def reg_type(dtype: np.dtype) -> ir.Type:
@@ -90,41 +117,61 @@ class Lowerer:
         plan = self.plan
         self.builders: dict = {}
         kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
-        fnty = ir.FunctionType(I32, [PTR, I32])
+        fnty = ir.FunctionType(PTR, [PTR, PTR])
         fn = ir.Function(self.module, fnty, name=ENTRY)
-        args_tuple, nthreads = fn.args
-        args_tuple.name, nthreads.name = "arrays", "nthreads"
-        self.nthreads = nthreads
+        self_arg, args_tuple = fn.args
+        self_arg.name, args_tuple.name = "self", "arrays"
         entry = fn.append_basic_block("entry")
-        bad = fn.append_basic_block("bad_layout")
         b = ir.IRBuilder(entry)
         b.comment(f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
                   f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
-        b.comment("arrays: a tuple of numpy arrays (inputs, then outputs); items at "
-                  f"offset {TUPLE_ITEMS_OFFSET}, data pointer at +{DATA_OFFSET}, "
-                  f"flags at +{FLAGS_OFFSET}")
-        data = []
-        flags = []
+        b.comment(f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
+                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); data pointer "
+                  f"at +{DATA_OFFSET}, flags at +{FLAGS_OFFSET}")
+        b.comment("returns a new tuple of the outputs, a Python int (rc) or NULL (MemoryError)")
+        tp = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+                    typ=PTR, name="arrays_type")
+        size = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_SIZE_OFFSET)], source_etype=I8),
+                      typ=I64, name="arrays_size")
+        args_ok = b.and_(b.icmp_unsigned("==", tp, self._py_type("graphc_PyTuple_Type")),
+                         b.icmp_unsigned("==", size, ir.Constant(I64, self.n_in)))
+        load = fn.append_basic_block("load_inputs")
+        bad_args = fn.append_basic_block("bad_arguments")
+        b.cbranch(args_ok, load, bad_args)
+        b.position_at_end(bad_args)
+        b.ret(self._rc_object(b, RC_ARGS))
+        b.position_at_end(load)
+        objs, data, flags = [], [], []
         ok = ir.Constant(I1, 1)
-        for i in range(self.n_in + self.n_out):
-            nm = f"in{i}" if i < self.n_in else f"out{i - self.n_in}"
-            obj = b.load(b.gep(args_tuple, [ir.Constant(I64, TUPLE_ITEMS_OFFSET + 8 * i)],
-                               source_etype=I8), typ=PTR, name=nm)
-            p = b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8), typ=PTR,
-                       name=f"{nm}_data")
-            data.append(p)
-            if i < self.n_in:
-                fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
-                            typ=I32, name=f"{nm}_flags")
-                need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
-                ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
-                flags.append(fl)
+        for i in range(self.n_in):
+            obj = b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
+            objs.append(obj)
+            data.append(b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
+                               typ=PTR, name=f"in{i}_data"))
+            fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
+                        typ=I32, name=f"in{i}_flags")
+            need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
+            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
+            flags.append(fl)
         ok = self._inplace_guard(b, ok, data, flags)
-        body = fn.append_basic_block("body")
-        b.cbranch(ok, body, bad)
+        alloc = fn.append_basic_block("allocate_outputs")
+        bad = fn.append_basic_block("bad_layout")
+        b.cbranch(ok, alloc, bad)
         b.position_at_end(bad)
-        b.ret(ir.Constant(I32, RC_LAYOUT))
-        b.position_at_end(body)
+        b.ret(self._rc_object(b, RC_LAYOUT))
+        b.position_at_end(alloc)
+        result, out_data = self._allocate_outputs(b, fn, objs, data)
+        data = data + out_data
+        tstate = None
+        if releases_gil(plan):
+            b.comment("release the GIL while the kernels run")
+            tstate = b.call(self._py_fn("graphc_PyEval_SaveThread"), [], name="tstate")
+        self._tstate = tstate
+        if any(kb.par is not None for kb in self.builders.values()):
+            gv = self.module.globals.get(NUM_THREADS)
+            if gv is None:
+                gv = ir.GlobalVariable(self.module, I32, name=NUM_THREADS)
+            self.nthreads = b.load_atomic(gv, "monotonic", 4, typ=I32, name="nthreads")
         arena = None
         if plan.arena_bytes:
             arena = b.call(self._get_malloc(), [ir.Constant(I64, plan.arena_bytes)], name="arena")
@@ -132,7 +179,7 @@ class Lowerer:
             go = fn.append_basic_block("run")
             b.cbranch(b.icmp_unsigned("==", arena, ir.Constant(PTR, None)), nomem, go)
             b.position_at_end(nomem)
-            b.ret(ir.Constant(I32, RC_NOMEM))
+            self._fail(b, result, ir.Constant(I32, RC_NOMEM))
             b.position_at_end(go)
         fail = fn.append_basic_block("kernel_failed")
         rc_slot = None
@@ -155,15 +202,102 @@ class Lowerer:
                 self._poison(b, buf, arena)
         if arena is not None:
             b.call(self._get_free(), [arena])
-        b.ret(ir.Constant(I32, RC_OK))
+        if tstate is not None:
+            b.call(self._py_fn("graphc_PyEval_RestoreThread"), [tstate])
+        b.ret(result)
         b.position_at_end(fail)
         if arena is not None:
             b.call(self._get_free(), [arena])
-        if rc_slot is not None:
-            b.ret(b.load(rc_slot, typ=I32))
-        else:
-            b.ret(ir.Constant(I32, RC_INDEX))
+        self._fail(b, result, b.load(rc_slot, typ=I32) if rc_slot is not None
+                   else ir.Constant(I32, RC_INDEX))
         return self.module
+
+    def _allocate_outputs(self, b, fn, objs: list, data: list) -> tuple:
+        """The result tuple, filled with new arrays (numpy's ``PyArray_New``, C order, the
+        compiled shape and dtype) and, for an output written over an input in place, that
+        input object.  Returns (tuple, the outputs' data pointers)."""
+        b.comment("outputs: new C-order arrays (PyArray_New), in-place ones are their input")
+        result = b.call(self._py_fn("graphc_PyTuple_New"), [ir.Constant(I64, self.n_out)],
+                        name="result")
+        null = ir.Constant(PTR, None)
+        failed = fn.append_basic_block("no_result")
+        fill = fn.append_basic_block("fill_result")
+        b.cbranch(b.icmp_unsigned("==", result, null), failed, fill)
+        b.position_at_end(failed)
+        b.ret(null)                       # PyTuple_New set MemoryError
+        b.position_at_end(fill)
+        cleanup = None
+        out_data = []
+        for k, o in enumerate(self.g.outputs):
+            if k in self.plan.inplace:
+                src = self.plan.inplace[k]
+                b.call(self._py_fn("graphc_Py_IncRef"), [objs[src]])
+                b.store(objs[src], self._item(b, result, k))
+                out_data.append(data[src])
+                continue
+            d = self.g.nx.nodes[o]
+            shape, dt = tuple(d["shape"]), np.dtype(d["dtype"])
+            arr = b.call(self._py_fn("graphc_PyArray_New"), [
+                self._py_type("graphc_PyArray_Type"), ir.Constant(I32, len(shape)),
+                self._dims_global(shape), ir.Constant(I32, dt.num), null, null,
+                ir.Constant(I32, 0), ir.Constant(I32, 0), null], name=f"out{k}")
+            if cleanup is None:           # numpy set MemoryError: drop what was made so far
+                cleanup = fn.append_basic_block("no_output")
+            nxt = fn.append_basic_block(f"made_out{k}")
+            b.cbranch(b.icmp_unsigned("==", arr, null), cleanup, nxt)
+            b.position_at_end(nxt)
+            b.store(arr, self._item(b, result, k))      # the tuple owns it (PyTuple_SET_ITEM)
+            out_data.append(b.load(b.gep(arr, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
+                                   typ=PTR, name=f"out{k}_data"))
+        if cleanup is not None:
+            here = b.block
+            b.position_at_end(cleanup)
+            b.call(self._py_fn("graphc_Py_DecRef"), [result])   # unset items are NULL
+            b.ret(null)
+            b.position_at_end(here)
+        return result, out_data
+
+    def _fail(self, b, result, rc) -> None:
+        """Take the GIL back (if released), drop the outputs, return ``rc`` as an int."""
+        if self._tstate is not None:
+            b.call(self._py_fn("graphc_PyEval_RestoreThread"), [self._tstate])
+        b.call(self._py_fn("graphc_Py_DecRef"), [result])
+        b.ret(self._rc_object(b, rc))
+
+    def _rc_object(self, b, rc):
+        if isinstance(rc, int):
+            rc = ir.Constant(I32, rc)
+        return b.call(self._py_fn("graphc_PyLong_FromSsize_t"), [b.sext(rc, I64)])
+
+    @staticmethod
+    def _item(b, tup, i: int):
+        """Address of item ``i`` of a tuple (``PyTupleObject.ob_item[i]``)."""
+        return b.gep(tup, [ir.Constant(I64, TUPLE_ITEMS_OFFSET + 8 * i)], source_etype=I8)
+
+    def _py_fn(self, name: str) -> ir.Function:
+        f = self.module.globals.get(name)
+        if f is None:
+            f = ir.Function(self.module, PY_SYMBOLS[name], name=name)
+        return f
+
+    def _py_type(self, name: str):
+        gv = self.module.globals.get(name)
+        if gv is None:
+            gv = ir.GlobalVariable(self.module, I8, name=name)   # only its address is used
+        return gv
+
+    def _dims_global(self, shape: tuple):
+        if not shape:
+            return ir.Constant(PTR, None)
+        name = "dims_" + "x".join(map(str, shape))
+        gv = self.module.globals.get(name)
+        if gv is None:
+            ty = ir.ArrayType(I64, len(shape))
+            gv = ir.GlobalVariable(self.module, ty, name=name)
+            gv.initializer = ir.Constant(ty, [int(n) for n in shape])
+            gv.global_constant = True
+            gv.linkage = "internal"
+        return gv
 
     def _parallel_call(self, b, fn, i: int, kern: Kernel, kfn, args: list) -> None:
         """Run kernel i's outer loop as chunks on graphc's worker pool, then combine the
@@ -1073,6 +1207,13 @@ def needs_pool(plan: Plan) -> bool:
     """Does the code for ``plan`` call the worker pool (``POOL_RUN``)?  Then the pool must
     be registered (``graphc.runtime.pool.ensure()``) before the code is loaded."""
     return any(parallel_ok(plan, k) for k in plan.kernels)
+
+
+def releases_gil(plan: Plan) -> bool:
+    """Does the entry point release the GIL while its kernels run?  Only for graphs whose
+    kernels cover more than ``GIL_FREE_MIN`` elements: for small ones, releasing and
+    taking it back again costs more than it lets other threads do."""
+    return sum(numel(k.space) for k in plan.kernels) > GIL_FREE_MIN
 
 
 def counted_loop(b: ir.IRBuilder, fn: ir.Function, start, stop, body, name: str) -> None:

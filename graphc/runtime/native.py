@@ -1,26 +1,51 @@
 """Native execution of a graph: plan, lower, JIT, and a one-crossing call.
 
-A call hands the input and output array *objects* to the entry point as
-``PyObject*`` (ctypes ``py_object``: no per-array pointer lookups in Python);
-generated code reads each array's data pointer and flags from numpy's array
-struct.  The struct offsets are checked once, here, at import.
+The generated entry point is a CPython ``METH_O`` function; :func:`_builtin`
+wraps it in a builtin function object (``PyCFunction_NewEx``), so a call costs
+what calling any builtin costs, with no ctypes argument conversion.  It takes
+the tuple of input array objects, reads each array's data pointer and flags
+from numpy's array struct, allocates the outputs with numpy's own
+``PyArray_New`` and returns them as a tuple.  The struct offsets, the C-API
+functions it calls and numpy's C-API table are checked once, here, at import.
 """
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
+from llvmlite import binding as llvm
 
 from ..backend import lower as L
-from ..backend.plan import Plan, numel
+from ..backend.plan import Plan
 from ..errors import GraphcError
 from ..ir import Graph, describe, verify
-from . import cache, jit, pool
+from . import cache, jit, parallel, pool
+
+_PYAPI = ("PyTuple_New", "PyLong_FromSsize_t", "Py_IncRef", "Py_DecRef", "PyEval_SaveThread",
+          "PyEval_RestoreThread")
+_PyArray_New_SLOT = 93          # numpy's C-API table (stable since numpy 1.0)
+_PyArray_Type_SLOT = 2
+
+
+def _numpy_api_table() -> "ctypes.Array":
+    """numpy's C-API function table (what ``import_array()`` gives C extensions)."""
+    try:
+        from numpy._core import _multiarray_umath as mu          # numpy >= 2
+    except ImportError:                                          # pragma: no cover
+        from numpy.core import _multiarray_umath as mu
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = get(mu._ARRAY_API, None)
+    if not table:
+        raise RuntimeError("numpy's _ARRAY_API capsule is empty")
+    return ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))
 
 
 def _check_abi() -> Optional[str]:
-    """None if numpy's PyArrayObject has the data/flags offsets the generated code uses."""
+    """None if numpy's PyArrayObject, CPython's tuple and numpy's C-API table are what
+    the generated code expects."""
     try:
         a = np.zeros((4, 4))
         data = ctypes.c_void_p.from_address(id(a) + L.DATA_OFFSET).value
@@ -39,6 +64,27 @@ def _check_abi() -> Optional[str]:
                  for i in range(2)]
         if items != [id(a), id(t)]:
             return "tuple item offset differs"
+        if ctypes.c_void_p.from_address(id(tup) + L.OB_TYPE_OFFSET).value != id(tuple):
+            return "object type offset differs"
+        if ctypes.c_ssize_t.from_address(id(tup) + L.OB_SIZE_OFFSET).value != 2:
+            return "tuple size offset differs"
+        table = _numpy_api_table()
+        if table[_PyArray_Type_SLOT] != id(np.ndarray):
+            return "numpy's C-API table does not start as expected"
+        new = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_int, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_void_p)(table[_PyArray_New_SLOT])
+        dims = (ctypes.c_ssize_t * 2)(2, 3)
+        p = new(id(np.ndarray), 2, dims, np.dtype(np.int32).num, None, None, 0, 0, None)
+        if not p:
+            return "numpy's PyArray_New failed"
+        made = ctypes.cast(p, ctypes.py_object).value        # a second reference ...
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(made))   # ... and the new one dropped
+        if made.__class__ is not np.ndarray or made.shape != (2, 3) or \
+                made.dtype != np.int32 or not made.flags.c_contiguous or \
+                sys.getrefcount(made) != 2:
+            return "numpy's PyArray_New does not make the arrays expected"
     except Exception as e:  # pragma: no cover - exotic Python builds
         return f"probe failed: {e}"
     return None
@@ -47,8 +93,48 @@ def _check_abi() -> Optional[str]:
 ABI_PROBLEM = _check_abi()
 
 
+def _register_symbols() -> None:
+    """Give JIT code the addresses of the C API it calls (``lower.PY_SYMBOLS``), the
+    type objects it compares against and the thread count, under stable names."""
+    addrs = {"graphc_" + n: ctypes.cast(getattr(ctypes.pythonapi, n), ctypes.c_void_p).value
+             for n in _PYAPI}
+    addrs["graphc_PyArray_New"] = _numpy_api_table()[_PyArray_New_SLOT]
+    addrs["graphc_PyArray_Type"] = id(np.ndarray)
+    addrs["graphc_PyTuple_Type"] = id(tuple)
+    addrs[L.NUM_THREADS] = ctypes.addressof(parallel.NATIVE)
+    assert set(addrs) == set(L.PY_SYMBOLS) | set(L.PY_TYPES) | {L.NUM_THREADS}
+    with jit.LLVM_LOCK:
+        for name, addr in addrs.items():
+            llvm.add_symbol(name, addr)
+
+
+if ABI_PROBLEM is None:
+    _register_symbols()
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's ``PyMethodDef``."""
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_O = 0x0008
+_new_cfunction = ctypes.pythonapi.PyCFunction_NewEx
+_new_cfunction.restype = ctypes.py_object             # a new reference, which ctypes takes
+_new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+
+
+def _builtin(module: "jit.JitModule", symbol: str):
+    """A builtin function object calling ``symbol`` (``PyObject *f(PyObject *self,
+    PyObject *arg)``) of ``module``.  Its ``__self__`` holds the module and the method
+    definition, so the machine code lives as long as the function object (and any call
+    in flight) does."""
+    md = _MethodDef(symbol.encode(), module.address(symbol), _METH_O, None)
+    return _new_cfunction(ctypes.addressof(md), (module, md), None)
+
+
 class NativeExecutable:
-    """A compiled graph: ``run(arrays) -> list of new output arrays``."""
+    """A compiled graph: ``run(arrays) -> tuple of new output arrays``."""
 
     def __init__(self, graph: Graph, opt_level: int = 3, name: Optional[str] = None,
                  fuse: Optional[bool] = None, poison: bool = False,
@@ -92,33 +178,26 @@ class NativeExecutable:
         self.in_specs = [(tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"]))
                          for i in g.inputs]
         # small graphs keep the GIL (cheaper call); big ones release it while running
-        big = sum(numel(k.space) for k in self.plan.kernels) > 1 << 14
-        proto = (ctypes.CFUNCTYPE if big else ctypes.PYFUNCTYPE)(ctypes.c_int, ctypes.py_object,
-                                                                 ctypes.c_int)
-        self._cfunc = proto(self.jit.address(L.ENTRY))
+        self.releases_gil = L.releases_gil(self.plan)
+        self._native = _builtin(self.jit, L.ENTRY)
         self._inplace = dict(self.plan.inplace)
-        self._empty = np.empty
-        from . import parallel
-        self._threads = parallel.STATE
 
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list:
-        empty = self._empty
-        if self._inplace:              # an output written over its input: hand that back
-            inp = self._inplace
-            outs = [arrays[inp[k]] if k in inp else empty(s, d)
-                    for k, (s, d) in enumerate(self.out_specs)]
-        else:
-            outs = [empty(s, d) for s, d in self.out_specs]
-        rc = self._cfunc((*arrays, *outs), self._threads.n)
-        if rc:
-            return self._slow(arrays, outs, rc)
+    def run(self, arrays: Sequence[np.ndarray]) -> tuple:
+        """The outputs for these input arrays: a tuple of new arrays (an output updated in
+        place is its input array)."""
+        if arrays.__class__ is not tuple:
+            arrays = tuple(arrays)
+        outs = self._native(arrays)
+        if outs.__class__ is int:
+            return self._slow(arrays, outs)
         return outs
 
-    def _slow(self, arrays, outs, rc) -> list:
+    def _slow(self, arrays: tuple, rc: int) -> tuple:
+        """A call that returned a code instead of the outputs (``rc`` of lower.py)."""
         if rc == L.RC_LAYOUT:
             fixed = []
             for a, (shape, dt) in zip(arrays, self.in_specs):
@@ -126,17 +205,19 @@ class NativeExecutable:
                 if a.shape != shape:
                     raise GraphcError(f"input of shape {a.shape} where {shape} was compiled")
                 fixed.append(np.array(a, dtype=dt, order="C", copy=True))
-            for k, i in self._inplace.items():
-                outs[k] = fixed[i]
-            rc = self._cfunc((*fixed, *outs), self._threads.n)
-            if rc == 0:
+            outs = self._native(tuple(fixed))
+            if outs.__class__ is not int:
                 return outs
+            rc = outs
         if rc == L.RC_INDEX:
             raise IndexError(f"{self.name}: an index tensor holds a value out of range for the "
                              "dimension it indexes")
         if rc == L.RC_NOMEM:
             raise MemoryError(f"{self.name}: could not allocate {self.plan.arena_bytes} bytes for "
                               "intermediates")
+        if rc == L.RC_ARGS:
+            raise GraphcError(f"{self.name}: the native entry takes a tuple of {self.n_in} "
+                              f"arrays, got {type(arrays).__name__} of {len(arrays)}")
         raise GraphcError(f"{self.name}: native call failed with code {rc}")
 
     def check_inputs(self, arrays: Sequence) -> list:

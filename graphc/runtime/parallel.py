@@ -5,19 +5,37 @@ persistent worker threads (``graphc/runtime/pool.py``) run; small ones run on th
 calling thread.  ``set_num_threads(1)`` reproduces single-threaded results bit
 for bit (one chunk), and a parallel sum adds per-chunk partial sums in chunk
 order, so results are deterministic for a given thread count.
+
+Generated code reads the count from the C ``int32`` :data:`NATIVE` (registered
+for JIT code as ``graphc_num_threads`` by graphc.runtime.native), which
+``STATE.n`` keeps in step.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 
 MAX_THREADS = 64
 
+#: the thread count as generated code reads it (an atomic 32-bit load per call)
+NATIVE = ctypes.c_int32(1)
+
 
 class _State:
-    n = max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @n.setter
+    def n(self, n: int) -> None:
+        self._n = n
+        NATIVE.value = n
 
 
-STATE = _State()
+STATE = _State(max(1, min(os.cpu_count() or 1, MAX_THREADS)))
 
 
 def get_num_threads() -> int:

@@ -311,7 +311,7 @@ class _Builder:
         k = b.ptrtoint(f.args[0], I64)
         mask = b.alloca(ir.ArrayType(ir.IntType(8), OPAQUE_BYTES))
         b.call(self.sigfillset, [mask])       # signals go to Python's threads, never here
-        b.call(self.sigmask, [ir.Constant(I32, signal.SIG_BLOCK), mask, ir.Constant(PTR, None)])
+        b.call(self.sigmask, [ir.Constant(I32, int(signal.SIG_BLOCK)), mask, ir.Constant(PTR, None)])
         seen = b.alloca(I64)
         wanted = b.alloca(I1)
         b.store(self.c64(-1), seen)           # take part in whatever job is current

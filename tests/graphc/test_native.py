@@ -580,6 +580,129 @@ def test_disk_cache_hit_in_another_process(tmp_path):
                                                           .sum(0).tolist())
 
 
+def test_disk_cache_hit_of_a_parallel_graph_in_another_process(tmp_path):
+    """Object code that releases the GIL and reads the thread count links in a new process."""
+    code = (
+        "import numpy as np, graphc\n"
+        "graphc.set_num_threads(2)\n"
+        "cf = graphc.compile(graphc.value_and_grad(lambda x, w: ((x * w).tanh() ** 2).sum(),"
+        " argnums=1))\n"
+        "x = np.linspace(-1, 1, 1 << 19); w = np.array(0.5)\n"
+        "v, g = cf(x, w)\n"
+        "exe = cf._entry_for((x, w)).stages['_executable']\n"
+        "print(exe.cache_status, exe.releases_gil, round(float(v), 6), round(float(g), 6))\n")
+    env = dict(os.environ, GRAPHC_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH=ROOT)
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.split()[:2] == ["disk-stored", "True"]
+    assert runs[1].stdout.split()[:2] == ["disk-hit", "True"]
+    x = np.linspace(-1, 1, 1 << 19)
+    t = np.tanh(x * 0.5)
+    want = [round(float((t ** 2).sum()), 6), round(float((2 * t * (1 - t * t) * x).sum()), 6)]
+    for r in runs:
+        assert [float(v) for v in r.stdout.split()[2:]] == pytest.approx(want, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------
+# the call: the entry point allocates the outputs and returns them as a tuple
+
+
+def _seed_vg():
+    def seed(a, w1, w2, w3, w4):
+        d = w3 * (w1 * a) + w4 * (w2 * a)
+        return (10 - d).sum()
+    return graphc.compile(graphc.value_and_grad(seed, argnums=(0, 1, 2, 3, 4)))
+
+
+def test_outputs_are_new_independent_arrays_and_nothing_leaks():
+    cf = _seed_vg()
+    xs = [np.random.default_rng(k).normal(size=(3, 3)) for k in range(5)]
+    a, w1, w2, w3, w4 = xs
+    cf(*xs)                   # compiling may leave garbage cycles that refer to the inputs
+    gc.collect()
+    refs = [sys.getrefcount(x) for x in xs]
+    v, grads = cf(*xs)
+    assert sys.getrefcount(v) == 2                    # ``v`` and getrefcount's argument
+    assert type(grads) is tuple and len(grads) == 5
+    np.testing.assert_allclose(v, (10 - (w3 * w1 * a + w4 * w2 * a)).sum(), rtol=1e-14)
+    for g, want in zip(grads, [-(w3 * w1 + w4 * w2), -w3 * a, -w4 * a, -w1 * a, -w2 * a]):
+        np.testing.assert_allclose(g, want, rtol=1e-14)
+    outs = [v, *grads]
+    for o in outs:
+        assert type(o) is np.ndarray and o.dtype == np.float64
+        assert o.flags.owndata and o.flags.writeable and o.flags.c_contiguous
+        assert not any(np.shares_memory(o, x) for x in xs)
+    assert not any(np.shares_memory(p, q) for i, p in enumerate(outs) for q in outs[i + 1:])
+    again = cf(*xs)
+    assert again[0] is not v and all(p is not q for p, q in zip(again[1], grads))
+    fortran = [np.asfortranarray(x) for x in xs]      # rc 1: copied, then called again
+    for _ in range(200):
+        cf(*xs)
+        got = cf(*fortran)
+    np.testing.assert_array_equal(got[1][0], grads[0])
+    gc.collect()
+    assert [sys.getrefcount(x) for x in xs] == refs
+
+
+def _traced_growth(fn, n: int) -> int:
+    """Bytes still allocated (tracemalloc sees numpy's data buffers) after ``n`` calls.
+    numpy also records the size of an allocation that failed (as np.empty does), so
+    absurd sizes are left out."""
+    import tracemalloc
+    fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(n):
+            fn()
+        gc.collect()
+        return sum(t.size for t in tracemalloc.take_snapshot().traces if t.size < 1 << 40)
+    finally:
+        tracemalloc.stop()
+
+
+def test_failed_calls_drop_their_outputs():
+    cf = graphc.compile(lambda x, i: (x * 2, x[i]))
+    x, ok, bad = np.arange(float(1 << 17)), np.array([0, 4]), np.array([0, 1 << 17])
+    refs = sys.getrefcount(x), sys.getrefcount(bad)
+
+    def fail():
+        with pytest.raises(IndexError, match="out of range"):
+            cf(x, bad)
+    assert _traced_growth(fail, 20) < 1 << 20         # 20 leaked outputs would be 20 MB
+    assert (sys.getrefcount(x), sys.getrefcount(bad)) == refs
+    np.testing.assert_array_equal(cf(x, ok)[1], [0.0, 4.0])
+
+
+def test_an_output_numpy_cannot_allocate_raises_its_memory_error():
+    cf = graphc.compile(lambda a, b: (a * 2, a + b))     # the second output is 128 TiB
+    a, b = np.ones((1 << 22, 1)), np.ones((1, 1 << 22))
+    refs = sys.getrefcount(a), sys.getrefcount(b)
+
+    def fail():
+        with pytest.raises(MemoryError, match="Unable to allocate"):
+            cf(a, b)
+    assert _traced_growth(fail, 5) < 1 << 20          # the first output (32 MB) is freed
+    assert (sys.getrefcount(a), sys.getrefcount(b)) == refs
+
+
+def test_native_entry_checks_its_argument_tuple():
+    from graphc.backend import lower as L
+    from graphc.errors import GraphcError
+    cf = graphc.compile(lambda x, y: x * y)
+    x = np.ones(3)
+    cf(x, x)
+    exe = cf._entry_for((x, x)).stages["_executable"]
+    assert exe._native([x, x]) == L.RC_ARGS              # a list is not read as a tuple
+    assert exe._native((x,)) == L.RC_ARGS
+    with pytest.raises(GraphcError, match="takes a tuple of 2 arrays"):
+        exe.run((x, x, x))
+    assert type(exe.run([x, x])) is tuple
+    assert not exe.releases_gil
+
+
 # ---------------------------------------------------------------------------------------
 # threads
 
