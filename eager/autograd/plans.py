@@ -303,7 +303,7 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
                   f"        if x{i}._version[0] != V[{i}]:",
                   f"            node._version_error(x{i}, V[{i}])",
                   f"        x{i} = x{i}._data",
-                  f"    else:",
+                  "    else:",
                   f"        x{i} = asarray(x{i})"]
     if out is not None:
         lines += ["    if node._outv[0] != 0:",
