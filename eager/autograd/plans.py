@@ -87,8 +87,10 @@ def lookup(node, g):
 
 def attrs_key(attrs: dict) -> tuple:
     """The attrs part of a signature: names, value types and values (``1`` and ``1.0``
-    are different signatures).  Raises TypeError for an unhashable value."""
-    return tuple([(k, v.__class__, v) for k, v in attrs.items()])
+    are different signatures; a NaN matches a NaN).  Raises TypeError for an
+    unhashable value."""
+    return tuple([(k, v.__class__, "nan" if v.__class__ is float and v != v else v)
+                  for k, v in attrs.items()])
 
 
 def clear() -> None:
@@ -116,6 +118,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.steps: list = []
         self.env: dict = {}
+        self.inputs: dict = {}      # name of g, out, x<i> -> shape
 
     def const(self, value) -> str:
         name = f"c{len(self.env)}"
@@ -141,12 +144,22 @@ class _Recorder:
         self.steps.append(_Step(name, fname, list(names), kwargs, meta, ufunc))
         return PlanTracer(self, name, meta.shape, meta.dtype)
 
+    def shape_of(self, name: str) -> tuple:
+        if name[0] == "t":
+            return self.steps[int(name[1:])].meta.shape
+        if name[0] == "c":
+            return np.shape(self.env[name])
+        return self.inputs[name]
+
     def lines(self, results: list) -> list:
         """The steps as source lines.  An elementwise ufunc whose operand is a temporary
         of the output's shape and dtype, fresh (a ufunc result, not a view) and used for
         the last time, writes its result into that operand's buffer (``out=``): what
-        numpy's own temporary elision does for ``a * b + c``.  Same loop, same values;
-        one 8 MB allocation less per reuse for W2's chain rule."""
+        numpy's own temporary elision does for ``a * b + c``; one 8 MB allocation less
+        per reuse for W2's chain rule.  The values are the same either way, and so is
+        the result's memory layout (which decides the order of a later sum), because
+        the reuse happens only when every other full-size operand has the temporary's
+        strides (checked when the plan runs); other operands must be 0-d."""
         last = {}
         for k, st in enumerate(self.steps):
             for a in st.args:
@@ -166,12 +179,24 @@ class _Recorder:
                         if m.shape == st.meta.shape and m.dtype == st.meta.dtype:
                             target = a
                             break
+            guard = []
             if target is not None:
-                call_args.append(f"out={target}")
-                fresh.discard(target)
+                for a in st.args:
+                    if a == target:
+                        continue
+                    shp = self.shape_of(a)
+                    if shp == st.meta.shape:
+                        guard.append(f"{a}.strides == {target}.strides")
+                    elif shp != ():
+                        target = None       # a broadcast operand: leave the layout to numpy
+                        break
             if not st.ufunc:        # a reshape/expand/index may return a view of its input:
                 fresh.difference_update(st.args)    # that buffer is no longer ours alone
             call = f"{st.fname}({', '.join(call_args + st.kwargs)})"
+            if target is not None:
+                fresh.discard(target)
+                reuse = f"{st.fname}({', '.join(call_args + [f'out={target}'] + st.kwargs)})"
+                call = f"{reuse} if {' and '.join(guard)} else {call}" if guard else reuse
             if st.meta.shape == ():             # numpy returns scalars for 0-d results
                 call = f"asarray({call})"
             elif st.ufunc:
@@ -194,6 +219,8 @@ class PlanTracer(TensorOps):
         self._name = name
         self._shape = tuple(shape)
         self._dtype = np.dtype(dtype)
+        if name[0] not in "tc":
+            rec.inputs[name] = self._shape
 
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "PlanTracer":
         rec = self._rec

@@ -213,3 +213,30 @@ def test_buffer_reuse_never_overwrites_a_buffer_a_view_still_reads():
     t0 = g * g
     t1 = t0 + 1.0                    # no view: the temporary is reused
     assert any("out=t0" in ln for ln in rec.lines([t1._name]))
+
+
+def test_buffer_reuse_keeps_numpys_memory_layout():
+    # an F-ordered temporary (through x.t()) times a C-ordered gradient: numpy's result is
+    # C-ordered, and the bias gradient sums it in that order; a reused buffer would not be
+    r = np.random.default_rng(0)
+    X, B, W = (r.standard_normal(s).astype(np.float32) for s in [(300, 1000), (300,), (1000, 300)])
+
+    def bias_grad():
+        x = eager.tensor(X, requires_grad=True)
+        b = eager.tensor(B, requires_grad=True)
+        ((x.t() + b).tanh() * eager.tensor(W)).sum().backward()
+        return b.grad.numpy()
+    with plans_enabled(False):
+        want = bias_grad()
+    with plans_enabled(True):
+        bias_grad()
+        got = bias_grad()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_nan_attrs_share_one_plan():
+    plans.clear()
+    for _ in range(5):
+        x = eager.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        x.clamp(min=float("nan")).sum().backward()
+    assert plans.cache_size() == 2              # clamp's and sum's
