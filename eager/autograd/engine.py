@@ -351,9 +351,9 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
                 if nxt is None:
                     continue
                 if g is not None:
-                    if g is g0 or g._data.base is not None or (
+                    if not node._fresh_outputs or g is g0 or g._data.base is not None or (
                             g0 is None and any(g is x for x in node_grads)):
-                        shared[id(g)] = _ref(g)
+                        shared[id(g)] = _ref(g)     # as in _run_simple: never handed over
                     buf = buffers.get(nxt)
                     if buf is None:
                         buf = buffers[nxt] = [None] * nxt.num_outputs
@@ -447,6 +447,7 @@ def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
             r = hook(g)
             if r is not None:
                 g = r
+                is_shared = True        # the hook may keep what it returned
     if g._data.shape != var._data.shape:
         g = g.expand(var.shape) if g._data.size == 1 else g
     if var._grad is None:

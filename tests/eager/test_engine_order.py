@@ -88,3 +88,40 @@ def test_a_leaf_keeps_one_accumulator_and_graphs_do_not_keep_leaves_alive():
     assert acc.variable is None
     y.backward()                            # nothing to accumulate into: no error
     assert "AccumulateGrad" in eager.viz.to_dot(y)
+
+
+class _Twice(eager.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        h = g * 2
+        return h, h                      # one tensor for both inputs
+
+
+@pytest.mark.parametrize("with_inputs", [False, True])
+def test_a_function_returning_one_tensor_twice_gives_leaves_separate_grads(with_inputs):
+    x = eager.zeros(3, requires_grad=True)
+    y = eager.zeros(3, requires_grad=True)
+    kw = {"inputs": [x, y]} if with_inputs else {}
+    _Twice.apply(x, y).sum().backward(**kw)
+    (x * 1).sum().backward(**({"inputs": [x]} if with_inputs else {}))
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_a_leaf_hook_keeps_what_it_returned():
+    x = eager.tensor([1.0, 2.0], requires_grad=True)
+    kept = []
+
+    def hook(g):
+        r = g * 10
+        kept.append(r)
+        return r
+    x.register_hook(hook)
+    (x * 1).sum().backward()
+    (x * 1).sum().backward()
+    np.testing.assert_array_equal(kept[0].numpy(), [10.0, 10.0])     # PyTorch: 10, not 20
+    np.testing.assert_array_equal(x.grad.numpy(), [20.0, 20.0])
