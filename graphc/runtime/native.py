@@ -188,7 +188,24 @@ class NativeExecutable:
 
     def run(self, arrays: Sequence[np.ndarray]) -> tuple:
         """The outputs for these input arrays: a tuple of new arrays (an output updated in
-        place is its input array)."""
+        place is its input array).  Each input must be an ndarray of the compiled shape and
+        dtype (the native code trusts both); a wrong one raises GraphcError naming it."""
+        if arrays.__class__ is not tuple:
+            arrays = tuple(arrays)
+        if len(arrays) != self.n_in:
+            raise GraphcError(f"{self.name}: takes {self.n_in} input arrays, got {len(arrays)}")
+        for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
+            if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dt:
+                got = (f"{type(a).__name__} {getattr(a, 'dtype', '')}{list(np.shape(a))}"
+                       if not isinstance(a, np.ndarray) else f"{a.dtype}{list(a.shape)}")
+                raise GraphcError(f"{self.name}: input {k} is {got}, compiled for "
+                                  f"{dt}{list(shape)}; pass an array of that shape and dtype "
+                                  "(or call the CompiledFunction, which recompiles)")
+        return self.run_trusted(arrays)
+
+    def run_trusted(self, arrays: tuple) -> tuple:
+        """:meth:`run` for callers that already matched the inputs against the compiled
+        signature (CompiledFunction's cache key covers shape and dtype)."""
         if arrays.__class__ is not tuple:
             arrays = tuple(arrays)
         outs = self._native(arrays)

@@ -698,7 +698,9 @@ def test_native_entry_checks_its_argument_tuple():
     assert exe._native([x, x]) == L.RC_ARGS              # a list is not read as a tuple
     assert exe._native((x,)) == L.RC_ARGS
     with pytest.raises(GraphcError, match="takes a tuple of 2 arrays"):
-        exe.run((x, x, x))
+        exe.run_trusted((x, x, x))                      # the entry's own check
+    with pytest.raises(GraphcError, match="takes 2 input arrays"):
+        exe.run((x, x, x))                              # run checks first
     assert type(exe.run([x, x])) is tuple
     assert not exe.releases_gil
 
@@ -864,3 +866,15 @@ def test_memory_flat_over_a_million_calls():
     np.testing.assert_array_equal(out, [9.0, 9.0, 9.0])
     assert cf.cache_info().traces == 1 and cf.cache_info().hits == 999_999
     assert after - before < 8, f"RSS grew {after - before:.1f} MB over 900,000 calls"
+
+
+def test_run_rejects_inputs_the_code_was_not_compiled_for():
+    from graphc.errors import GraphcError
+    f = graphc.compile(lambda a, b: a * b + 1)
+    x = np.ones((3, 4))
+    f(x, x)
+    exe = _executable(f, (x, x))
+    np.testing.assert_array_equal(exe.run([x, x])[0], x * x + 1)
+    for bad in ([x, np.ones(3, np.int8)], [x, np.ones((4, 3))], [x, x.tolist()], [x]):
+        with pytest.raises(GraphcError, match="input|takes"):
+            exe.run(bad)

@@ -159,7 +159,7 @@ def test_native_order_needs_no_per_call_conversion():
     cf(x)
     entry = cf._entry_for((x,))
     exe = entry.stages["_executable"]
-    assert entry.run == exe.run                       # the executable itself, unwrapped
+    assert entry.run == exe.run_trusted               # the executable itself, unwrapped
     be = x.astype(">f8")
     cf(be)
     swapped = cf._entry_for((be,))
