@@ -21,7 +21,8 @@ Each kernel is an internal function whose buffer arguments are ``noalias``
 (the memory planner guarantees buffers written by a kernel overlap nothing it
 reads), so LLVM vectorizes its loops.  Kernel and value names carry the graph
 node ids (``n12``) and each kernel starts with comments naming its nodes and
-their source lines.
+their source lines.  Graph names and source lines come from the user (or a JSON
+file): they reach the IR text only through ``irtext`` (escaped to one line).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedOpError
 from ..ir import Graph, describe
-from . import blas, vecmath
+from . import blas, irtext, vecmath
 from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,
                    numel)
 
@@ -105,7 +106,7 @@ class Lowerer:
     def __init__(self, plan: Plan, name: str) -> None:
         self.plan = plan
         self.g: Graph = plan.g
-        self.module = ir.Module(name=name)
+        self.module = irtext.module(name)
         self.globals: dict = {}
         self._malloc = None
         self._free = None
@@ -123,8 +124,8 @@ class Lowerer:
         self_arg.name, args_tuple.name = "self", "arrays"
         entry = fn.append_basic_block("entry")
         b = ir.IRBuilder(entry)
-        b.comment(f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
-                  f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
+        irtext.comment(b, f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
+                       f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
         b.comment(f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
                   f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); data pointer "
                   f"at +{DATA_OFFSET}, flags at +{FLAGS_OFFSET}")
@@ -524,7 +525,7 @@ class KernelBuilder:
         if kern.node is not None:
             nodes.append(kern.node)
         for n in nodes:
-            self.b.comment(describe(self.g, n))
+            irtext.comment(self.b, describe(self.g, n))
 
     # --- helpers ----------------------------------------------------------------
     def alloca(self, ty, name=""):

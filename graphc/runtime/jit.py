@@ -29,6 +29,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from graphc.backend import irtext
 from graphc.errors import GraphcError
 
 __all__ = [
@@ -265,12 +266,18 @@ def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
 
     ``llvm_ir`` is LLVM IR text or an ``llvmlite.ir.Module``.  The module's
     triple and data layout are set to the host's.  Raises :class:`JitError`
-    with the LLVM message when the IR does not parse or verify.
+    with the LLVM message when the IR does not parse or verify, and before
+    parsing when the text holds anything but printable ASCII, tabs and
+    newlines (``irtext.check``: how injected IR would get in).
     """
     _check_opt_level(opt_level)
     text = str(llvm_ir)
     if name is None:
         name = llvm_ir.name if isinstance(llvm_ir, ir.Module) else "<llvm ir>"
+    try:
+        irtext.check(text)      # a stray \r or NUL would let a name or comment become code
+    except ValueError as exc:
+        raise JitError(f"refusing to compile module {name!r}: {exc}") from None
     _ensure_initialized()
     with LLVM_LOCK:
         context = llvm.create_context()

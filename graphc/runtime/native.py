@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 from llvmlite import binding as llvm
 
+from ..backend import irtext
 from ..backend import lower as L
 from ..backend.plan import Plan
 from ..errors import GraphcError
@@ -266,11 +267,12 @@ class NativeExecutable:
 
         LLVM drops comments when it parses IR and inlines the kernels into
         ``graphc_entry`` at O1+, so optimized IR and assembly start with this
-        table to tie the code back to the graph.
+        table to tie the code back to the graph.  Names and source lines are escaped
+        (``irtext.escape``): the text may be fed back to LLVM.
         """
-        lines = [f"{mark} graphc: {self.graph.name}: {len(self.plan.kernels)} kernel(s), arena "
-                 f"{self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be inlined into "
-                 f"{L.ENTRY}"]
+        lines = [f"{mark} graphc: {irtext.escape(self.graph.name)}: {len(self.plan.kernels)} "
+                 f"kernel(s), arena {self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be "
+                 f"inlined into {L.ENTRY}"]
         for i, k in enumerate(self.plan.kernels):
             nodes = {n for n, _ in k.stores} | set(k.reduces)
             if k.node is not None:
@@ -280,7 +282,7 @@ class NativeExecutable:
                           if self.graph.nx.nodes[n]["op"] not in ("input", "const")}
             nodes = sorted(nodes)
             lines.append(f"{mark}   k{i}_{k.kind}:")
-            lines += [f"{mark}     {describe(self.graph, n)}" for n in nodes]
+            lines += [f"{mark}     {irtext.escape(describe(self.graph, n))}" for n in nodes]
         return "\n".join(lines) + "\n"
 
     def llvm_ir(self, optimized: bool = False) -> str:
