@@ -4,12 +4,19 @@ Loading validates the whole document against a fixed schema: known top-level
 keys, known ops only, operands that refer to earlier nodes (so the graph is
 acyclic by construction), the op's exact attribute names with typed values,
 and every shape re-derived by the op's shape rule.  Sizes are bounded so a
-hostile file cannot exhaust memory.
+hostile file cannot exhaust memory (nor the C stack: nesting is measured
+before ``json.loads`` recurses), and every string is free of control
+characters, because names and source lines end up in LLVM IR comments where a
+``\r`` would end the comment.  Whatever the document holds, loading returns a
+Graph or raises GraphFormatError.
 """
 from __future__ import annotations
 
 import base64
 import json
+import math
+import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -17,7 +24,7 @@ import numpy as np
 from eager._dtype import FROM_NP
 from eager.ops.registry import OPS
 
-from .errors import GraphFormatError
+from .errors import GraphFormatError, GraphVerificationError
 from .ir import Graph, verify
 
 FORMAT = "graphc-ir"
@@ -27,7 +34,16 @@ MAX_NODES = 1_000_000
 MAX_CONST_ELEMENTS = 10_000_000
 MAX_RANK = 32
 MAX_DIM = 2 ** 31 - 1
+MAX_DEPTH = 100                  # [ and { nesting; a valid graph document needs at most 41
+MAX_STR = 256                    # name, input names, attribute strings
+MAX_PROVENANCE = 1024            # src, role, by
+INT64 = (-2 ** 63, 2 ** 63 - 1)  # integer attributes become i64 constants
 _DTYPES = {d.name for d in FROM_NP}
+# C0, DEL, C1 (NEL \x85 included), the Unicode line and paragraph separators, and lone
+# surrogates (not encodable as UTF-8): anything that could end a line (an LLVM comment)
+# or fail to print
+_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def _enc(v: Any) -> Any:
@@ -63,25 +79,77 @@ def _fail(msg: str, where: str = "") -> None:
     raise GraphFormatError(f"invalid graph JSON{(' at ' + where) if where else ''}: {msg}")
 
 
+def _show(v: Any, limit: int = 60) -> str:
+    """repr of a document value for a message: escaped, and short whatever it holds."""
+    if isinstance(v, (list, dict)) and len(v) > 8:
+        return f"a JSON {'array' if isinstance(v, list) else 'object'} of {len(v)} entries"
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _int(v: Any, where: str, lo: int = 0, hi: int = MAX_DIM) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        _fail(f"expected an integer in [{lo}, {hi}], got {v!r}", where)
+    if not _is_int(v) or not lo <= v <= hi:
+        _fail(f"expected an integer in [{lo}, {hi}], got {_show(v)}", where)
     return v
 
 
-def _shape(v: Any, where: str) -> tuple:
+def _str(v: Any, where: str, what: str, limit: int = MAX_STR) -> str:
+    """A string field: at most ``limit`` characters, none of them a control character."""
+    if not isinstance(v, str) or len(v) > limit:
+        _fail(f"{what} must be a short string (at most {limit} characters), got {_show(v)}",
+              where)
+    bad = _BAD_CHARS.search(v)
+    if bad is not None:
+        _fail(f"{what} {_show(v)} contains the control character {bad.group()!r} at position "
+              f"{bad.start()}", where)
+    return v
+
+
+def _dtype(v: Any, where: str, what: str = "dtype") -> str:
+    if not isinstance(v, str) or v not in _DTYPES:
+        _fail(f"unsupported {what} {_show(v)}", where)
+    return v
+
+
+def _shape(v: Any, where: str, dtype: str = "bool") -> tuple:
+    """A declared shape whose array numpy could allocate (at most sys.maxsize bytes of
+    ``dtype``); checked with Python ints, without allocating anything."""
     if not isinstance(v, list) or len(v) > MAX_RANK:
-        _fail(f"expected a shape (list of at most {MAX_RANK} ints), got {v!r}", where)
-    return tuple(_int(x, where) for x in v)
+        _fail(f"expected a shape (list of at most {MAX_RANK} ints), got {_show(v)}", where)
+    shape = tuple(_int(x, where) for x in v)
+    if math.prod(shape) * np.dtype(dtype).itemsize > sys.maxsize:
+        _fail(f"{dtype}{list(shape)} is larger than any array can be ({sys.maxsize} bytes)",
+              where)
+    return shape
+
+
+def _nesting(text: str) -> int:
+    """Deepest ``[``/``{`` nesting outside strings, measured without recursion (the C
+    JSON decoder recurses once per level, and a raised recursion limit would let a deep
+    document overflow the C stack).  Only counted when there are enough brackets."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    raw = _JSON_STRING.sub("", text).encode("utf-8", "surrogatepass")
+    depth = peak = 0
+    chunk = 1 << 20
+    for start in range(0, len(raw), chunk):
+        a = np.frombuffer(raw, np.uint8, count=min(chunk, len(raw) - start), offset=start)
+        step = (a == 0x5B).astype(np.int64) + (a == 0x7B) - (a == 0x5D) - (a == 0x7D)
+        run = np.cumsum(step) + depth
+        peak = max(peak, int(run.max()))
+        depth = int(run[-1])
+    return peak
 
 
 def _dec_array(spec: Any, where: str) -> np.ndarray:
     if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "data"}:
         _fail("array must have exactly dtype, shape and data", where)
-    if spec["dtype"] not in _DTYPES:
-        _fail(f"unsupported array dtype {spec['dtype']!r}", where)
-    shape = _shape(spec["shape"], where)
-    n = int(np.prod(shape, dtype=np.int64))
+    shape = _shape(spec["shape"], where, _dtype(spec["dtype"], where, "array dtype"))
+    n = math.prod(shape)
     if n > MAX_CONST_ELEMENTS:
         _fail(f"constant of {n} elements exceeds the limit of {MAX_CONST_ELEMENTS}", where)
     dt = np.dtype(spec["dtype"]).newbyteorder("<")
@@ -99,6 +167,7 @@ def _dec_array(spec: Any, where: str) -> np.ndarray:
 
 
 def _dec(v: Any, where: str, depth: int = 0) -> Any:
+    """An attribute value (recursion bounded by the depth limit)."""
     if depth > 16:
         _fail("attribute nesting too deep", where)
     if isinstance(v, dict):
@@ -110,21 +179,23 @@ def _dec(v: Any, where: str, depth: int = 0) -> Any:
             return tuple(_dec(x, where, depth + 1) for x in v["$tuple"])
         if set(v) == {"$float"} and v["$float"] in ("inf", "-inf", "nan"):
             return float(v["$float"])
-        _fail(f"unexpected attribute object with keys {sorted(v)}", where)
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        if isinstance(v, str) and len(v) > 256:
-            _fail("attribute string too long", where)
+        _fail(f"unexpected attribute object with keys {_show(sorted(v))}", where)
+    if isinstance(v, str):
+        return _str(v, where, "attribute string")
+    if _is_int(v) and not INT64[0] <= v <= INT64[1]:
+        _fail(f"integer attribute {_show(v)} does not fit in 64 bits", where)
+    if isinstance(v, (bool, int, float)) or v is None:
         return v
-    _fail(f"unexpected attribute value {v!r}", where)
+    _fail(f"unexpected attribute value {_show(v)}", where)
 
 
 _ATTR_CHECKS = {
-    "axis": lambda v: v is None or isinstance(v, int) or (
-        isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)),
+    "axis": lambda v: v is None or _is_int(v) or (
+        isinstance(v, tuple) and all(_is_int(x) for x in v)),
     "keepdim": lambda v: isinstance(v, bool),
-    "shape": lambda v: isinstance(v, tuple) and all(
-        isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_DIM for x in v),
-    "perm": lambda v: isinstance(v, tuple) and all(isinstance(x, int) for x in v),
+    "shape": lambda v: isinstance(v, tuple) and len(v) <= MAX_RANK and all(
+        _is_int(x) and 0 <= x <= MAX_DIM for x in v) and math.prod(v) <= sys.maxsize,
+    "perm": lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v),
     "dtype": lambda v: isinstance(v, str) and v in _DTYPES,
     "value": lambda v: isinstance(v, (int, float, bool)) or isinstance(v, np.ndarray),
     "min": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
@@ -139,12 +210,11 @@ def _index_item_ok(x: Any) -> bool:
         return False
     tag = x[0]
     if tag == "i":
-        return len(x) == 2 and isinstance(x[1], int) and not isinstance(x[1], bool)
+        return len(x) == 2 and _is_int(x[1])
     if tag == "s":
-        return len(x) == 4 and all(p is None or (isinstance(p, int) and not isinstance(p, bool))
-                                   for p in x[1:])
+        return len(x) == 4 and all(p is None or _is_int(p) for p in x[1:])
     if tag == "t":
-        return len(x) == 2 and isinstance(x[1], int) and x[1] >= 0
+        return len(x) == 2 and _is_int(x[1]) and x[1] >= 0
     return len(x) == 1
 
 
@@ -154,23 +224,26 @@ def from_json(text: str) -> Graph:
         _fail(f"expected a str, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
         _fail(f"document of {len(text)} characters exceeds the limit of {MAX_TEXT}")
+    depth = _nesting(text)
+    if depth > MAX_DEPTH:
+        _fail(f"arrays and objects nested {depth} deep exceed the limit of {MAX_DEPTH}")
     try:
         doc = json.loads(text, parse_constant=lambda c: _fail(f"non-standard constant {c}"))
-    except json.JSONDecodeError as e:
+    except GraphFormatError:
+        raise
+    except (ValueError, RecursionError) as e:   # ValueError: also ints of > 4300 digits
         _fail(f"not valid JSON: {e}")
     if not isinstance(doc, dict):
         _fail("top level must be an object")
     expected = {"format", "version", "name", "inputs", "outputs", "nodes"}
     if set(doc) != expected:
-        _fail(f"top-level keys must be {sorted(expected)}, got {sorted(doc)}")
-    if doc["format"] != FORMAT or doc["version"] != VERSION:
-        _fail(f"unsupported format {doc['format']!r} version {doc['version']!r}")
-    if not isinstance(doc["name"], str) or len(doc["name"]) > 256:
-        _fail("name must be a short string")
+        _fail(f"top-level keys must be {sorted(expected)}, got {_show(sorted(doc))}")
+    if doc["format"] != FORMAT or not _is_int(doc["version"]) or doc["version"] != VERSION:
+        _fail(f"unsupported format {_show(doc['format'])} version {_show(doc['version'])}")
     nodes = doc["nodes"]
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
         _fail(f"nodes must be a list of at most {MAX_NODES} entries")
-    g = Graph(doc["name"])
+    g = Graph(_str(doc["name"], "", "name"))
     idmap: dict = {}
     node_keys = {"id", "op", "operands", "attrs", "shape", "dtype", "src", "role", "by"}
     for k, n in enumerate(nodes):
@@ -181,9 +254,11 @@ def from_json(text: str) -> Graph:
         if nid in idmap:
             _fail(f"duplicate node id {nid}", where)
         op = n["op"]
-        where = f"nodes[{k}] (%{nid} = {op})"
+        shown = op if isinstance(op, str) and op.isascii() and op.isprintable() and \
+            len(op) <= 60 else _show(op)
+        where = f"nodes[{k}] (%{nid} = {shown})"
         if not isinstance(op, str) or (op not in OPS and op not in ("input", "const")):
-            _fail(f"unknown op {op!r}", where)
+            _fail(f"unknown op {_show(op)}", where)
         if not isinstance(n["operands"], list):
             _fail("operands must be a list", where)
         operands = []
@@ -195,14 +270,11 @@ def from_json(text: str) -> Graph:
         if not isinstance(n["attrs"], dict):
             _fail("attrs must be an object", where)
         attrs = {key: _dec(v, where) for key, v in n["attrs"].items()}
-        shape = _shape(n["shape"], where)
-        if n["dtype"] not in _DTYPES:
-            _fail(f"unsupported dtype {n['dtype']!r}", where)
+        shape = _shape(n["shape"], where, _dtype(n["dtype"], where))
         for key in ("src", "role", "by"):
-            if not isinstance(n[key], str) or len(n[key]) > 1024:
-                _fail(f"{key} must be a short string", where)
+            _str(n[key], where, key, MAX_PROVENANCE)
         if n["role"] not in ("forward", "backward"):
-            _fail(f"role must be forward or backward, got {n['role']!r}", where)
+            _fail(f"role must be forward or backward, got {_show(n['role'])}", where)
         g._next_id = nid        # keep the document's ids: the text form survives a round trip
         if op == "input":
             if operands or set(attrs) != {"name", "index"} or not isinstance(attrs["name"], str):
@@ -227,7 +299,7 @@ def from_json(text: str) -> Graph:
             for key, v in attrs.items():
                 check = _ATTR_CHECKS.get(key)
                 if check is None or not check(v):
-                    _fail(f"attr {key}={v!r} has the wrong type for {op}", where)
+                    _fail(f"attr {key}={_show(v)} has the wrong type for {op}", where)
             try:
                 m = g.infer(op, operands, attrs)
             except Exception as e:  # the shape rule rejected the operands/attrs
@@ -243,9 +315,8 @@ def from_json(text: str) -> Graph:
         if not isinstance(doc[key], list):
             _fail(f"{key} must be a list")
     for i in doc["inputs"]:
-        if not isinstance(i, int) or isinstance(i, bool) or i not in idmap or \
-                g.nx.nodes[idmap[i]]["op"] != "input":
-            _fail(f"input {i!r} is not an input node")
+        if not _is_int(i) or i not in idmap or g.nx.nodes[idmap[i]]["op"] != "input":
+            _fail(f"input {_show(i)} is not an input node")
     if sorted(idmap[i] for i in doc["inputs"]) != sorted(
             n for n, d in g.nx.nodes(data=True) if d["op"] == "input"):
         _fail("graph.inputs must list every input node exactly once")
@@ -254,8 +325,11 @@ def from_json(text: str) -> Graph:
         g.nx.nodes[nid]["attrs"]["index"] = pos
     g.input_names = [g.nx.nodes[i]["attrs"]["name"] for i in g.inputs]
     for o in doc["outputs"]:
-        if not isinstance(o, int) or isinstance(o, bool) or o not in idmap:
-            _fail(f"output {o!r} is not a node")
+        if not _is_int(o) or o not in idmap:
+            _fail(f"output {_show(o)} is not a node")
     g.outputs = [idmap[o] for o in doc["outputs"]]
-    verify(g, "from_json")
+    try:
+        verify(g, "from_json")
+    except GraphVerificationError as e:
+        _fail(str(e))
     return g
