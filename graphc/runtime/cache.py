@@ -23,6 +23,18 @@ Two caches live here:
   version, key, payload size, payload sha256); a bad entry is removed and
   recompiled.  Nothing is unpickled: the header is JSON, the payload is the
   object file, and the call plan is recomputed from the graph.
+
+  Trust policy (loading object code is running it).  The directory must be
+  owned by this user and not writable by group or others, else the cache is
+  off for the process (a warning says why); a symlink to such a directory is
+  followed, and the check applies to its target.  Because the directory could
+  still be swapped after that check, every entry is checked on its own: it is
+  ``lstat``-ed and then opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO, device
+  or symlink at an entry's path is never followed nor waited on) and must be a
+  regular file owned by this user, the same file both times.  Anything else is
+  a miss and is left alone: only our own regular files are ever removed or
+  replaced.  A tampered entry (bad magic, header, size, key or checksum) is a
+  miss too, and is removed.
 """
 from __future__ import annotations
 
@@ -330,12 +342,24 @@ class DiskCache:
 
     # --- entries --------------------------------------------------------------------
     def load(self, key: str) -> Optional[bytes]:
-        """The verified object code for ``key``, or None (a bad entry is removed)."""
+        """The verified object code for ``key``, or None (see the trust policy in the
+        module docstring: never blocks, never follows a link, removes only our files)."""
         if not self.usable():
             return None
         fname = self.file_for(key)
         try:
-            fd = os.open(fname, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            before = os.lstat(fname)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except OSError as e:
+            self._reject(fname, f"cannot stat it ({e})", remove=False)
+            return None
+        if not _ours(before):           # not even opened: a FIFO would block, a device act
+            self._reject(fname, "not a regular file owned by this user", remove=False)
+            return None
+        try:
+            fd = os.open(fname, _OPEN_FLAGS)
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -344,8 +368,7 @@ class DiskCache:
             return None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and
-                                                st.st_uid != os.getuid()):
+            if not _ours(st) or (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
                 self._reject(fname, "not a regular file owned by this user", remove=False)
                 return None
             if st.st_size > MAX_PAYLOAD + MAX_HEADER:
@@ -353,7 +376,10 @@ class DiskCache:
                 return None
             with os.fdopen(fd, "rb") as fh:
                 fd = -1
-                blob = fh.read()
+                blob = fh.read(MAX_PAYLOAD + MAX_HEADER + 1)
+        except OSError as e:
+            self._reject(fname, f"cannot read it ({e})", remove=False)
+            return None
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -373,7 +399,7 @@ class DiskCache:
             return None, "header missing or truncated"
         try:
             header = json.loads(blob[len(MAGIC):end].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (ValueError, RecursionError):    # also nesting, ints of > 4300 digits
             return None, "header is not valid JSON"
         if not isinstance(header, dict):
             return None, "header is not a JSON object"
@@ -393,10 +419,7 @@ class DiskCache:
         self.rejected += 1
         self.misses += 1
         if remove:
-            try:
-                os.unlink(fname)
-            except OSError:
-                pass
+            _remove_ours(fname)
         warnings.warn(f"graphc: ignoring disk cache entry {fname}: {why}; recompiling",
                       DiskCacheWarning, stacklevel=3)
 
@@ -408,12 +431,21 @@ class DiskCache:
                   "sha256": hashlib.sha256(payload).hexdigest(), "name": str(name)[:200],
                   "created": int(time.time())}
         blob = MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + payload
+        fname = self.file_for(key)
+        try:
+            there = os.lstat(fname)
+        except OSError:
+            there = None
+        if there is not None and not _ours(there):
+            warnings.warn(f"graphc: not replacing {fname}: it is not a regular file owned by "
+                          "this user", DiskCacheWarning, stacklevel=2)
+            return False
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.path)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(blob)
-            os.replace(tmp, self.file_for(key))
+            os.replace(tmp, fname)
             tmp = None
         except OSError as e:
             warnings.warn(f"graphc: could not write disk cache entry in {self.path}: {e}",
@@ -437,15 +469,28 @@ class DiskCache:
             return []
 
     def clear(self) -> int:
-        """Remove every entry; returns how many were removed."""
-        n = 0
-        for p in self.entries():
-            try:
-                os.unlink(p)
-                n += 1
-            except OSError:
-                pass
-        return n
+        """Remove every entry (our own regular files only); returns how many."""
+        return sum(_remove_ours(p) for p in self.entries())
+
+
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) |
+               getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A regular file owned by this user (``st`` from lstat or fstat)."""
+    return stat.S_ISREG(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
+
+
+def _remove_ours(fname: str) -> bool:
+    """Unlink ``fname`` if it is our own regular file (never a link, FIFO or foreign file)."""
+    try:
+        if _ours(os.lstat(fname)):
+            os.unlink(fname)
+            return True
+    except OSError:
+        pass
+    return False
 
 
 #: Reload freshly compiled code into a small engine (see :func:`load_or_compile`).
