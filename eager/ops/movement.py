@@ -121,12 +121,51 @@ def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:
                             "a masked product) instead, or run this part eagerly")
     # Index a zero-strided dummy of the right shape: exact numpy semantics, no data touched.
     dummy = np.broadcast_to(np.zeros((), np.int8), x.shape)
-    arrays = [np.zeros(m.shape, dtype=m.dtype) for m in idx]
     try:
-        out = dummy[S.decode_index(index, arrays)]
+        tens = [it[1] for it in index if it[0] == "t"]
+        ints = [k for k in tens if idx[k].dtype.kind != "b"]
+        if len(ints) < len(tens) or not ints:
+            # basic indexing gives a view; a 0-d mask (False here) an empty result
+            return Meta(np.shape(dummy[S.decode_index(index, _stand_ins(idx))]), x.dtype)
+        return Meta(_advanced_index_shape(dummy, idx, index, ints), x.dtype)
     except IndexError as e:
         raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None
-    return Meta(np.shape(out), x.dtype)
+
+
+def _stand_ins(idx, lead: tuple = (), ndim: int = 0, only=()) -> list:
+    """Zero-strided zero arrays for index operands (nothing allocated); those in ``only``
+    get shape ``lead + (1,) * (ndim - their ndim) + their shape``."""
+    return [np.broadcast_to(np.zeros((), m.dtype), lead + (1,) * (ndim - len(m.shape)) +
+                            tuple(m.shape) if k in only else m.shape)
+            for k, m in enumerate(idx)]
+
+
+def _advanced_index_shape(dummy, idx, index, ints) -> tuple:
+    """numpy's result shape for integer index arrays, computed on empty stand-ins.
+
+    Indexing a dummy with the real index arrays allocates (and fills) the whole result,
+    which a hostile graph file can make huge.  Every integer index operand becomes an
+    empty zero-strided array of shape ``(0, M) + broadcast shape``, so numpy places the
+    broadcast dims exactly as it would (first, or where the index arrays are) in a result
+    of size 0.  Done for M = 1 and 2, the first dim that differs tells where the marker
+    dims sit; dropping them gives the real shape.  Bounds: integer items are checked by
+    numpy as usual, and a non-empty index on a size-0 dim is found on a copy of the
+    problem where every size is at most 1.
+    """
+    key = S.decode_index
+    small = np.broadcast_to(np.zeros((), np.int8), tuple(min(d, 1) for d in dummy.shape))
+    tiny = [np.zeros(tuple(min(d, 1) for d in m.shape), m.dtype) for m in idx]
+    small[key(tuple(("i", 0) if it[0] == "i" else it for it in index), tiny)]
+    try:
+        bshape = np.broadcast_shapes(*(idx[k].shape for k in ints))
+    except ValueError:
+        raise IndexError("shape mismatch: indexing arrays could not be broadcast together "
+                         f"with shapes {' '.join(str(tuple(idx[k].shape)) for k in ints)}"
+                         ) from None
+    one, two = (dummy[key(index, _stand_ins(idx, (0, m), len(bshape), ints))].shape
+                for m in (1, 2))
+    p = next(i for i, (a, b) in enumerate(zip(one, two)) if a != b) - 1
+    return one[:p] + one[p + 2:]
 
 
 def _getitem_vjp(g, out, x, *idx, index):
