@@ -115,7 +115,7 @@ def _dtype(v: Any, where: str, what: str = "dtype") -> str:
     return v
 
 
-def _shape(v: Any, where: str, dtype: str = "bool") -> tuple:
+def _shape(v: Any, where: str, dtype: str) -> tuple:
     """A declared shape whose array numpy could allocate (at most sys.maxsize bytes of
     ``dtype``); checked with Python ints, without allocating anything."""
     if not isinstance(v, list) or len(v) > MAX_RANK:

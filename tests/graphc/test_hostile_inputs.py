@@ -203,7 +203,8 @@ def test_inline_asm_injection_does_not_abort():
 
 
 def test_compile_with_hostile_function_name_and_file_path(tmp_path):
-    # basename(co_filename) becomes the src of every node: no "/" in the payload
+    # basename(co_filename) becomes the src of every node: no "/" in the payload; the
+    # argument name (an input name) is not ASCII
     r = run_isolated(r"""
         import sys
         import numpy as np
@@ -211,7 +212,8 @@ def test_compile_with_hostile_function_name_and_file_path(tmp_path):
         sys.path.insert(0, sys.argv[1])
         from test_hostile_inputs import system_payload
         ns = {}
-        exec(compile("def f(x):\n    return x + x\n", system_payload("pwned"), "exec"), ns)
+        src = "def f(x\u00e9):\n    return x\u00e9 + x\u00e9\n"
+        exec(compile(src, system_payload("pwned"), "exec"), ns)
         f = ns["f"]
         f.__name__ = system_payload("pwned2")
         f.__qualname__ = f.__name__
