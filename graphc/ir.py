@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import networkx as nx
 import numpy as np
 
-from eager.ops.registry import OPS, Meta
+from eager.ops.registry import OPS, Meta, norm_axes
 
 from .errors import GraphVerificationError
 
@@ -246,6 +246,23 @@ def verify(g: Graph, pass_name: Optional[str] = None) -> None:
         if tuple(m.shape) != tuple(d["shape"]) or m.dtype.name != d["dtype"]:
             fail(f"recorded type {type_str(d['shape'], d['dtype'])} but the shape rule derives "
                  f"{type_str(m.shape, m.dtype)}", nid)
+        if "axis" in d["attrs"]:
+            want = _canonical_axis(op, d["attrs"]["axis"], len(g.nx.nodes[operands[0]]["shape"]))
+            if want is not None:
+                fail(f"axis={d['attrs']['axis']!r} is not in the canonical form {want!r} the "
+                     "tracer records and the passes and backend rely on", nid)
+
+
+def _canonical_axis(op: str, axis: Any, ndim: int) -> Any:
+    """None if ``axis`` (already accepted by the op's shape rule) is canonical, else the
+    canonical form: a sorted tuple of distinct non-negative dims for reductions, one
+    non-negative dim (an int) for argmax/argmin."""
+    dims = norm_axes(axis, ndim, op)
+    if op in ("argmax", "argmin"):
+        ok = type(axis) is int and len(dims) == 1 and axis == dims[0]
+        return None if ok else (dims[0] if len(dims) == 1 else dims)
+    ok = type(axis) is tuple and all(type(a) is int for a in axis) and axis == dims
+    return None if ok else dims
 
 
 def iter_nodes(g: Graph) -> Iterator[tuple]:

@@ -183,7 +183,25 @@ def _getitem_grad(g, *idx, index, shape):
 
 
 def _getitem_grad_shape(g: Meta, *idx: Meta, index, shape) -> Meta:
+    _check_assigned("getitem_grad", g, Meta(tuple(shape), g.dtype), idx, index)
     return Meta(tuple(shape), g.dtype)
+
+
+def _check_assigned(op: str, v: Meta, x: Meta, idx: tuple, index: tuple) -> None:
+    """``x[index] = v`` must be well formed: the index valid for ``x`` and ``v``
+    broadcastable to what it selects (as numpy requires), so the code that assigns never
+    reads ``v`` with strides it does not have.  A boolean mask selects a data-dependent
+    number of elements; numpy checks those when it runs."""
+    if any(it[0] == "t" and idx[it[1]].dtype.kind == "b" for it in index):
+        return
+    sel = _getitem_shape(x, *idx, index=index).shape
+    try:
+        ok = np.broadcast_shapes(tuple(v.shape), sel) == sel
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{op}: shape mismatch: value array of shape {list(v.shape)} could "
+                         f"not be broadcast to indexing result of shape {list(sel)}")
 
 
 def _getitem_samples():
@@ -223,6 +241,7 @@ def _setitem(x, v, *idx, index):
 
 
 def _setitem_shape(x: Meta, v: Meta, *idx: Meta, index) -> Meta:
+    _check_assigned("setitem", v, x, idx, index)
     return Meta(x.shape, x.dtype)
 
 

@@ -22,6 +22,7 @@ import copy
 import json
 import os
 import random
+import re
 import stat
 import subprocess
 import sys
@@ -313,6 +314,23 @@ HOSTILE_DOCS = {
          "attrs": {"index": {"$tuple": [{"$tuple": ["i", 10 ** 30]}]}}, "shape": [1],
          "dtype": "float32", "src": "", "role": "forward", "by": "trace"})),
     "long garbage string": _doc_text(lambda d: d.update(name="x" * 100_000)),
+    # accepted by the reduction's shape rule, but the backend reads axes as the tracer
+    # records them (sorted, non-negative): axis=(-1,) gave wrong sums, then a segfault
+    "negative axis": _doc_text(lambda d: d["nodes"][3]["attrs"].update(
+        axis={"$tuple": [-1]})),
+    "int axis": _doc_text(lambda d: d["nodes"][3]["attrs"].update(axis=1)),
+    "null axis": _doc_text(lambda d: d["nodes"][3]["attrs"].update(axis=None)),
+    "unsorted axes": _doc_text(lambda d: (d["nodes"][3]["attrs"].update(
+        axis={"$tuple": [1, 0]}), d["nodes"][3].update(shape=[1, 1]))),
+    # x[index] = v with a v that does not broadcast to the selection: native code read v
+    # with strides it does not have
+    "setitem value does not broadcast": _doc_text(lambda d: d["nodes"][3].update(
+        op="setitem", operands=[0, 1], attrs={"index": {"$tuple": [{"$tuple": ["i", 0]}]}},
+        shape=[3, 4])),
+    "getitem_grad value does not broadcast": _doc_text(lambda d: d["nodes"][3].update(
+        op="getitem_grad", operands=[2], shape=[5, 4], attrs={
+            "index": {"$tuple": [{"$tuple": ["s", 0, 2, None]}]},
+            "shape": {"$tuple": [5, 4]}})),
 }
 
 
@@ -322,6 +340,35 @@ def test_hostile_document_is_a_format_error(case):
         Graph.from_json(HOSTILE_DOCS[case])
     msg = str(ei.value)
     assert msg.isprintable() and len(msg) < 2000
+
+
+def test_non_canonical_axes_are_refused_before_lowering():
+    """A graph built in Python is verified before lowering: the same refusal."""
+    for axis in [(-1,), 1, None, (1, 0)]:
+        g = Graph("g")
+        x = g.add_input("x", (3, 4), "float32")
+        g.outputs = [g.add_node("sum", (x,), {"axis": axis, "keepdim": True})]
+        with pytest.raises(graphc.GraphcError, match="not in the canonical form"):
+            NativeExecutable(g, 1)
+    g = Graph("g")
+    x = g.add_input("x", (3, 4), "float32")
+    g.outputs = [g.add_node("argmax", (x,), {"axis": -1, "keepdim": False})]
+    with pytest.raises(graphc.GraphcError, match=r"axis=-1 is not in the canonical form 1"):
+        NativeExecutable(g, 1)
+
+
+@pytest.mark.parametrize("op, shape", [("setitem", (2, 9)), ("getitem_grad", (3, 5))])
+def test_assigned_values_must_broadcast_to_the_selection(op, shape):
+    g = Graph("g")
+    x = g.add_input("x", (3, 4), "float32")
+    v = g.add_input("v", shape, "float32")
+    i = g.add_input("i", (2,), "int64")
+    with pytest.raises(ValueError, match=re.escape(f"{op}: shape mismatch: value array of "
+                                                   f"shape {list(shape)}")):
+        if op == "setitem":
+            g.add_node(op, (x, v, i), {"index": (("t", 0),)})
+        else:
+            g.add_node(op, (v, i), {"index": (("t", 0),), "shape": (3, 4)})
 
 
 def test_deep_document_is_refused_even_with_a_high_recursion_limit():
@@ -463,6 +510,49 @@ def test_fuzzed_documents_load_or_are_refused():
             text = _mutate(rng, json.loads(text)) if _load_outcome(text) == "graph" else text
         outcomes[_load_outcome(text)] += 1
     assert outcomes["refused"] > 300 and outcomes["graph"] > 0
+
+
+def test_fuzzed_graphs_that_load_compile_and_agree_with_the_interpreter():
+    """What the loader accepts is safe to compile: mutated documents that load run natively
+    (in a subprocess: a bad graph could crash) and give the interpreter's results."""
+    r = run_isolated("""
+        import copy, random, sys, warnings
+        import numpy as np
+        import graphc
+        from graphc.interpreter import interpret
+        from graphc.runtime.native import NativeExecutable
+        sys.path.insert(0, sys.argv[1])
+        from test_hostile_inputs import _fuzz_bases, _mutate
+
+        warnings.simplefilter("ignore")
+        rng, bases, ran = random.Random(1), _fuzz_bases(), 0
+        for it in range(1000):
+            try:
+                g = graphc.Graph.from_json(_mutate(rng, copy.deepcopy(rng.choice(bases))))
+            except graphc.GraphFormatError:
+                continue
+            specs = [g.nx.nodes[i] for i in g.inputs]
+            if any(np.prod(d["shape"]) > 10 ** 5 for d in specs):
+                continue
+            arrays = [np.random.default_rng(it).integers(-3, 3, d["shape"]).astype(d["dtype"])
+                      for d in specs]
+            try:
+                want = interpret(g, *arrays)
+            except Exception as e:
+                want = e
+            try:
+                got = NativeExecutable(g, 1).run(arrays)
+            except Exception as e:
+                got = e
+            ran += 1
+            if isinstance(want, Exception) or isinstance(got, Exception):
+                assert isinstance(want, Exception) and isinstance(got, Exception), (it, want, got)
+                continue
+            for a, b in zip(want, got):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=str(it))
+        print("ran", ran)
+    """, str(Path(__file__).parent))
+    assert r.returncode == 0 and int(r.stdout.split()[-1]) > 20, r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------------------------------
