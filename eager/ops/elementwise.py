@@ -308,7 +308,20 @@ def _fill(x, value):
     return np.full(x.shape, value, dtype=x.dtype)
 
 
-defop("fill", forward=_fill, shape=lambda x, value: Meta(x.shape, x.dtype), arity=1,
+def _fill_shape(x: Meta, value) -> Meta:
+    """The value must fit an integer dtype: numpy raises OverflowError for an int out of
+    range, and a float outside the range (or NaN) has no defined integer value (numpy
+    warns and gives INT_MIN; compiled code would give something else)."""
+    dt = np.dtype(x.dtype)
+    if dt.kind in "iu" and not isinstance(value, (bool, np.bool_, np.ndarray)):
+        info = np.iinfo(dt)
+        if not (isinstance(value, (int, np.integer)) or np.isfinite(value)) or \
+                not info.min <= int(value) <= info.max:
+            raise OverflowError(f"fill: value {value!r} out of bounds for {dt.name}")
+    return Meta(x.shape, x.dtype)
+
+
+defop("fill", forward=_fill, shape=_fill_shape, arity=1,
       attrs=("value",), saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
       samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0}),
                        ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),

@@ -322,6 +322,12 @@ HOSTILE_DOCS = {
     "null axis": _doc_text(lambda d: d["nodes"][3]["attrs"].update(axis=None)),
     "unsorted axes": _doc_text(lambda d: (d["nodes"][3]["attrs"].update(
         axis={"$tuple": [1, 0]}), d["nodes"][3].update(shape=[1, 1]))),
+    # native code truncated the constant (0), eager raises OverflowError
+    "fill value out of int32 range": _doc_text(lambda d: d["nodes"].extend([
+        {"id": 4, "op": "cast", "operands": [3], "attrs": {"dtype": "int32"}, "shape": [3, 1],
+         "dtype": "int32", "src": "", "role": "forward", "by": "trace"},
+        {"id": 5, "op": "fill", "operands": [4], "attrs": {"value": 2 ** 40}, "shape": [3, 1],
+         "dtype": "int32", "src": "", "role": "forward", "by": "trace"}])),
     # x[index] = v with a v that does not broadcast to the selection: native code read v
     # with strides it does not have
     "setitem value does not broadcast": _doc_text(lambda d: d["nodes"][3].update(
@@ -355,6 +361,17 @@ def test_non_canonical_axes_are_refused_before_lowering():
     g.outputs = [g.add_node("argmax", (x,), {"axis": -1, "keepdim": False})]
     with pytest.raises(graphc.GraphcError, match=r"axis=-1 is not in the canonical form 1"):
         NativeExecutable(g, 1)
+
+
+@pytest.mark.parametrize("value", [2 ** 40, -2 ** 31 - 1, 1e300, float("nan")])
+def test_fill_with_a_value_the_dtype_cannot_hold_is_refused(value):
+    def f(x):
+        y = x + 0
+        y.fill_(value)
+        return y
+
+    with pytest.raises(OverflowError, match="out of bounds for int32"):
+        graphc.compile(f)(np.zeros(3, np.int32))
 
 
 @pytest.mark.parametrize("op, shape", [("setitem", (2, 9)), ("getitem_grad", (3, 5))])
