@@ -109,6 +109,25 @@ defop("sign", forward=np.sign, shape=_same_shape, arity=1, saves=(),
       vjp=(lambda g, out, x: g.zeros_like_(),), samples=_unary_samples())
 
 
+def _check_scalar_fits(op: str, dtype, value) -> None:
+    """A scalar attribute used as a value of an integer dtype must fit it: numpy raises
+    OverflowError for an int out of range, and a float outside the range (or NaN) has no
+    defined integer value (numpy warns or raises; compiled code would truncate the
+    constant silently)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iu" and value is not None and not isinstance(value, (bool, np.bool_)):
+        info = np.iinfo(dt)
+        if not (isinstance(value, (int, np.integer)) or np.isfinite(value)) or \
+                not info.min <= int(value) <= info.max:
+            raise OverflowError(f"{op}: value {value!r} out of bounds for {dt.name}")
+
+
+def _clamp_shape(x: Meta, min=None, max=None) -> Meta:
+    _check_scalar_fits("clamp", x.dtype, min)
+    _check_scalar_fits("clamp", x.dtype, max)
+    return _same_shape(x)
+
+
 def _clamp(x, min=None, max=None):
     t = x.dtype.type
     if max is None:
@@ -135,7 +154,7 @@ def _clamp_samples():
             ([r.uniform(-2, 2, size=(0, 3))], {"min": 0.0, "max": 1.0})]
 
 
-defop("clamp", forward=_clamp, shape=lambda x, min=None, max=None: _same_shape(x), arity=1,
+defop("clamp", forward=_clamp, shape=_clamp_shape, arity=1,
       attrs=("min", "max"), saves=(0,),
       vjp=(_clamp_vjp,), samples=_clamp_samples)
 
@@ -309,15 +328,7 @@ def _fill(x, value):
 
 
 def _fill_shape(x: Meta, value) -> Meta:
-    """The value must fit an integer dtype: numpy raises OverflowError for an int out of
-    range, and a float outside the range (or NaN) has no defined integer value (numpy
-    warns and gives INT_MIN; compiled code would give something else)."""
-    dt = np.dtype(x.dtype)
-    if dt.kind in "iu" and not isinstance(value, (bool, np.bool_, np.ndarray)):
-        info = np.iinfo(dt)
-        if not (isinstance(value, (int, np.integer)) or np.isfinite(value)) or \
-                not info.min <= int(value) <= info.max:
-            raise OverflowError(f"fill: value {value!r} out of bounds for {dt.name}")
+    _check_scalar_fits("fill", x.dtype, value)
     return Meta(x.shape, x.dtype)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import eager as torch
 import graphc
 from graphc.backend import irtext
 from graphc.ir import Graph
@@ -370,8 +371,17 @@ def test_fill_with_a_value_the_dtype_cannot_hold_is_refused(value):
         y.fill_(value)
         return y
 
-    with pytest.raises(OverflowError, match="out of bounds for int32"):
+    with pytest.raises(OverflowError, match="fill: value .* out of bounds for int32"):
         graphc.compile(f)(np.zeros(3, np.int32))
+
+
+@pytest.mark.parametrize("bounds", [{"min": 2 ** 40}, {"max": -2 ** 40}])
+def test_clamp_with_a_bound_the_dtype_cannot_hold_is_refused(bounds):
+    """Eager raises OverflowError; compiled code used to truncate the bound (to 0)."""
+    with pytest.raises(OverflowError):
+        torch.tensor(np.ones(3, np.int32)).clamp(**bounds)
+    with pytest.raises(OverflowError, match="clamp: value .* out of bounds for int32"):
+        graphc.compile(lambda x: x.clamp(**bounds))(np.ones(3, np.int32))
 
 
 @pytest.mark.parametrize("op, shape", [("setitem", (2, 9)), ("getitem_grad", (3, 5))])
