@@ -576,7 +576,7 @@ def test_fuzzed_graphs_that_load_compile_and_agree_with_the_interpreter():
                 assert isinstance(want, Exception) and isinstance(got, Exception), (it, want, got)
                 continue
             for a, b in zip(want, got):
-                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=str(it))
+                np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=str(it))
         print("ran", ran)
     """, str(Path(__file__).parent))
     assert r.returncode == 0 and int(r.stdout.split()[-1]) > 20, r.stdout + r.stderr
@@ -656,7 +656,8 @@ def test_tampered_entry_is_a_clean_miss(tmp_path, quiet_env, how):
     with pytest.warns(cache.DiskCacheWarning, match="ignoring disk cache entry"):
         np.testing.assert_array_equal(cf(x), x * 3 + 1)
     assert _status(cf, x) == "disk-stored"         # removed (ours), recompiled, stored again
-    assert Path(entry).read_bytes() == blob
+    payload = blob[blob.index(b"\n", len(cache.MAGIC)) + 1:]
+    assert cache.DiskCache(str(d)).load(Path(entry).name[:-len(cache.SUFFIX)]) == payload
 
 
 def test_oversized_entry_is_a_miss_without_reading_it(tmp_path, quiet_env):
