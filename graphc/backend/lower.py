@@ -28,13 +28,34 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import UnsupportedOpError
+from ..errors import TooBigError, UnsupportedOpError
 from ..ir import Graph, describe
 from . import blas, vecmath
 from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,
                    numel)
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+
+class _CheckedInt(ir.IntType):
+    """An integer type whose constants must fit it as signed values.  LLVM's IR parser
+    silently truncates a constant too wide for its type (an i64 of 2**64 reads as 0), so
+    every i32/i64 constant of the generated code -- sizes, offsets, strides, byte counts,
+    BLAS dimensions -- is checked when it is made.  The planner refuses sizes numpy cannot
+    address first (TooBigError); this is the backstop that makes a truncation impossible."""
+
+    _instance_cache: dict = {}       # not the cache of ir.IntType's (unchecked) instances
+
+    def wrap_constant_value(self, val):
+        val = super().wrap_constant_value(val)
+        if not isinstance(val, bool) and isinstance(val, int) and \
+                not -(1 << (self.width - 1)) <= val < (1 << (self.width - 1)):
+            raise TooBigError(f"internal error: the constant {val} does not fit in an "
+                              f"i{self.width} of the generated code; refusing to compile it "
+                              "(please report this graph)")
+        return val
+
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), _CheckedInt(32), _CheckedInt(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 ENTRY = "graphc_entry"
@@ -330,8 +351,8 @@ class Lowerer:
         kb.combine_partials(b, fn, partials, nchunks, nred, self._data, self._arena_ptr, i)
 
     def _chunk_function(self, i: int, kfn, nargs: int, size: int, stride: int):
-        """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop,
-        ``[c*size/nchunks, (c+1)*size/nchunks)``, into partial slot c."""
+        """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop (one of
+        ``nchunks`` near-equal ranges of ``[0, size)``) into partial slot c."""
         f = ir.Function(self.module, CHUNK_FN, name=f"k{i}_chunk")
         f.linkage = "internal"
         f.attributes.add("nounwind")
@@ -344,8 +365,15 @@ class Lowerer:
 
         args = [bb.inttoptr(get(k), PTR) for k in range(nargs)]
         partials, nchunks = bb.inttoptr(get(nargs), PTR), get(nargs + 1)
-        lo = bb.sdiv(bb.mul(c, ir.Constant(I64, size)), nchunks)
-        hi = bb.sdiv(bb.mul(bb.add(c, ir.Constant(I64, 1)), ir.Constant(I64, size)), nchunks)
+        # chunk c starts at c*q + min(c, r) with q, r = divmod(size, nchunks): near-equal
+        # ranges without the product c*size, which would overflow for sizes above 2**55
+        q = bb.sdiv(ir.Constant(I64, size), nchunks)
+        r = bb.srem(ir.Constant(I64, size), nchunks)
+
+        def start(k):
+            return bb.add(bb.mul(k, q), bb.select(bb.icmp_signed("<", k, r), k, r))
+
+        lo, hi = start(c), start(bb.add(c, ir.Constant(I64, 1)))
         part = bb.gep(partials, [bb.mul(c, ir.Constant(I64, stride))], source_etype=I64)
         bb.call(kfn, args + [lo, hi, part])
         bb.ret_void()
@@ -952,8 +980,10 @@ class KernelBuilder:
         total = numel(batch + (M, N))
         if total == 0:
             return
-        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt or not blas.available():
-            # plain loops: integer/bool/mixed matmuls, K == 0, or no BLAS library installed
+        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt or not blas.available() or \
+                not _blas_fits(va, vb, M, N, K):
+            # plain loops: integer/bool/mixed matmuls, K == 0, no BLAS library installed, or
+            # a dimension beyond the 32-bit ints of the cblas interface
             self._matmul_loops(n, va, vb, batch, M, K, N, dt, adt, bdt)
             return
         gemm = blas.declare_gemm(self.module, dt)
@@ -1278,6 +1308,12 @@ def _contig(v, space, a: int, grp: list) -> bool:
     """Is dim ``a`` followed by the (already merged) dims ``grp`` one linear run in ``v``?"""
     return v[a] == v[grp[-1]] * _group_size(space, grp) and all(
         v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1))
+
+
+def _blas_fits(va: View, vb: View, M: int, N: int, K: int) -> bool:
+    """Do the dimensions and leading dimensions fit cblas's 32-bit ints?"""
+    lds = [max(blas_layout(v)[1], 1) for v in (va, vb)]
+    return max([M, N, K] + lds) <= np.iinfo(np.int32).max
 
 
 def _blas_operand(v: View) -> tuple:
