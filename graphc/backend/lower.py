@@ -769,7 +769,9 @@ class KernelBuilder:
         for r in kern.reduces:
             axes = g.nx.nodes[r]["attrs"]["axis"]
             keep = tuple(1 if i in axes else s for i, s in enumerate(space))
-            ost = tuple(0 if i in axes else st for i, st in enumerate(cstrides(keep)))
+            # a size-1 dim that is kept indexes only 0: stride 0, so a reduction to one
+            # element (a (N, 1) input summed over dim 0) is a full one, whatever its shape
+            ost = tuple(0 if k == 1 else st for k, st in zip(keep, cstrides(keep)))
             red_out[r] = ost
             full[r] = all(s == 0 for s in ost)
             vecs.append(ost)
@@ -948,13 +950,18 @@ class KernelBuilder:
         raise AssertionError(op)
 
     def _empty_reductions(self, kern: Kernel) -> None:
-        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False)."""
+        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False);
+        max and min have none, so only their empty results (over non-empty dims) get here
+        (the shape rule refuses the others while tracing, with PyTorch's error)."""
         g = self.g
         for r in kern.reduces:
             d = g.nx.nodes[r]
             dt = np.dtype(d["dtype"])
+            if not numel(d["shape"]):
+                continue                               # an empty result: nothing to write
             if d["op"] in ("max", "min"):
-                raise UnsupportedOpError(f"{describe(g, r)}: {d['op']} of an empty tensor")
+                raise UnsupportedOpError(f"internal error: {describe(g, r)}: {d['op']} over a "
+                                         "zero-size dim reached the backend")
             acc_t, ident = _reduce_acc(d["op"], dt)
             v = self.convert(ident, acc_t, dt)
             if d["op"] == "mean":
@@ -1054,8 +1061,11 @@ class KernelBuilder:
         if not shape:
             self.store(n, np.dtype(np.int64), ir.Constant(I64, 0), ir.Constant(I64, 0))
             return
+        if not numel(d["shape"]):
+            return                                     # an empty result: nothing to write
         if shape[axis] == 0:
-            raise UnsupportedOpError(f"{describe(g, n)}: {d['op']} over an empty dimension")
+            raise UnsupportedOpError(f"internal error: {describe(g, n)}: {d['op']} over a "
+                                     "zero-size dim reached the backend")
         outer_sizes = [s for i, s in enumerate(shape) if i != axis]
         outer_st = [st for i, st in enumerate(v.strides) if i != axis]
         ost = cstrides(tuple(outer_sizes))
