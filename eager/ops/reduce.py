@@ -44,12 +44,30 @@ def _sum(x, axis, keepdim):
 _add_reduce = np.add.reduce
 
 
-defop("sum", forward=_sum, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+def _sum_dtype(d: np.dtype) -> np.dtype:
+    """numpy's (and PyTorch's) sum widens bools and smaller integers to 64 bits (the
+    public ``sum`` casts any integer to int64 first)."""
+    if d.kind in "bi" and d.itemsize < 8:
+        return np.dtype(np.int64)
+    if d.kind == "u" and d.itemsize < 8:
+        return np.dtype(np.uint64)
+    return d
+
+
+defop("sum", forward=_sum, shape=_reduce_shape(_sum_dtype), arity=1, attrs=("axis", "keepdim"),
       saves=(), kind="reduce", samples=_samples,
       vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),))
 
 
+def _mean_dtype(d: np.dtype) -> np.dtype:
+    if d.kind != "f":
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {d.name}")
+    return d
+
+
 def _mean(x, axis, keepdim):
+    _mean_dtype(x.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.mean(x, axis=axis, keepdims=keepdim, dtype=x.dtype)
 
@@ -61,7 +79,7 @@ def _mean_vjp(g, out, x, axis, keepdim):
     return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
 
 
-defop("mean", forward=_mean, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+defop("mean", forward=_mean, shape=_reduce_shape(_mean_dtype), arity=1, attrs=("axis", "keepdim"),
       saves=(), kind="reduce", samples=_samples, vjp=(_mean_vjp,))
 
 

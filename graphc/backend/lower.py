@@ -682,6 +682,8 @@ class KernelBuilder:
         if op in ("copy", "detach"):
             return xs[0]
         if op == "neg":
+            if out.kind == "b":
+                raise UnsupportedOpError(f"{describe(self.g, n)}: negation of bools")
             return b.fneg(xs[0], name=name) if fl else b.sub(ir.Constant(t, 0), xs[0], name=name)
         if op in ("exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"):
             return self.math(op, t, xs[0])
@@ -689,16 +691,19 @@ class KernelBuilder:
             if fl:
                 return self.math("abs", t, xs[0])
             x = xs[0]
+            if out.kind == "b":
+                return x
             return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)),
                             b.sub(ir.Constant(t, 0), x), x, name=name)
         if op == "sign":
+            # PyTorch's (x > 0) - (x < 0): NaN and -0.0 give +0, a bool is itself
             x = xs[0]
             zero, one, mone = (_const(out, 0), _const(out, 1), _const(out, -1))
             if fl:
                 pos, neg = b.fcmp_ordered(">", x, zero), b.fcmp_ordered("<", x, zero)
             else:
-                pos, neg = b.icmp_signed(">", x, zero), b.icmp_signed("<", x, zero)
-            return b.select(pos, one, b.select(neg, mone, x if fl else zero), name=name)
+                pos, neg = self._icmp(">", x, zero), self._icmp("<", x, zero)
+            return b.select(pos, one, b.select(neg, mone, zero), name=name)
         if op == "relu":
             return self._max(xs[0], _const(out, 0), fl)
         if op == "clamp":
@@ -715,27 +720,96 @@ class KernelBuilder:
         if op in ("add", "sub", "mul"):
             if fl:
                 return getattr(b, "f" + op)(xs[0], xs[1], name=name)
+            if out.kind == "b":     # bool: add is or, mul is and (sub is refused when traced)
+                if op == "add":
+                    return b.or_(xs[0], xs[1], name=name)
+                if op == "mul":
+                    return b.and_(xs[0], xs[1], name=name)
+                raise UnsupportedOpError(f"{describe(self.g, n)}: {op} of bools")
             return getattr(b, op)(xs[0], xs[1], name=name)
         if op == "div":
             return b.fdiv(xs[0], xs[1], name=name)
         if op == "pow":
             if fl:
+                if not self.g.nx.nodes[d["operands"][1]]["shape"]:
+                    return self._scalar_pow(d["operands"][1], xs[0], xs[1], t)
                 return self.math("pow", t, xs[0], xs[1])
-            w = [self.convert(v, out, np.dtype(np.float64)) for v in xs]
-            return self.convert(self.math("pow", F64, *w), np.dtype(np.float64), out)
+            if out.kind == "b":                     # x or not y (eager's bool ** bool)
+                return b.or_(xs[0], b.xor(xs[1], ir.Constant(I1, 1)), name=name)
+            return b.call(self._int_pow_function(t), xs, name=name)
         raise UnsupportedOpError(f"{describe(self.g, n)}: no scalar lowering for {op}")
+
+    def _scalar_pow(self, yn: int, x, y, t):
+        """``x ** y`` for a 0-d exponent node ``yn``, as eager computes it (PyTorch's rule for
+        a Python-number exponent): 0.5 is sqrt, -0.5 is 1/sqrt, anything else C's pow.  A
+        constant exponent picks its code here; a computed one selects per element."""
+        b = self.b
+        known = self.plan.scalars.get(yn)
+        if known is not None:
+            v = float(known)
+            if v == 0.5:
+                return self.math("sqrt", t, x)
+            if v == -0.5:
+                return b.fdiv(ir.Constant(t, 1.0), self.math("sqrt", t, x))
+            return self.math("pow", t, x, y)
+        root = self.math("sqrt", t, x)
+        return b.select(b.fcmp_ordered("==", y, ir.Constant(t, 0.5)), root,
+                        b.select(b.fcmp_ordered("==", y, ir.Constant(t, -0.5)),
+                                 b.fdiv(ir.Constant(t, 1.0), root), self.math("pow", t, x, y)))
+
+    def _int_pow_function(self, t: ir.IntType) -> ir.Function:
+        """``graphc_ipow_i<w>(x, y)``: eager's (PyTorch's) integer power -- exact, wrapping
+        around like numpy, by squaring; a negative exponent gives 1 for base 1, -1 or 1
+        for base -1 (odd or even exponent), else 0."""
+        name = f"graphc_ipow_i{t.width}"
+        f = self.module.globals.get(name)
+        if f is not None:
+            return f
+        f = ir.Function(self.module, ir.FunctionType(t, [t, t]), name=name)
+        f.linkage = "internal"
+        f.attributes.add("nounwind")
+        x, y = f.args
+        x.name, y.name = "base", "exponent"
+        blocks = [f.append_basic_block(s) for s in ("entry", "negative", "loop", "step", "done")]
+        entry, negative, loop, step, done = blocks
+        b = ir.IRBuilder(entry)
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        b.cbranch(b.icmp_signed("<", y, zero), negative, loop)
+        b.position_at_end(negative)
+        odd = b.trunc(y, I1)
+        b.ret(b.select(b.icmp_signed("==", x, one), one, b.select(
+            b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(odd, ir.Constant(t, -1), one),
+            zero)))
+        b.position_at_end(loop)
+        r, base, e = b.phi(t, "r"), b.phi(t, "b"), b.phi(t, "e")
+        b.cbranch(b.icmp_signed("==", e, zero), done, step)
+        b.position_at_end(step)
+        r2 = b.select(b.trunc(e, I1), b.mul(r, base), r)
+        base2, e2 = b.mul(base, base), b.lshr(e, one)
+        b.branch(loop)
+        for phi, start, nxt in ((r, one, r2), (base, x, base2), (e, y, e2)):
+            phi.add_incoming(start, entry)
+            phi.add_incoming(nxt, step)
+        b.position_at_end(done)
+        b.ret(r)
+        return f
+
+    def _icmp(self, op: str, x, y, name: str = ""):
+        """Integer comparison: signed, except for bools (i1), where True is 1, not -1."""
+        cmp = self.b.icmp_unsigned if x.type == I1 else self.b.icmp_signed
+        return cmp(op, x, y, name=name)
 
     def _max(self, x, y, fl):
         b = self.b
         if fl:   # NaN in either operand propagates, as numpy.maximum
             return b.select(b.or_(b.fcmp_ordered(">", x, y), self.isnan(x)), x, y)
-        return b.select(b.icmp_signed(">", x, y), x, y)
+        return b.select(self._icmp(">", x, y), x, y)
 
     def _min(self, x, y, fl):
         b = self.b
         if fl:
             return b.select(b.or_(b.fcmp_ordered("<", x, y), self.isnan(x)), x, y)
-        return b.select(b.icmp_signed("<", x, y), x, y)
+        return b.select(self._icmp("<", x, y), x, y)
 
     # --- values inside a loop over an index space ----------------------------------------
     # --- loop kernels: elementwise stores + reductions over one space ---------------------
@@ -938,11 +1012,11 @@ class KernelBuilder:
         if op == "max":
             if fl:
                 return b.select(b.or_(b.fcmp_ordered(">", v, cur), self.isnan(v)), v, cur)
-            return b.select(b.icmp_signed(">", v, cur), v, cur)
+            return b.select(self._icmp(">", v, cur), v, cur)
         if op == "min":
             if fl:
                 return b.select(b.or_(b.fcmp_ordered("<", v, cur), self.isnan(v)), v, cur)
-            return b.select(b.icmp_signed("<", v, cur), v, cur)
+            return b.select(self._icmp("<", v, cur), v, cur)
         if op == "all":
             return b.and_(cur, v)
         if op == "any":
@@ -1186,7 +1260,8 @@ class KernelBuilder:
             gst = gv.broadcast_to(tuple(d_ for d_ in gv.shape))
             v = self.convert(self.load(gv.buf, gdt, self.offset(gv.offset, gst, idx)), gdt, dt)
             cur = self.load(n, dt, off)
-            self.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else b.add(cur, v))
+            self.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else
+                       b.or_(cur, v) if dt.kind == "b" else b.add(cur, v))
 
         self._gather_loop(n, own, 1, acc)
 
