@@ -120,7 +120,9 @@ defop("sigmoid", forward=_floatify(_sigmoid), shape=_unary_shape, arity=1, saves
 
 
 def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
+    # PyTorch's relu and clamp return x where it equals the bound (relu(-0.0) is -0.0);
+    # numpy's maximum/minimum return their second operand on ties, so x goes second
+    return np.maximum(x.dtype.type(0), x)
 
 
 defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=True,
@@ -145,12 +147,12 @@ defop("sign", forward=_sign, shape=_same_shape, arity=1, saves=(),
 
 
 def _clamp(x, min=None, max=None):
-    t = x.dtype.type
+    t = x.dtype.type                # x second: on a tie the result is x, as in PyTorch
     if max is None:
-        return np.maximum(x, t(min))
+        return np.maximum(t(min), x)
     if min is None:
-        return np.minimum(x, t(max))
-    return np.minimum(np.maximum(x, t(min)), t(max))
+        return np.minimum(t(max), x)
+    return np.minimum(t(max), np.maximum(t(min), x))
 
 
 def _clamp_vjp(g, out, x, min=None, max=None):

@@ -494,6 +494,7 @@ class Lowerer:
             if b not in ptrs:
                 ptrs[b] = ptrs[self._canonical(b)]
         kb = KernelBuilder(self, fn, ptrs)
+        kb.in_place = i in self.plan.alias_kernels
         if par:
             kb.par = fn.args[len(bufs):]
             for a, nm in zip(kb.par, ("start", "end", "partials")):
@@ -541,6 +542,9 @@ class KernelBuilder:
         self.module = low.module
         self.par = None            # (start, end, partials) args of a parallel loop kernel
         self.outer_size = 0
+        self.in_place = False      # an output is written over an input (plan.alias_kernels)
+        self.trig_flag = None      # i8 slot: a sin/cos argument beyond vecmath's accurate range
+        self.trig_exact = False    # emit sin/cos that are exact for every argument
 
     def finish(self) -> None:
         self.b.branch(self.exit)
@@ -685,7 +689,9 @@ class KernelBuilder:
             if out.kind == "b":
                 raise UnsupportedOpError(f"{describe(self.g, n)}: negation of bools")
             return b.fneg(xs[0], name=name) if fl else b.sub(ir.Constant(t, 0), xs[0], name=name)
-        if op in ("exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"):
+        if op in ("sin", "cos"):
+            return self._trig(op, t, xs[0])
+        if op in ("exp", "log", "tanh", "sigmoid", "sqrt"):
             return self.math(op, t, xs[0])
         if op == "abs":
             if fl:
@@ -705,13 +711,13 @@ class KernelBuilder:
                 pos, neg = self._icmp(">", x, zero), self._icmp("<", x, zero)
             return b.select(pos, one, b.select(neg, mone, zero), name=name)
         if op == "relu":
-            return self._max(xs[0], _const(out, 0), fl)
+            return self._clamp_to(xs[0], "<", _const(out, 0), fl)
         if op == "clamp":
             x = xs[0]
             if attrs["min"] is not None:
-                x = self._max(x, _const(out, attrs["min"]), fl)
+                x = self._clamp_to(x, "<", _const(out, attrs["min"]), fl)
             if attrs["max"] is not None:
-                x = self._min(x, _const(out, attrs["max"]), fl)
+                x = self._clamp_to(x, ">", _const(out, attrs["max"]), fl)
             return x
         if op == "maximum":
             return self._max(xs[0], xs[1], fl)
@@ -738,6 +744,23 @@ class KernelBuilder:
                 return b.or_(xs[0], b.xor(xs[1], ir.Constant(I1, 1)), name=name)
             return b.call(self._int_pow_function(t), xs, name=name)
         raise UnsupportedOpError(f"{describe(self.g, n)}: no scalar lowering for {op}")
+
+    def _trig(self, op: str, t, x):
+        """sin/cos: the vector code, which is accurate for ``|x| < TRIG_ACCURATE_LIMIT``.  A
+        loop kernel that uses them records whether an argument was beyond (``trig_flag``)
+        and then runs again with ``trig_exact``: libm's sin/cos (a full argument reduction,
+        as numpy's) for those arguments (see ``loop_kernel``)."""
+        b = self.b
+        fast = self.math(op, t, x)
+        big = b.fcmp_ordered(">=", self.math("abs", t, x),
+                             ir.Constant(t, vecmath.TRIG_ACCURATE_LIMIT))
+        if self.trig_exact:
+            wide = x if t == F64 else b.fpext(x, F64)
+            exact = b.call(self.module.declare_intrinsic(f"llvm.{op}", [F64]), [wide])
+            return b.select(big, exact if t == F64 else b.fptrunc(exact, t), fast)
+        if self.trig_flag is not None:
+            b.store(b.or_(b.load(self.trig_flag, typ=I8), b.zext(big, I8)), self.trig_flag)
+        return fast
 
     def _scalar_pow(self, yn: int, x, y, t):
         """``x ** y`` for a 0-d exponent node ``yn``, as eager computes it (PyTorch's rule for
@@ -799,6 +822,12 @@ class KernelBuilder:
         cmp = self.b.icmp_unsigned if x.type == I1 else self.b.icmp_signed
         return cmp(op, x, y, name=name)
 
+    def _clamp_to(self, x, beyond: str, bound, fl):
+        """``bound`` where ``x`` is beyond it, else ``x`` -- also on a tie (relu(-0.0) is
+        -0.0) and for NaN, as PyTorch's relu and clamp."""
+        cmp = self.b.fcmp_ordered(beyond, x, bound) if fl else self._icmp(beyond, x, bound)
+        return self.b.select(cmp, bound, x)
+
     def _max(self, x, y, fl):
         b = self.b
         if fl:   # NaN in either operand propagates, as numpy.maximum
@@ -814,6 +843,38 @@ class KernelBuilder:
     # --- values inside a loop over an index space ----------------------------------------
     # --- loop kernels: elementwise stores + reductions over one space ---------------------
     def loop_kernel(self, kern: Kernel) -> None:
+        """The loop nest of ``kern``.  With sin/cos in it, the vectorized loop runs first
+        and flags arguments beyond the vector code's accurate range; if one was, the whole
+        kernel runs again with exact sin/cos (libm calls: scalar, but only then).  Running
+        twice is safe: a kernel writes no buffer it reads -- except in place, where the
+        exact version runs alone."""
+        g = self.g
+        trig = numel(kern.space) and any(
+            g.nx.nodes[n]["op"] in ("sin", "cos") for n in self.plan.expr_nodes(
+                self.plan.kernel_roots(kern)))
+        if not trig:
+            self._loop_kernel(kern)
+            return
+        if self.in_place:
+            self.trig_exact = True
+            self._loop_kernel(kern)
+            return
+        b = self.b
+        self.trig_flag = self.alloca(I8, name="trig_beyond")
+        b.store(ir.Constant(I8, 0), self.trig_flag)
+        self._loop_kernel(kern)
+        flag, self.trig_flag = self.trig_flag, None
+        again = self.fn.append_basic_block("exact_trig")
+        done = self.fn.append_basic_block("trig_done")
+        b.cbranch(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0)), again, done)
+        b.position_at_end(again)
+        self.trig_exact = True
+        self._loop_kernel(kern)
+        self.trig_exact = False
+        b.branch(done)
+        b.position_at_end(done)
+
+    def _loop_kernel(self, kern: Kernel) -> None:
         plan, g, b = self.plan, self.g, self.b
         space = kern.space
         if numel(space) == 0:
