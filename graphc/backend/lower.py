@@ -4,7 +4,9 @@ The module has one entry point, ``PyObject *graphc_entry(PyObject *self,
 PyObject *arrays)``, a CPython ``METH_O`` function (graphc.runtime.native wraps
 it in a builtin function object, so a call costs what calling a builtin costs).
 ``arrays`` is a tuple of the input arrays.  The entry point checks it is a
-tuple of the compiled length, reads each array's data pointer and flags
+tuple of the compiled length and that every item's type is exactly numpy's
+``ndarray`` (``ob_type == &PyArray_Type``: neither a subclass nor an object
+faking ``__class__``), only then reads each array's data pointer and flags
 straight from numpy's array struct (offsets checked once at import against
 ``__array_interface__``), refuses inputs that are not C-contiguous and aligned,
 allocates the output arrays itself (numpy's ``PyArray_New``; an output written
@@ -13,7 +15,8 @@ allocates one arena for intermediates, runs every kernel in order and returns a
 new tuple of the outputs.  On failure it frees what it allocated and returns a
 Python int instead: 1 the input layout (the caller copies and retries), 2 no
 memory for the arena, 3 an index out of bounds (IndexError), 4 not a tuple of
-the compiled length; or NULL with numpy's MemoryError when an output cannot be
+the compiled length, 5 an item that is not exactly an ndarray (the caller
+converts subclasses or refuses); or NULL with numpy's MemoryError when an output cannot be
 allocated.  The thread count for parallel loops is read from the
 ``graphc_num_threads`` global (graphc.runtime.parallel).
 
@@ -71,7 +74,7 @@ NPY_C_CONTIGUOUS = 0x1
 NPY_ALIGNED = 0x100
 NPY_WRITEABLE = 0x400
 
-RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS = 0, 1, 2, 3, 4
+RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS, RC_TYPE = 0, 1, 2, 3, 4, 5
 GIL_FREE_MIN = 1 << 14        # loop elements above which the entry releases the GIL
 PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
 MAX_THREADS = 64
@@ -147,8 +150,9 @@ class Lowerer:
         b.comment(f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
                   f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
         b.comment(f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
-                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); data pointer "
-                  f"at +{DATA_OFFSET}, flags at +{FLAGS_OFFSET}")
+                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); each item's "
+                  f"type exactly ndarray, then its data pointer at +{DATA_OFFSET}, flags at "
+                  f"+{FLAGS_OFFSET}")
         b.comment("returns a new tuple of the outputs, a Python int (rc) or NULL (MemoryError)")
         tp = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
                     typ=PTR, name="arrays_type")
@@ -162,11 +166,24 @@ class Lowerer:
         b.position_at_end(bad_args)
         b.ret(self._rc_object(b, RC_ARGS))
         b.position_at_end(load)
-        objs, data, flags = [], [], []
+        objs = [b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
+                for i in range(self.n_in)]
+        if objs:                  # nothing is read from an object that is not an ndarray
+            array_type = self._py_type("graphc_PyArray_Type")
+            exact = ir.Constant(I1, 1)
+            for i, obj in enumerate(objs):
+                tp = b.load(b.gep(obj, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+                            typ=PTR, name=f"in{i}_type")
+                exact = b.and_(exact, b.icmp_unsigned("==", tp, array_type))
+            read = fn.append_basic_block("read_arrays")
+            bad_type = fn.append_basic_block("not_an_ndarray")
+            b.cbranch(exact, read, bad_type)
+            b.position_at_end(bad_type)
+            b.ret(self._rc_object(b, RC_TYPE))
+            b.position_at_end(read)
+        data, flags = [], []
         ok = ir.Constant(I1, 1)
-        for i in range(self.n_in):
-            obj = b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
-            objs.append(obj)
+        for i, obj in enumerate(objs):
             data.append(b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
                                typ=PTR, name=f"in{i}_data"))
             fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
