@@ -150,6 +150,8 @@ class TensorOps:
         return -self
 
     def pow(self, exponent):
+        if exponent.__class__ is builtins.int and exponent < 0 and self._npdtype.kind in "biu":
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
         gname = "PowBackward1" if isinstance(exponent, TensorOps) else "PowBackward0"
         return self._binary("pow", exponent, gname)
 

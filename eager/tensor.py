@@ -926,9 +926,9 @@ def _binop(op: str, gname: str):
             return general(self, op, other, gname)
         try:
             out = _make(raw(a, b))
-        except ValueError:
-            forward(a, b)               # raises the error naming the op and both shapes
-            raise
+        except (ValueError, TypeError):
+            forward(a, b)               # raises the error naming the op and both shapes, or
+            raise                       # PyTorch's for bools (bool - bool)
         if rg and recorded and state.enabled and dt.kind == "f":
             _record2(out, recipes, self, other, dt)
         return out

@@ -205,9 +205,10 @@ class CompiledFunction:
     def _signature(self, args: tuple) -> tuple:
         if not self.static_argnums:
             # the common case, plain arrays only: no per-argument branching beyond one test
+            # (of the real type: ``__class__`` can be faked, and native code trusts it)
             ndarray = np.ndarray
             for a in args:
-                if a.__class__ is not ndarray:
+                if type(a) is not ndarray:
                     break
             else:
                 return tuple([("A", a.shape, a.dtype) for a in args]), args
@@ -224,12 +225,12 @@ class CompiledFunction:
                                          f"hashable, got {type(a).__name__}") from None
                 items.append(("static_arg", a, type(a)))   # 2 and 2.0 trace differently
                 continue
-            if a.__class__ is Tensor:
+            if type(a) is Tensor:
                 d = a._data
                 items.append(("T", d.shape, d.dtype, a._rg, a._rg and a._grad is not None))
                 dyn.append(a)
                 continue
-            if a.__class__ is np.ndarray:
+            if type(a) is np.ndarray:
                 items.append(("A", a.shape, a.dtype))
                 dyn.append(a)
                 continue
@@ -240,8 +241,10 @@ class CompiledFunction:
             for leaf, path in zip(leaves, paths):
                 k, spec = classify_leaf(leaf, path)
                 sub.append(k)
+                if spec.kind == "array" and type(leaf) is not np.ndarray:
+                    leaf = np.asarray(leaf)     # a numpy scalar or an ndarray subclass
                 if spec.kind != "static":
-                    dyn.append(np.asarray(leaf) if isinstance(leaf, np.generic) else leaf)
+                    dyn.append(leaf)
             items.append(tuple(sub) if td.kind != "leaf" else sub[1])
         return tuple(items), tuple(dyn)
 
@@ -263,7 +266,7 @@ class CompiledFunction:
                             f"keyword arguments {sorted(kwargs)}")
         if self._all_dynamic:          # inline of _signature's plain-array fast path
             for a in args:
-                if a.__class__ is not _ndarray:
+                if type(a) is not _ndarray:
                     key, dyn = self._signature(args)
                     break
             else:

@@ -40,3 +40,8 @@ class SignatureError(GraphcError, TypeError):
 
 class UnsupportedOpError(GraphcError, NotImplementedError):
     """An operation the compiler does not support."""
+
+
+class TooBigError(GraphcError, RuntimeError):
+    """A value or arena whose byte size numpy cannot address (more than ``sys.maxsize``
+    bytes); raised while building the graph or planning memory, before anything runs."""

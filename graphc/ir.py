@@ -20,9 +20,9 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import networkx as nx
 import numpy as np
 
-from eager.ops.registry import OPS, Meta, norm_axes
+from eager.ops.registry import OPS, Meta, check_size, norm_axes
 
-from .errors import GraphVerificationError
+from .errors import GraphVerificationError, TooBigError
 
 IR_OPS = ("input", "const")
 _SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
@@ -60,6 +60,9 @@ class Graph:
         if shape is None or dtype is None:
             m = self.infer(op, operands, attrs)
             shape, dtype = m.shape, m.dtype
+        # every node passes here (tracer, autodiff, passes, the JSON loader): a size numpy
+        # could not address never enters a graph, so later stages compute sizes safely
+        check_size(shape, dtype, f"{op} at {src}" if src else op, error=TooBigError)
         nid = self._next_id
         self._next_id += 1
         self.nx.add_node(nid, op=op, operands=operands, attrs=attrs, shape=tuple(shape),

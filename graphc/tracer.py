@@ -433,15 +433,23 @@ class LeafSpec:
 
 
 def classify_leaf(x: Any, path: str) -> tuple:
-    """(cache-key item, LeafSpec) for one argument leaf; SignatureError for bad types."""
-    if isinstance(x, Tensor):
+    """(cache-key item, LeafSpec) for one argument leaf; SignatureError for bad types.
+    Types are the real ones (``type(x)``): an object faking ``__class__`` (a mock) is not
+    an array, and an ndarray subclass is used as its base array (a masked array is refused)."""
+    t = type(x)
+    if issubclass(t, Tensor):
         d = x._data.dtype
         if d not in _SUPPORTED:
             raise SignatureError(f"argument {path}: dtype {d} is not supported")
         hg = x._rg and x._grad is not None
         return ("T", x._data.shape, d, x._rg, hg), LeafSpec("tensor", x._data.shape, d,
                                                            requires_grad=x._rg, has_grad=hg)
-    if isinstance(x, np.ndarray):
+    if issubclass(t, np.ma.MaskedArray):
+        raise SignatureError(f"argument {path} is a masked array; masks are not supported: pass "
+                             "x.filled(value) or np.ma.getdata(x)")
+    if issubclass(t, np.ndarray) and t is not np.ndarray:
+        return classify_leaf(np.asarray(x), path)   # the base array's real shape and dtype
+    if t is np.ndarray:
         d = x.dtype
         if d not in _SUPPORTED:
             if d.kind in "fiub" and d.newbyteorder("=") in _SUPPORTED:
@@ -452,10 +460,10 @@ def classify_leaf(x: Any, path: str) -> tuple:
                     "float64, int32, int64 or bool")
         # the key keeps the byte order (the call converts '>f8' input); the graph is native
         return ("A", x.shape, x.dtype), LeafSpec("array", x.shape, d)
-    if isinstance(x, np.generic):
+    if issubclass(t, np.generic):
         arr = np.asarray(x)
         return classify_leaf(arr, path)
-    if isinstance(x, (bool, int, float)) or x is None:
+    if issubclass(t, (bool, int, float)) or x is None:
         return ("S", type(x).__name__, x), LeafSpec("static", value=x)
     if isinstance(x, Tracer):
         raise SignatureError(f"argument {path}: a tracer of another trace was passed to a compiled "

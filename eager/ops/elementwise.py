@@ -62,7 +62,31 @@ def _binary_samples(low=-2.0, high=2.0, rlow=None, rhigh=None):
 
 # --- unary ------------------------------------------------------------------
 
-defop("neg", forward=np.negative, shape=_same_shape, arity=1, saves=(),
+_NEG_BOOL = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+             "to invert a mask, use the `~` or `logical_not()` operator instead.")
+_SUB_BOOL = ("Subtraction, the `-` operator, with two bool tensors is not supported. Use "
+             "`a != b` (logical xor) instead.")
+
+
+def _neg(x):
+    try:
+        return np.negative(x)
+    except TypeError:                   # numpy refuses bools too, with its own wording
+        if x.dtype.kind == "b":
+            raise RuntimeError(_NEG_BOOL) from None
+        raise
+
+
+_neg.raw = np.negative                  # gradient plans (floats only) call the ufunc
+
+
+def _neg_shape(x: Meta) -> Meta:
+    if x.dtype.kind == "b":
+        raise RuntimeError(_NEG_BOOL)
+    return Meta(x.shape, x.dtype)
+
+
+defop("neg", forward=_neg, shape=_neg_shape, arity=1, saves=(),
       vjp=(lambda g, out, x: -g,), samples=_unary_samples())
 
 defop("exp", forward=_floatify(np.exp), shape=_unary_shape, arity=1, saves=(), saves_out=True,
@@ -96,7 +120,9 @@ defop("sigmoid", forward=_floatify(_sigmoid), shape=_unary_shape, arity=1, saves
 
 
 def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
+    # PyTorch's relu and clamp return x where it equals the bound (relu(-0.0) is -0.0);
+    # numpy's maximum/minimum return their second operand on ties, so x goes second
+    return np.maximum(x.dtype.type(0), x)
 
 
 defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=True,
@@ -105,7 +131,18 @@ defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=Tru
 defop("abs", forward=np.abs, shape=_same_shape, arity=1, saves=(0,),
       vjp=(lambda g, out, x: g * x.sign(),), samples=_unary_samples())
 
-defop("sign", forward=np.sign, shape=_same_shape, arity=1, saves=(),
+def _sign(x):
+    """PyTorch's sign, ``(x > 0) - (x < 0)``: NaN gives 0 (numpy's NaN), -0.0 gives +0.0,
+    and a bool is itself (numpy has no bool loop)."""
+    if x.dtype.kind == "b":
+        return x.copy()
+    out = np.sign(x, out=np.empty_like(x))      # an array even for 0-d x
+    if x.dtype.kind == "f":
+        np.copyto(out, 0, where=np.isnan(out))
+    return out
+
+
+defop("sign", forward=_sign, shape=_same_shape, arity=1, saves=(),
       vjp=(lambda g, out, x: g.zeros_like_(),), samples=_unary_samples())
 
 
@@ -129,12 +166,12 @@ def _clamp_shape(x: Meta, min=None, max=None) -> Meta:
 
 
 def _clamp(x, min=None, max=None):
-    t = x.dtype.type
+    t = x.dtype.type                # x second: on a tie the result is x, as in PyTorch
     if max is None:
-        return np.maximum(x, t(min))
+        return np.maximum(t(min), x)
     if min is None:
-        return np.minimum(x, t(max))
-    return np.minimum(np.maximum(x, t(min)), t(max))
+        return np.minimum(t(max), x)
+    return np.minimum(t(max), np.maximum(t(min), x))
 
 
 def _clamp_vjp(g, out, x, min=None, max=None):
@@ -167,13 +204,18 @@ def _binary_shape(name):
     return rule
 
 
-def _checked(name, fn):
-    """numpy forward with PyTorch-style broadcasting errors naming op and shapes."""
+def _checked(name, fn, bool_error=None):
+    """numpy forward with PyTorch-style broadcasting errors naming op and shapes, and
+    PyTorch's RuntimeError ``bool_error`` where numpy refuses bools with a TypeError."""
     def forward(x, y):
         try:
             return fn(x, y)
         except ValueError:
             broadcast_shapes(np.shape(x), np.shape(y), op=name)
+            raise
+        except TypeError:
+            if bool_error is not None and np.result_type(x, y).kind == "b":
+                raise RuntimeError(bool_error) from None
             raise
     forward.__name__ = name
     forward.raw = fn        # for callers that produce the error message themselves
@@ -183,8 +225,14 @@ def _checked(name, fn):
 defop("add", forward=_checked("add", np.add), shape=_binary_shape("add"), arity=2, saves=(),
       vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g), samples=_binary_samples())
 
-defop("sub", forward=_checked("sub", np.subtract), shape=_binary_shape("sub"), arity=2, saves=(),
-      vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g), samples=_binary_samples())
+def _sub_shape(x: Meta, y: Meta) -> Meta:
+    if x.dtype.kind == "b" and y.dtype.kind == "b":
+        raise RuntimeError(_SUB_BOOL)
+    return _binary_shape("sub")(x, y)
+
+
+defop("sub", forward=_checked("sub", np.subtract, _SUB_BOOL), shape=_sub_shape, arity=2,
+      saves=(), vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g), samples=_binary_samples())
 
 defop("mul", forward=_checked("mul", np.multiply), shape=_binary_shape("mul"), arity=2,
       vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x), reads=((1,), (0,)),
@@ -210,13 +258,61 @@ defop("div", forward=_checked("div", _div), shape=_div_shape, arity=2,
 
 
 def _pow(x, y):
-    if np.ndim(y) == 0 and np.result_type(x, y) == np.result_type(x):
-        if y == 2:                       # the common x**2 and x**1: no error state to manage
-            return np.square(x)
-        if y == 1:
-            return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+    """PyTorch's pow.  A 0-d exponent is computed as PyTorch computes a Python-number
+    exponent: 0.5 is ``sqrt`` and -0.5 is ``1 / sqrt`` (so ``(-inf) ** 0.5`` is NaN and
+    ``(-0.0) ** 0.5`` is -0.0); any other exponent is C's ``pow`` per element, whatever
+    the layout (numpy's loop takes ``sqrt`` for a broadcast exponent of 0.5).  A bool to
+    a bool power is ``x or not y`` (numpy would give int8)."""
+    dt = np.result_type(x, y)
+    if np.ndim(y) == 0:
+        if dt == np.result_type(x):
+            if y == 2:                   # the common x**2 and x**1: no error state to manage
+                return np.square(x)
+            if y == 1:
+                return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+        if dt.kind == "b":
+            return np.logical_or(x, np.logical_not(y))
+        if dt.kind in "iu":
+            return _int_pow(x, y)
+        if dt.kind == "f" and (y == 0.5 or y == -0.5):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                root = np.sqrt(np.asarray(x, dtype=dt))
+                return root if y == 0.5 else np.divide(dt.type(1), root)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.power(x, y)
+    if dt.kind == "b":
+        _pow_shape(Meta(np.shape(x), np.bool_), Meta(np.shape(y), np.bool_))   # PyTorch's error
+    if dt.kind in "iu":
+        return _int_pow(x, y)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.power(x, y)
+        out = np.power(x, y)
+    if out.dtype.kind == "f":
+        half = np.equal(y, 0.5)
+        if half.any():                   # C's pow(-inf, 0.5) = inf, pow(-0.0, 0.5) = +0.0
+            x = np.asarray(x)
+            fix = half & ((x == -np.inf) | ((x == 0) & np.signbit(x)))
+            np.copyto(out, np.abs(np.broadcast_to(x, out.shape)).astype(out.dtype), where=fix)
+    return out
+
+
+def _int_pow(x, y):
+    """PyTorch's integer power: exact, wrapping around like numpy's; a negative exponent
+    (numpy raises) gives 1 for base 1, -1 or 1 for base -1 (odd or even exponent), else 0.
+    A negative Python-number exponent is refused by ``Tensor.pow``, as PyTorch does."""
+    neg = np.less(y, 0)
+    with np.errstate(over="ignore"):
+        out = np.asarray(np.power(x, np.where(neg, 0, y) if neg.any() else y))
+    if neg.any():
+        x = np.broadcast_to(x, out.shape)
+        np.copyto(out, np.where(x == 1, 1, np.where(x == -1, 1 - 2 * (np.asarray(y) & 1), 0)),
+                  where=np.broadcast_to(neg, out.shape), casting="unsafe")
+    return out
+
+
+def _pow_shape(x: Meta, y: Meta) -> Meta:
+    if x.dtype.kind == "b" and y.dtype.kind == "b" and y.shape:
+        raise NotImplementedError('"pow" not implemented for \'Bool\'')
+    return _binary_shape("pow")(x, y)
 
 
 def _pow_vjp_y(g, out, x, y):
@@ -224,7 +320,7 @@ def _pow_vjp_y(g, out, x, y):
     return S.where(x == 0, 0, g * out * x.log())
 
 
-defop("pow", forward=_checked("pow", _pow), shape=_binary_shape("pow"), arity=2, saves_out=True,
+defop("pow", forward=_checked("pow", _pow), shape=_pow_shape, arity=2, saves_out=True,
       vjp=(lambda g, out, x, y: g * y * x ** (y - 1), _pow_vjp_y),
       samples=_binary_samples(0.3, 2.0, -2.0, 2.0))
 

@@ -1,12 +1,14 @@
 """Movement primitives: reshape, transpose (any permutation), expand, indexing."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from typing import Optional
 
 from .. import _surface as S
-from .registry import Meta, defop
+from .registry import Meta, check_size, defop
 
 
 def _rng():
@@ -14,8 +16,8 @@ def _rng():
 
 
 def _reshape_shape(x: Meta, shape) -> Meta:
-    n_in = int(np.prod(x.shape, dtype=np.int64))
-    n_out = int(np.prod(shape, dtype=np.int64))
+    n_in = math.prod(x.shape)           # Python ints: exact for any size
+    n_out = math.prod(shape)
     if n_in != n_out:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {n_in}")
     return Meta(tuple(shape), x.dtype)
@@ -86,7 +88,11 @@ def _expand(x, shape):
         out = broadcast_view(x, shape)
         if out is not None:
             return out
-    return np.broadcast_to(x, shape)
+    try:
+        return np.broadcast_to(x, shape)
+    except ValueError:                  # PyTorch's error for a size numpy cannot address
+        check_size(shape, x.dtype, "expand")
+        raise
 
 
 defop("expand", forward=_expand, shape=_expand_shape, arity=1,

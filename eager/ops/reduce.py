@@ -44,12 +44,30 @@ def _sum(x, axis, keepdim):
 _add_reduce = np.add.reduce
 
 
-defop("sum", forward=_sum, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+def _sum_dtype(d: np.dtype) -> np.dtype:
+    """numpy's (and PyTorch's) sum widens bools and smaller integers to 64 bits (the
+    public ``sum`` casts any integer to int64 first)."""
+    if d.kind in "bi" and d.itemsize < 8:
+        return np.dtype(np.int64)
+    if d.kind == "u" and d.itemsize < 8:
+        return np.dtype(np.uint64)
+    return d
+
+
+defop("sum", forward=_sum, shape=_reduce_shape(_sum_dtype), arity=1, attrs=("axis", "keepdim"),
       saves=(), kind="reduce", samples=_samples,
       vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),))
 
 
+def _mean_dtype(d: np.dtype) -> np.dtype:
+    if d.kind != "f":
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
+                           f"floating point or complex dtype. Got: {d.name}")
+    return d
+
+
 def _mean(x, axis, keepdim):
+    _mean_dtype(x.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.mean(x, axis=axis, keepdims=keepdim, dtype=x.dtype)
 
@@ -61,15 +79,37 @@ def _mean_vjp(g, out, x, axis, keepdim):
     return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
 
 
-defop("mean", forward=_mean, shape=_reduce_shape(lambda d: d), arity=1, attrs=("axis", "keepdim"),
+defop("mean", forward=_mean, shape=_reduce_shape(_mean_dtype), arity=1, attrs=("axis", "keepdim"),
       saves=(), kind="reduce", samples=_samples, vjp=(_mean_vjp,))
+
+
+def _check_nonempty(name: str, shape: tuple, axes: tuple, full_error: type) -> None:
+    """PyTorch's errors for an extremum over a zero-size dim (there is no identity to
+    return).  Over non-empty dims of an empty tensor the result is simply empty.  A
+    reduction over every dim raises ``full_error`` with the message of a call without
+    ``dim`` (RuntimeError for max/min, IndexError for argmax/argmin)."""
+    for a in axes:
+        if shape[a] == 0:
+            if len(axes) == len(shape):
+                hint = " Specify the reduction dim with the 'dim' argument." \
+                    if full_error is RuntimeError else ""
+                raise full_error(f"{name}(): Expected reduction dim to be specified for "
+                                 f"input.numel() == 0.{hint}")
+            raise IndexError(f"{name}(): Expected reduction dim {a} to have non-zero size.")
+
+
+def _minmax_shape(name):
+    def rule(x: Meta, axis, keepdim) -> Meta:
+        axes = norm_axes(axis, len(x.shape))
+        _check_nonempty(name, x.shape, axes, RuntimeError)
+        return Meta(reduced_shape(x.shape, axes, keepdim), x.dtype)
+    return rule
 
 
 def _minmax_forward(fn, name):
     def forward(x, axis, keepdim):
-        if x.size == 0 and any(x.shape[a] == 0 for a in axis) or (x.size == 0 and not axis):
-            raise RuntimeError(f"{name}(): expected a non-empty reduction; the input has shape "
-                               f"{list(x.shape)} and the reduced dims include a zero-size dim")
+        if x.size == 0:
+            _check_nonempty(name, x.shape, axis, RuntimeError)
         return fn(x, axis=axis, keepdims=keepdim)
     forward.__name__ = name
     return forward
@@ -89,24 +129,27 @@ def _nonempty_samples():
     return [s for s in _samples() if 0 not in s[0][0].shape]
 
 
-defop("max", forward=_minmax_forward(np.max, "max"), shape=_reduce_shape(lambda d: d), arity=1,
+defop("max", forward=_minmax_forward(np.max, "max"), shape=_minmax_shape("max"), arity=1,
       attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
       samples=_nonempty_samples, vjp=(_minmax_vjp,))
 
-defop("min", forward=_minmax_forward(np.min, "min"), shape=_reduce_shape(lambda d: d), arity=1,
+defop("min", forward=_minmax_forward(np.min, "min"), shape=_minmax_shape("min"), arity=1,
       attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
       samples=_nonempty_samples, vjp=(_minmax_vjp,))
 
 
-def _arg_shape(x: Meta, axis, keepdim) -> Meta:
-    axes = norm_axes(axis, len(x.shape))
-    return Meta(reduced_shape(x.shape, axes, keepdim), np.dtype(np.int64))
+def _arg_shape(name):
+    def rule(x: Meta, axis, keepdim) -> Meta:
+        axes = norm_axes(axis, len(x.shape))
+        _check_nonempty(name, x.shape, axes if x.shape else (), IndexError)
+        return Meta(reduced_shape(x.shape, axes, keepdim), np.dtype(np.int64))
+    return rule
 
 
 def _arg_forward(fn, name):
     def forward(x, axis, keepdim):
         if x.ndim and x.shape[axis] == 0:
-            raise RuntimeError(f"{name}(): expected reduction dim {axis} to have non-zero size")
+            _check_nonempty(name, x.shape, (axis,), IndexError)
         ax = axis if x.ndim else None
         return np.asarray(fn(x, axis=ax, keepdims=keepdim), dtype=np.int64)
     forward.__name__ = name
@@ -119,9 +162,9 @@ def _arg_samples():
             ([r.uniform(-2, 2, size=(3, 4))], {"axis": 0, "keepdim": True})]
 
 
-defop("argmax", forward=_arg_forward(np.argmax, "argmax"), shape=_arg_shape, arity=1,
+defop("argmax", forward=_arg_forward(np.argmax, "argmax"), shape=_arg_shape("argmax"), arity=1,
       attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
-defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape, arity=1,
+defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape("argmin"), arity=1,
       attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
 
 

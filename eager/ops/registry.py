@@ -23,6 +23,7 @@ Conventions shared by eager's engine and graphc's autodiff:
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -104,20 +105,51 @@ def get(name: str) -> OpDef:
 # shape-rule helpers shared by the op families
 
 
+# The most bytes one array may span: numpy refuses ("array is too big") any array, view or
+# not, whose element count times item size exceeds its index type, np.intp.
+MAX_BYTES = sys.maxsize
+
+
+def check_size(shape: Sequence[int], dtype: Any = None, op: str = "op",
+               error: type = RuntimeError) -> None:
+    """Refuse a shape numpy cannot address, before anything is allocated or compiled.
+
+    RuntimeError (or the subclass ``error``), as PyTorch raises for a size whose
+    computation overflows; ``dtype`` None checks the element count alone (numpy's
+    broadcasting limit).
+    """
+    n = 1
+    for d in shape:
+        n *= int(d)
+    itemsize = 1 if dtype is None else np.dtype(dtype).itemsize
+    if n * itemsize > MAX_BYTES:
+        what = "elements" if dtype is None else \
+            f"elements of {np.dtype(dtype).name} ({n * itemsize} bytes)"
+        raise error(f"{op}: a tensor of shape {list(shape)} is too big: {n} {what} exceed the "
+                    f"{MAX_BYTES} bytes an array can address; use smaller sizes")
+
+
 def broadcast_shapes(*shapes: tuple, op: str = "op") -> tuple:
     """numpy broadcasting with PyTorch's error wording, naming the op and shapes."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        a, b = shapes[0], shapes[-1]
-        for i in range(1, max(len(a), len(b)) + 1):
-            da = a[-i] if i <= len(a) else 1
-            db = b[-i] if i <= len(b) else 1
-            if da != db and da != 1 and db != 1:
+        out: list = []
+        for i in range(1, max(len(s) for s in shapes) + 1):
+            sizes = {s[-i] for s in shapes if i <= len(s)} - {1}
+            if len(sizes) > 1:
+                a, b = shapes[0], shapes[-1]
+                da = a[-i] if i <= len(a) else 1
+                db = b[-i] if i <= len(b) else 1
+                if da == db or da == 1 or db == 1:    # the clash is with a middle operand
+                    raise RuntimeError(f"{op}: shapes {[list(s) for s in shapes]} cannot be "
+                                       "broadcast") from None
                 raise RuntimeError(
                     f"{op}: the size of tensor a ({da}) must match the size of tensor b ({db}) "
                     f"at non-singleton dimension {max(len(a), len(b)) - i}; shapes are "
                     f"{list(a)} and {list(b)}") from None
+            out.insert(0, sizes.pop() if sizes else 1)
+        check_size(out, None, op)       # broadcastable: numpy refused the size
         raise RuntimeError(f"{op}: shapes {[list(s) for s in shapes]} cannot be broadcast") from None
 
 

@@ -4,7 +4,9 @@ The module has one entry point, ``PyObject *graphc_entry(PyObject *self,
 PyObject *arrays)``, a CPython ``METH_O`` function (graphc.runtime.native wraps
 it in a builtin function object, so a call costs what calling a builtin costs).
 ``arrays`` is a tuple of the input arrays.  The entry point checks it is a
-tuple of the compiled length, reads each array's data pointer and flags
+tuple of the compiled length and that every item's type is exactly numpy's
+``ndarray`` (``ob_type == &PyArray_Type``: neither a subclass nor an object
+faking ``__class__``), only then reads each array's data pointer and flags
 straight from numpy's array struct (offsets checked once at import against
 ``__array_interface__``), refuses inputs that are not C-contiguous and aligned,
 allocates the output arrays itself (numpy's ``PyArray_New``; an output written
@@ -13,7 +15,8 @@ allocates one arena for intermediates, runs every kernel in order and returns a
 new tuple of the outputs.  On failure it frees what it allocated and returns a
 Python int instead: 1 the input layout (the caller copies and retries), 2 no
 memory for the arena, 3 an index out of bounds (IndexError), 4 not a tuple of
-the compiled length; or NULL with numpy's MemoryError when an output cannot be
+the compiled length, 5 an item that is not exactly an ndarray (the caller
+converts subclasses or refuses); or NULL with numpy's MemoryError when an output cannot be
 allocated.  The thread count for parallel loops is read from the
 ``graphc_num_threads`` global (graphc.runtime.parallel).
 
@@ -29,13 +32,34 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import UnsupportedOpError
+from ..errors import TooBigError, UnsupportedOpError
 from ..ir import Graph, describe
 from . import blas, irtext, vecmath
 from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,
                    numel)
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+
+class _CheckedInt(ir.IntType):
+    """An integer type whose constants must fit it as signed values.  LLVM's IR parser
+    silently truncates a constant too wide for its type (an i64 of 2**64 reads as 0), so
+    every i32/i64 constant of the generated code -- sizes, offsets, strides, byte counts,
+    BLAS dimensions -- is checked when it is made.  The planner refuses sizes numpy cannot
+    address first (TooBigError); this is the backstop that makes a truncation impossible."""
+
+    _instance_cache: dict = {}       # not the cache of ir.IntType's (unchecked) instances
+
+    def wrap_constant_value(self, val):
+        val = super().wrap_constant_value(val)
+        if not isinstance(val, bool) and isinstance(val, int) and \
+                not -(1 << (self.width - 1)) <= val < (1 << (self.width - 1)):
+            raise TooBigError(f"internal error: the constant {val} does not fit in an "
+                              f"i{self.width} of the generated code; refusing to compile it "
+                              "(please report this graph)")
+        return val
+
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), _CheckedInt(32), _CheckedInt(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 ENTRY = "graphc_entry"
@@ -51,7 +75,7 @@ NPY_C_CONTIGUOUS = 0x1
 NPY_ALIGNED = 0x100
 NPY_WRITEABLE = 0x400
 
-RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS = 0, 1, 2, 3, 4
+RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS, RC_TYPE = 0, 1, 2, 3, 4, 5
 GIL_FREE_MIN = 1 << 14        # loop elements above which the entry releases the GIL
 PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
 MAX_THREADS = 64
@@ -127,8 +151,9 @@ class Lowerer:
         irtext.comment(b, f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
                        f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
         b.comment(f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
-                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); data pointer "
-                  f"at +{DATA_OFFSET}, flags at +{FLAGS_OFFSET}")
+                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); each item's "
+                  f"type exactly ndarray, then its data pointer at +{DATA_OFFSET}, flags at "
+                  f"+{FLAGS_OFFSET}")
         b.comment("returns a new tuple of the outputs, a Python int (rc) or NULL (MemoryError)")
         tp = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
                     typ=PTR, name="arrays_type")
@@ -142,11 +167,24 @@ class Lowerer:
         b.position_at_end(bad_args)
         b.ret(self._rc_object(b, RC_ARGS))
         b.position_at_end(load)
-        objs, data, flags = [], [], []
+        objs = [b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
+                for i in range(self.n_in)]
+        if objs:                  # nothing is read from an object that is not an ndarray
+            array_type = self._py_type("graphc_PyArray_Type")
+            exact = ir.Constant(I1, 1)
+            for i, obj in enumerate(objs):
+                tp = b.load(b.gep(obj, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+                            typ=PTR, name=f"in{i}_type")
+                exact = b.and_(exact, b.icmp_unsigned("==", tp, array_type))
+            read = fn.append_basic_block("read_arrays")
+            bad_type = fn.append_basic_block("not_an_ndarray")
+            b.cbranch(exact, read, bad_type)
+            b.position_at_end(bad_type)
+            b.ret(self._rc_object(b, RC_TYPE))
+            b.position_at_end(read)
+        data, flags = [], []
         ok = ir.Constant(I1, 1)
-        for i in range(self.n_in):
-            obj = b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
-            objs.append(obj)
+        for i, obj in enumerate(objs):
             data.append(b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
                                typ=PTR, name=f"in{i}_data"))
             fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
@@ -331,8 +369,8 @@ class Lowerer:
         kb.combine_partials(b, fn, partials, nchunks, nred, self._data, self._arena_ptr, i)
 
     def _chunk_function(self, i: int, kfn, nargs: int, size: int, stride: int):
-        """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop,
-        ``[c*size/nchunks, (c+1)*size/nchunks)``, into partial slot c."""
+        """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop (one of
+        ``nchunks`` near-equal ranges of ``[0, size)``) into partial slot c."""
         f = ir.Function(self.module, CHUNK_FN, name=f"k{i}_chunk")
         f.linkage = "internal"
         f.attributes.add("nounwind")
@@ -345,8 +383,15 @@ class Lowerer:
 
         args = [bb.inttoptr(get(k), PTR) for k in range(nargs)]
         partials, nchunks = bb.inttoptr(get(nargs), PTR), get(nargs + 1)
-        lo = bb.sdiv(bb.mul(c, ir.Constant(I64, size)), nchunks)
-        hi = bb.sdiv(bb.mul(bb.add(c, ir.Constant(I64, 1)), ir.Constant(I64, size)), nchunks)
+        # chunk c starts at c*q + min(c, r) with q, r = divmod(size, nchunks): near-equal
+        # ranges without the product c*size, which would overflow for sizes above 2**55
+        q = bb.sdiv(ir.Constant(I64, size), nchunks)
+        r = bb.srem(ir.Constant(I64, size), nchunks)
+
+        def start(k):
+            return bb.add(bb.mul(k, q), bb.select(bb.icmp_signed("<", k, r), k, r))
+
+        lo, hi = start(c), start(bb.add(c, ir.Constant(I64, 1)))
         part = bb.gep(partials, [bb.mul(c, ir.Constant(I64, stride))], source_etype=I64)
         bb.call(kfn, args + [lo, hi, part])
         bb.ret_void()
@@ -467,6 +512,7 @@ class Lowerer:
             if b not in ptrs:
                 ptrs[b] = ptrs[self._canonical(b)]
         kb = KernelBuilder(self, fn, ptrs)
+        kb.in_place = i in self.plan.alias_kernels
         if par:
             kb.par = fn.args[len(bufs):]
             for a, nm in zip(kb.par, ("start", "end", "partials")):
@@ -514,6 +560,9 @@ class KernelBuilder:
         self.module = low.module
         self.par = None            # (start, end, partials) args of a parallel loop kernel
         self.outer_size = 0
+        self.in_place = False      # an output is written over an input (plan.alias_kernels)
+        self.trig_flag = None      # i8 slot: a sin/cos argument beyond vecmath's accurate range
+        self.trig_exact = False    # emit sin/cos that are exact for every argument
 
     def finish(self) -> None:
         self.b.branch(self.exit)
@@ -655,31 +704,38 @@ class KernelBuilder:
         if op in ("copy", "detach"):
             return xs[0]
         if op == "neg":
+            if out.kind == "b":
+                raise UnsupportedOpError(f"{describe(self.g, n)}: negation of bools")
             return b.fneg(xs[0], name=name) if fl else b.sub(ir.Constant(t, 0), xs[0], name=name)
-        if op in ("exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"):
+        if op in ("sin", "cos"):
+            return self._trig(op, t, xs[0])
+        if op in ("exp", "log", "tanh", "sigmoid", "sqrt"):
             return self.math(op, t, xs[0])
         if op == "abs":
             if fl:
                 return self.math("abs", t, xs[0])
             x = xs[0]
+            if out.kind == "b":
+                return x
             return b.select(b.icmp_signed("<", x, ir.Constant(t, 0)),
                             b.sub(ir.Constant(t, 0), x), x, name=name)
         if op == "sign":
+            # PyTorch's (x > 0) - (x < 0): NaN and -0.0 give +0, a bool is itself
             x = xs[0]
             zero, one, mone = (_const(out, 0), _const(out, 1), _const(out, -1))
             if fl:
                 pos, neg = b.fcmp_ordered(">", x, zero), b.fcmp_ordered("<", x, zero)
             else:
-                pos, neg = b.icmp_signed(">", x, zero), b.icmp_signed("<", x, zero)
-            return b.select(pos, one, b.select(neg, mone, x if fl else zero), name=name)
+                pos, neg = self._icmp(">", x, zero), self._icmp("<", x, zero)
+            return b.select(pos, one, b.select(neg, mone, zero), name=name)
         if op == "relu":
-            return self._max(xs[0], _const(out, 0), fl)
+            return self._clamp_to(xs[0], "<", _const(out, 0), fl)
         if op == "clamp":
             x = xs[0]
             if attrs["min"] is not None:
-                x = self._max(x, _const(out, attrs["min"]), fl)
+                x = self._clamp_to(x, "<", _const(out, attrs["min"]), fl)
             if attrs["max"] is not None:
-                x = self._min(x, _const(out, attrs["max"]), fl)
+                x = self._clamp_to(x, ">", _const(out, attrs["max"]), fl)
             return x
         if op == "maximum":
             return self._max(xs[0], xs[1], fl)
@@ -688,31 +744,155 @@ class KernelBuilder:
         if op in ("add", "sub", "mul"):
             if fl:
                 return getattr(b, "f" + op)(xs[0], xs[1], name=name)
+            if out.kind == "b":     # bool: add is or, mul is and (sub is refused when traced)
+                if op == "add":
+                    return b.or_(xs[0], xs[1], name=name)
+                if op == "mul":
+                    return b.and_(xs[0], xs[1], name=name)
+                raise UnsupportedOpError(f"{describe(self.g, n)}: {op} of bools")
             return getattr(b, op)(xs[0], xs[1], name=name)
         if op == "div":
             return b.fdiv(xs[0], xs[1], name=name)
         if op == "pow":
             if fl:
+                if not self.g.nx.nodes[d["operands"][1]]["shape"]:
+                    return self._scalar_pow(d["operands"][1], xs[0], xs[1], t)
                 return self.math("pow", t, xs[0], xs[1])
-            w = [self.convert(v, out, np.dtype(np.float64)) for v in xs]
-            return self.convert(self.math("pow", F64, *w), np.dtype(np.float64), out)
+            if out.kind == "b":                     # x or not y (eager's bool ** bool)
+                return b.or_(xs[0], b.xor(xs[1], ir.Constant(I1, 1)), name=name)
+            return b.call(self._int_pow_function(t), xs, name=name)
         raise UnsupportedOpError(f"{describe(self.g, n)}: no scalar lowering for {op}")
+
+    def _trig(self, op: str, t, x):
+        """sin/cos: the vector code, which is accurate for ``|x| < TRIG_ACCURATE_LIMIT``.  A
+        loop kernel that uses them records whether an argument was beyond (``trig_flag``)
+        and then runs again with ``trig_exact``: libm's sin/cos (a full argument reduction,
+        as numpy's) for those arguments (see ``loop_kernel``)."""
+        b = self.b
+        fast = self.math(op, t, x)
+        big = b.fcmp_ordered(">=", self.math("abs", t, x),
+                             ir.Constant(t, vecmath.TRIG_ACCURATE_LIMIT))
+        if self.trig_exact:
+            wide = x if t == F64 else b.fpext(x, F64)
+            exact = b.call(self.module.declare_intrinsic(f"llvm.{op}", [F64]), [wide])
+            return b.select(big, exact if t == F64 else b.fptrunc(exact, t), fast)
+        if self.trig_flag is not None:
+            b.store(b.or_(b.load(self.trig_flag, typ=I8), b.zext(big, I8)), self.trig_flag)
+        return fast
+
+    def _scalar_pow(self, yn: int, x, y, t):
+        """``x ** y`` for a 0-d exponent node ``yn``, as eager computes it (PyTorch's rule for
+        a Python-number exponent): 0.5 is sqrt, -0.5 is 1/sqrt, anything else C's pow.  A
+        constant exponent picks its code here; a computed one selects per element."""
+        b = self.b
+        known = self.plan.scalars.get(yn)
+        if known is not None:
+            v = float(known)
+            if v == 0.5:
+                return self.math("sqrt", t, x)
+            if v == -0.5:
+                return b.fdiv(ir.Constant(t, 1.0), self.math("sqrt", t, x))
+            return self.math("pow", t, x, y)
+        root = self.math("sqrt", t, x)
+        return b.select(b.fcmp_ordered("==", y, ir.Constant(t, 0.5)), root,
+                        b.select(b.fcmp_ordered("==", y, ir.Constant(t, -0.5)),
+                                 b.fdiv(ir.Constant(t, 1.0), root), self.math("pow", t, x, y)))
+
+    def _int_pow_function(self, t: ir.IntType) -> ir.Function:
+        """``graphc_ipow_i<w>(x, y)``: eager's (PyTorch's) integer power -- exact, wrapping
+        around like numpy, by squaring; a negative exponent gives 1 for base 1, -1 or 1
+        for base -1 (odd or even exponent), else 0."""
+        name = f"graphc_ipow_i{t.width}"
+        f = self.module.globals.get(name)
+        if f is not None:
+            return f
+        f = ir.Function(self.module, ir.FunctionType(t, [t, t]), name=name)
+        f.linkage = "internal"
+        f.attributes.add("nounwind")
+        x, y = f.args
+        x.name, y.name = "base", "exponent"
+        blocks = [f.append_basic_block(s) for s in ("entry", "negative", "loop", "step", "done")]
+        entry, negative, loop, step, done = blocks
+        b = ir.IRBuilder(entry)
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        b.cbranch(b.icmp_signed("<", y, zero), negative, loop)
+        b.position_at_end(negative)
+        odd = b.trunc(y, I1)
+        b.ret(b.select(b.icmp_signed("==", x, one), one, b.select(
+            b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(odd, ir.Constant(t, -1), one),
+            zero)))
+        b.position_at_end(loop)
+        r, base, e = b.phi(t, "r"), b.phi(t, "b"), b.phi(t, "e")
+        b.cbranch(b.icmp_signed("==", e, zero), done, step)
+        b.position_at_end(step)
+        r2 = b.select(b.trunc(e, I1), b.mul(r, base), r)
+        base2, e2 = b.mul(base, base), b.lshr(e, one)
+        b.branch(loop)
+        for phi, start, nxt in ((r, one, r2), (base, x, base2), (e, y, e2)):
+            phi.add_incoming(start, entry)
+            phi.add_incoming(nxt, step)
+        b.position_at_end(done)
+        b.ret(r)
+        return f
+
+    def _icmp(self, op: str, x, y, name: str = ""):
+        """Integer comparison: signed, except for bools (i1), where True is 1, not -1."""
+        cmp = self.b.icmp_unsigned if x.type == I1 else self.b.icmp_signed
+        return cmp(op, x, y, name=name)
+
+    def _clamp_to(self, x, beyond: str, bound, fl):
+        """``bound`` where ``x`` is beyond it, else ``x`` -- also on a tie (relu(-0.0) is
+        -0.0) and for NaN, as PyTorch's relu and clamp."""
+        cmp = self.b.fcmp_ordered(beyond, x, bound) if fl else self._icmp(beyond, x, bound)
+        return self.b.select(cmp, bound, x)
 
     def _max(self, x, y, fl):
         b = self.b
         if fl:   # NaN in either operand propagates, as numpy.maximum
             return b.select(b.or_(b.fcmp_ordered(">", x, y), self.isnan(x)), x, y)
-        return b.select(b.icmp_signed(">", x, y), x, y)
+        return b.select(self._icmp(">", x, y), x, y)
 
     def _min(self, x, y, fl):
         b = self.b
         if fl:
             return b.select(b.or_(b.fcmp_ordered("<", x, y), self.isnan(x)), x, y)
-        return b.select(b.icmp_signed("<", x, y), x, y)
+        return b.select(self._icmp("<", x, y), x, y)
 
     # --- values inside a loop over an index space ----------------------------------------
     # --- loop kernels: elementwise stores + reductions over one space ---------------------
     def loop_kernel(self, kern: Kernel) -> None:
+        """The loop nest of ``kern``.  With sin/cos in it, the vectorized loop runs first
+        and flags arguments beyond the vector code's accurate range; if one was, the whole
+        kernel runs again with exact sin/cos (libm calls: scalar, but only then).  Running
+        twice is safe: a kernel writes no buffer it reads -- except in place, where the
+        exact version runs alone."""
+        g = self.g
+        trig = numel(kern.space) and any(
+            g.nx.nodes[n]["op"] in ("sin", "cos") for n in self.plan.expr_nodes(
+                self.plan.kernel_roots(kern)))
+        if not trig:
+            self._loop_kernel(kern)
+            return
+        if self.in_place:
+            self.trig_exact = True
+            self._loop_kernel(kern)
+            return
+        b = self.b
+        self.trig_flag = self.alloca(I8, name="trig_beyond")
+        b.store(ir.Constant(I8, 0), self.trig_flag)
+        self._loop_kernel(kern)
+        flag, self.trig_flag = self.trig_flag, None
+        again = self.fn.append_basic_block("exact_trig")
+        done = self.fn.append_basic_block("trig_done")
+        b.cbranch(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0)), again, done)
+        b.position_at_end(again)
+        self.trig_exact = True
+        self._loop_kernel(kern)
+        self.trig_exact = False
+        b.branch(done)
+        b.position_at_end(done)
+
+    def _loop_kernel(self, kern: Kernel) -> None:
         plan, g, b = self.plan, self.g, self.b
         space = kern.space
         if numel(space) == 0:
@@ -742,7 +922,9 @@ class KernelBuilder:
         for r in kern.reduces:
             axes = g.nx.nodes[r]["attrs"]["axis"]
             keep = tuple(1 if i in axes else s for i, s in enumerate(space))
-            ost = tuple(0 if i in axes else st for i, st in enumerate(cstrides(keep)))
+            # a size-1 dim that is kept indexes only 0: stride 0, so a reduction to one
+            # element (a (N, 1) input summed over dim 0) is a full one, whatever its shape
+            ost = tuple(0 if k == 1 else st for k, st in zip(keep, cstrides(keep)))
             red_out[r] = ost
             full[r] = all(s == 0 for s in ost)
             vecs.append(ost)
@@ -909,11 +1091,11 @@ class KernelBuilder:
         if op == "max":
             if fl:
                 return b.select(b.or_(b.fcmp_ordered(">", v, cur), self.isnan(v)), v, cur)
-            return b.select(b.icmp_signed(">", v, cur), v, cur)
+            return b.select(self._icmp(">", v, cur), v, cur)
         if op == "min":
             if fl:
                 return b.select(b.or_(b.fcmp_ordered("<", v, cur), self.isnan(v)), v, cur)
-            return b.select(b.icmp_signed("<", v, cur), v, cur)
+            return b.select(self._icmp("<", v, cur), v, cur)
         if op == "all":
             return b.and_(cur, v)
         if op == "any":
@@ -921,13 +1103,18 @@ class KernelBuilder:
         raise AssertionError(op)
 
     def _empty_reductions(self, kern: Kernel) -> None:
-        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False)."""
+        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False);
+        max and min have none, so only their empty results (over non-empty dims) get here
+        (the shape rule refuses the others while tracing, with PyTorch's error)."""
         g = self.g
         for r in kern.reduces:
             d = g.nx.nodes[r]
             dt = np.dtype(d["dtype"])
+            if not numel(d["shape"]):
+                continue                               # an empty result: nothing to write
             if d["op"] in ("max", "min"):
-                raise UnsupportedOpError(f"{describe(g, r)}: {d['op']} of an empty tensor")
+                raise UnsupportedOpError(f"internal error: {describe(g, r)}: {d['op']} over a "
+                                         "zero-size dim reached the backend")
             acc_t, ident = _reduce_acc(d["op"], dt)
             v = self.convert(ident, acc_t, dt)
             if d["op"] == "mean":
@@ -953,8 +1140,10 @@ class KernelBuilder:
         total = numel(batch + (M, N))
         if total == 0:
             return
-        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt or not blas.available():
-            # plain loops: integer/bool/mixed matmuls, K == 0, or no BLAS library installed
+        if K == 0 or dt.kind != "f" or adt != dt or bdt != dt or not blas.available() or \
+                not _blas_fits(va, vb, M, N, K):
+            # plain loops: integer/bool/mixed matmuls, K == 0, no BLAS library installed, or
+            # a dimension beyond the 32-bit ints of the cblas interface
             self._matmul_loops(n, va, vb, batch, M, K, N, dt, adt, bdt)
             return
         gemm = blas.declare_gemm(self.module, dt)
@@ -1025,8 +1214,11 @@ class KernelBuilder:
         if not shape:
             self.store(n, np.dtype(np.int64), ir.Constant(I64, 0), ir.Constant(I64, 0))
             return
+        if not numel(d["shape"]):
+            return                                     # an empty result: nothing to write
         if shape[axis] == 0:
-            raise UnsupportedOpError(f"{describe(g, n)}: {d['op']} over an empty dimension")
+            raise UnsupportedOpError(f"internal error: {describe(g, n)}: {d['op']} over a "
+                                     "zero-size dim reached the backend")
         outer_sizes = [s for i, s in enumerate(shape) if i != axis]
         outer_st = [st for i, st in enumerate(v.strides) if i != axis]
         ost = cstrides(tuple(outer_sizes))
@@ -1147,7 +1339,8 @@ class KernelBuilder:
             gst = gv.broadcast_to(tuple(d_ for d_ in gv.shape))
             v = self.convert(self.load(gv.buf, gdt, self.offset(gv.offset, gst, idx)), gdt, dt)
             cur = self.load(n, dt, off)
-            self.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else b.add(cur, v))
+            self.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else
+                       b.or_(cur, v) if dt.kind == "b" else b.add(cur, v))
 
         self._gather_loop(n, own, 1, acc)
 
@@ -1279,6 +1472,12 @@ def _contig(v, space, a: int, grp: list) -> bool:
     """Is dim ``a`` followed by the (already merged) dims ``grp`` one linear run in ``v``?"""
     return v[a] == v[grp[-1]] * _group_size(space, grp) and all(
         v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1))
+
+
+def _blas_fits(va: View, vb: View, M: int, N: int, K: int) -> bool:
+    """Do the dimensions and leading dimensions fit cblas's 32-bit ints?"""
+    lds = [max(blas_layout(v)[1], 1) for v in (va, vb)]
+    return max([M, N, K] + lds) <= np.iinfo(np.int32).max
 
 
 def _blas_operand(v: View) -> tuple:

@@ -16,8 +16,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from eager._surface import decode_index
+from eager.ops.registry import MAX_BYTES, check_size
 
-from ..errors import GraphcError, UnsupportedOpError
+from ..errors import GraphcError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe
 
 ELEMENTWISE = frozenset({
@@ -198,12 +199,15 @@ class Plan:
         return np.dtype(self.nd(n)["dtype"])
 
     def _check_dtypes(self) -> None:
+        """Native dtypes only, and sizes numpy can address: every element offset, byte
+        count and loop bound of the generated code then fits in an i64."""
         for n in self.order:
             d = self.nd(n)
             if d["dtype"] not in NATIVE_DTYPES:
                 raise UnsupportedOpError(
                     f"{describe(self.g, n)}: dtype {d['dtype']} is not supported by the native "
                     "backend (float32, float64, int64, int32, bool); use backend='interpreter'")
+            check_size(d["shape"], d["dtype"], describe(self.g, n), error=TooBigError)
 
     def _own(self, n: int) -> View:
         shp = self.shape(n)
@@ -505,6 +509,11 @@ class Plan:
             live.append((end, slot, size))
             if self.poison and end < len(self.kernels):     # not the bases of output views
                 self.poison_after.setdefault(end, []).append(b)
+        if top > MAX_BYTES:
+            raise TooBigError(
+                f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
+                f"once, more than the {MAX_BYTES} bytes memory can address; use smaller sizes "
+                "or split the computation")
         self.arena_bytes = top
 
     def buffer_elements(self, buf) -> int:

@@ -23,13 +23,17 @@ Methods (all classic, see fdlibm / Cephes):
   cover every |x|; a polynomial for small |x| next to ``1 - 2/(e**2|x| + 1)``
   would have to evaluate both in straight-line code and is slower.
 * sigmoid: ``e = exp(-|x|)``; ``1/(1+e)`` for ``x >= 0`` else ``e/(1+e)``:
-  never NaN for finite ``x``, no overflow.
+  never NaN for finite ``x``, no overflow; 0 where eager's and PyTorch's
+  ``1/(1+exp(-x))`` is 0 (``exp(-x)`` overflows: ``x < -709.78`` in f64,
+  ``x < -88.72`` in f32) instead of the subnormal true value.
 * sin/cos: ``x = n pi/2 + r`` with a 4-part Cody-Waite split (exact products
   for ``|n| < 2**20``), fdlibm-style kernels on ``|r| <= pi/4``, quadrant from
   the low bits of ``n``.  Accurate for ``|x| < 2**20 * pi/2``; beyond that the
   reduction error grows like ``|x| * 2**-53`` (the result is the sine of a
   number within about one ulp of ``x``), and for ``|x| >= 2**51`` the result is
-  NaN (documented deviation from numpy, which does a full Payne-Hanek reduction).
+  NaN.  Compiled programs never see those results: a loop kernel that meets an
+  argument beyond ``TRIG_ACCURATE_LIMIT`` runs again with libm's ``sin``/``cos``
+  (a full reduction, as numpy's), see ``lower.KernelBuilder.loop_kernel``.
 * pow (f64): ``exp(y * log|x|)`` evaluated in double-double: ``log`` with a
   5-interval select-based second reduction and an error-free split of the
   result, ``y * log`` with Dekker's exact product, ``exp`` taking the low part
@@ -178,6 +182,7 @@ class _Spec:
     exp_hi: float      # clamp: above, exp overflows to inf by itself
     exp_lo: float      # clamp: below, exp underflows to 0 by itself
     expm1_lo: float    # below, expm1 rounds to -1 and tanh to +-1
+    exp_finite_max: float  # the largest x whose exp is finite (ln of the largest float)
     min_normal: float
     one_bits: int
     sqrt_half_bits: int
@@ -193,6 +198,7 @@ def _make_f64() -> _Spec:
         mant=52, bias=1023, shifter=shifter, shifter_bits=_f64_bits(shifter),
         ln2_hi=hi, ln2_lo=lo, log2e=float(1 / _LN2),
         exp_hi=710.0, exp_lo=-746.0, expm1_lo=-44.0, min_normal=2.0 ** -1022,
+        exp_finite_max=float.fromhex("0x1.62e42fefa39efp+9"),
         one_bits=_f64_bits(1.0), sqrt_half_bits=_f64_bits(math.sqrt(0.5)),
         exp_q=_EXP_Q_F64, log_g=_LOG_G_F64)
 
@@ -205,6 +211,7 @@ def _make_f32() -> _Spec:
         mant=23, bias=127, shifter=shifter, shifter_bits=_f32_bits(shifter),
         ln2_hi=hi, ln2_lo=lo, log2e=_f32(float(1 / _LN2)),
         exp_hi=89.0, exp_lo=-104.0, expm1_lo=-20.0, min_normal=2.0 ** -126,
+        exp_finite_max=float.fromhex("0x1.62e42ep+6"),
         one_bits=_f32_bits(1.0), sqrt_half_bits=_f32_bits(_f32(math.sqrt(0.5))),
         exp_q=_EXP_Q_F32, log_g=_LOG_G_F32)
 
@@ -229,7 +236,8 @@ _TWO_OVER_PI = float(2 / _PI)
 
 #: Below this |x|, sin/cos are accurate to a few ulp (exact Cody-Waite products).
 TRIG_ACCURATE_LIMIT = 2.0 ** 20 * math.pi / 2
-#: From this |x| on, sin/cos return NaN (the reduction cannot find the quadrant).
+#: From this |x| on, the vector sin/cos return NaN (the reduction cannot find the quadrant);
+#: compiled kernels recompute such elements with libm.
 TRIG_NAN_LIMIT = 2.0 ** 51
 
 # pow: 5 intervals of the mantissa in [2**-0.5, 2**0.5) with centres 2**(j/5);
@@ -516,7 +524,9 @@ def _body_tanh(e: _Emitter, x):
 
 def _body_sigmoid(e: _Emitter, x):
     ex = _exp_core(e, e.neg(e.fabs(x)))
-    return e.div(e.sel(e.ge(x, 0.0), 1.0, ex), e.add(ex, 1.0))
+    res = e.div(e.sel(e.ge(x, 0.0), 1.0, ex), e.add(ex, 1.0))
+    # eager and PyTorch compute 1 / (1 + exp(-x)): exactly 0 once exp(-x) overflows
+    return e.sel(e.lt(x, -e.s.exp_finite_max), 0.0, res)
 
 
 def _trig(e: _Emitter, x, quadrant_offset: int):
@@ -818,12 +828,16 @@ class UlpRow:
     special_mismatches: int
 
 
-def _np_sigmoid(x: np.ndarray) -> np.ndarray:
-    """The stable numpy form (what an eager sigmoid computes), never 1/(1+inf)."""
+def _np_sigmoid(x: np.ndarray, target: np.dtype | None = None) -> np.ndarray:
+    """The stable form, never 1/(1+inf); 0 where eager's (PyTorch's) 1/(1+exp(-x)) is 0
+    in the ``target`` dtype (exp(-x) overflows there), whatever the reference's width."""
+    target = np.dtype(target or x.dtype)
+    spec = _F32 if target == np.float32 else _F64
     with np.errstate(all="ignore"):
         one = x.dtype.type(1)
         e = np.exp(-np.abs(x))
-        return np.where(x >= 0, one / (one + e), e / (one + e))
+        res = np.where(x >= 0, one / (one + e), e / (one + e))
+        return np.where(x < -spec.exp_finite_max, x.dtype.type(0), res)
 
 
 _NP_REFS: dict[str, Callable[..., np.ndarray]] = {
@@ -987,8 +1001,10 @@ def measure_ulp(n: int = 20000, seed: int = 0,
             kernel = f"map_{name}_{'f32' if dtype == np.float32 else 'f64'}"
             for label, args in _domains(name, dtype, rng, n):
                 got = _run_kernel(jm, kernel, args, dtype)
+                wide = [a.astype(ref_type) for a in args]
                 with np.errstate(all="ignore"):
-                    ref = _NP_REFS[name](*[a.astype(ref_type) for a in args])
+                    ref = _np_sigmoid(*wide, target=dtype) if name == "sigmoid" else \
+                        _NP_REFS[name](*wide)
                 errs = _ulp_errors(got, ref, dtype)
                 with np.errstate(all="ignore"):
                     abs_err = np.abs(got.astype(ref.dtype) - ref)

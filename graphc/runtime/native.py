@@ -3,7 +3,9 @@
 The generated entry point is a CPython ``METH_O`` function; :func:`_builtin`
 wraps it in a builtin function object (``PyCFunction_NewEx``), so a call costs
 what calling any builtin costs, with no ctypes argument conversion.  It takes
-the tuple of input array objects, reads each array's data pointer and flags
+the tuple of input array objects, checks each one's type is exactly
+``ndarray`` (anything else comes back here: subclasses are converted, other
+objects refused), reads each array's data pointer and flags
 from numpy's array struct, allocates the outputs with numpy's own
 ``PyArray_New`` and returns them as a tuple.  The struct offsets, the C-API
 functions it calls and numpy's C-API table are checked once, here, at import.
@@ -190,19 +192,33 @@ class NativeExecutable:
     def run(self, arrays: Sequence[np.ndarray]) -> tuple:
         """The outputs for these input arrays: a tuple of new arrays (an output updated in
         place is its input array).  Each input must be an ndarray of the compiled shape and
-        dtype (the native code trusts both); a wrong one raises GraphcError naming it."""
+        dtype (the native code trusts both); a wrong one raises GraphcError naming it.  An
+        ndarray subclass is read as its base array (a masked array is refused)."""
         if arrays.__class__ is not tuple:
             arrays = tuple(arrays)
         if len(arrays) != self.n_in:
             raise GraphcError(f"{self.name}: takes {self.n_in} input arrays, got {len(arrays)}")
+        arrays = tuple(a if type(a) is np.ndarray else self._base_array(k, a)
+                       for k, a in enumerate(arrays))
         for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
-            if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dt:
-                got = (f"{type(a).__name__} {getattr(a, 'dtype', '')}{list(np.shape(a))}"
-                       if not isinstance(a, np.ndarray) else f"{a.dtype}{list(a.shape)}")
-                raise GraphcError(f"{self.name}: input {k} is {got}, compiled for "
-                                  f"{dt}{list(shape)}; pass an array of that shape and dtype "
+            if a.shape != shape or a.dtype != dt:
+                raise GraphcError(f"{self.name}: input {k} is {a.dtype}{list(a.shape)}, compiled "
+                                  f"for {dt}{list(shape)}; pass an array of that shape and dtype "
                                   "(or call the CompiledFunction, which recompiles)")
         return self.run_trusted(arrays)
+
+    def _base_array(self, k: int, a) -> np.ndarray:
+        """Input ``k`` as a plain ndarray: a subclass (np.matrix, np.memmap, a user class)
+        is viewed as its base array; a masked array or anything else is refused -- checked
+        on the real type, never on ``__class__``, which any object can fake."""
+        t = type(a)
+        if not issubclass(t, np.ndarray):
+            raise GraphcError(f"{self.name}: input {k} is of type {t.__name__}, not a numpy "
+                              "array; pass np.asarray(...) of it")
+        if issubclass(t, np.ma.MaskedArray):
+            raise GraphcError(f"{self.name}: input {k} is a masked array; masks are not "
+                              "supported: pass x.filled(value) or np.ma.getdata(x)")
+        return np.asarray(a)
 
     def run_trusted(self, arrays: tuple) -> tuple:
         """:meth:`run` for callers that already matched the inputs against the compiled
@@ -216,12 +232,14 @@ class NativeExecutable:
 
     def _slow(self, arrays: tuple, rc: int) -> tuple:
         """A call that returned a code instead of the outputs (``rc`` of lower.py)."""
-        if rc == L.RC_LAYOUT:
+        if rc in (L.RC_LAYOUT, L.RC_TYPE):
             fixed = []
-            for a, (shape, dt) in zip(arrays, self.in_specs):
-                a = np.asarray(a)
+            for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
+                if type(a) is not np.ndarray:
+                    a = self._base_array(k, a)
                 if a.shape != shape:
-                    raise GraphcError(f"input of shape {a.shape} where {shape} was compiled")
+                    raise GraphcError(f"{self.name}: input {k} has shape {a.shape} where "
+                                      f"{shape} was compiled")
                 fixed.append(np.array(a, dtype=dt, order="C", copy=True))
             outs = self._native(tuple(fixed))
             if outs.__class__ is not int:

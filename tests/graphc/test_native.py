@@ -226,6 +226,71 @@ def test_broadcast_and_degenerate_shapes(sx, sy, dtype):
     three_way(_shape_fn, x, y)
 
 
+@pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: x.sum(0, keepdim=True),
+                                lambda x: x.amax(0), lambda x: (x.mean(0), x.amin())],
+                         ids=["sum0", "sum0_keepdim", "amax0", "mean0_amin"])
+def test_a_reduction_to_one_element_in_a_parallel_loop(fn):
+    """(N, 1) reduced over dim 0 with N above PARALLEL_MIN: the loop is split across
+    threads and its reduction, shaped (1,), is a full one (lowering raised KeyError)."""
+    from graphc.backend.lower import PARALLEL_MIN
+    x = np.random.default_rng(0).normal(size=(PARALLEL_MIN + 37, 1))
+    three_way(fn, x)
+
+
+def test_gradient_of_a_1x1_bias_over_many_rows():
+    def loss(x, w, b):
+        return ((x @ w + b) ** 2).sum()
+
+    rng = np.random.default_rng(1)
+    x, w, b = rng.normal(size=(2**18, 1)), rng.normal(size=(1, 1)), rng.normal(size=(1, 1))
+    value, (gw, gb) = graphc.compile(graphc.value_and_grad(loss, argnums=(1, 2)))(x, w, b)
+    tw, tb = eager.from_numpy(w.copy()).requires_grad_(), eager.from_numpy(b.copy()).requires_grad_()
+    want = loss(eager.from_numpy(x), tw, tb)
+    want.backward()
+    np.testing.assert_allclose(value, want.item(), rtol=1e-12)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gb, tb.grad.numpy(), rtol=1e-12)
+
+
+EMPTY_EXTREMA = {
+    "amax1": lambda x: x.amax(1), "amin1_keepdim": lambda x: x.amin(1, keepdim=True),
+    "max1": lambda x: tuple(x.max(1)), "min1_keepdim": lambda x: tuple(x.min(1, keepdim=True)),
+    "argmax1": lambda x: x.argmax(1), "argmin1_keepdim": lambda x: x.argmin(1, keepdim=True),
+    "amax02": lambda x: x.reshape(0, 3, 1).amax((1, 2)),
+}
+
+
+@pytest.mark.parametrize("opt_level", [0, 2])
+@pytest.mark.parametrize("case", sorted(EMPTY_EXTREMA))
+def test_extrema_of_an_empty_tensor_over_non_empty_dims(case, opt_level):
+    """PyTorch returns an empty result when the reduced dims are not empty."""
+    out = three_way(EMPTY_EXTREMA[case], np.ones((0, 3)), opt_level=opt_level, exact=True)
+    assert all(o.size == 0 for o in out)
+
+
+EMPTY_DIM_ERRORS = {
+    "amax0": (lambda x: x.amax(0), IndexError, "max(): Expected reduction dim 0 to have non-zero"),
+    "max0": (lambda x: x.max(0), IndexError, "max(): Expected reduction dim 0 to have non-zero"),
+    "amin0": (lambda x: x.amin(0), IndexError, "min(): Expected reduction dim 0 to have non-zero"),
+    "argmax0": (lambda x: x.argmax(0), IndexError, "argmax(): Expected reduction dim 0 to"),
+    "argmin0": (lambda x: x.argmin(0), IndexError, "argmin(): Expected reduction dim 0 to"),
+    "max": (lambda x: x.max(), RuntimeError, "max(): Expected reduction dim to be specified"),
+    "amin": (lambda x: x.amin(), RuntimeError, "min(): Expected reduction dim to be specified"),
+    "argmax": (lambda x: x.argmax(), IndexError, "argmax(): Expected reduction dim to be"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMPTY_DIM_ERRORS))
+def test_extrema_over_an_empty_dim_raise_pytorchs_error(case):
+    """No identity to return: eager and the tracer raise PyTorch's error and type."""
+    fn, err, msg = EMPTY_DIM_ERRORS[case]
+    x = np.ones((0, 3))
+    with pytest.raises(err, match=re.escape(msg)):
+        fn(eager.from_numpy(x))
+    with pytest.raises(err, match=re.escape(msg) + r".*\[while tracing"):
+        graphc.compile(fn)(x)
+
+
 # ---------------------------------------------------------------------------------------
 # random composite programs: every opt level gives the same results
 

@@ -361,14 +361,117 @@ def test_risky_calls_do_not_crash_the_process():
         assert res[f"zero{shape}"] == "ok" and res[f"ew{shape}"] == "ok", shape
     for shape in ["(0, 3)", "(3, 0)", "(0, 0)"]:
         assert res[f"axes{shape}"] == "ok"
-    # reductions with no identity over nothing: a clear error at compile time, as numpy
-    assert res["max_empty"] == res["argmax_empty"] == "UnsupportedOpError"
+    # reductions with no identity over a zero-size dim: PyTorch's error, when traced
+    assert res["max_empty"] == res["argmax_empty"] == "IndexError"
     assert got.count("view:ok") == 4
     assert res["wrong_shape"] == "RuntimeError"          # traced: shapes do not broadcast
     assert res["wrong_dtype"] == "ok"                    # a new signature: re-traced
     assert res["object_dtype"] == "SignatureError"
     assert res["float16"] == "UnsupportedOpError"        # "use backend='interpreter'"
     assert res["not_an_array"] == "SignatureError" and res["too_few"] == "SignatureError"
+
+
+# ---------------------------------------------------------------------------------------
+# objects that are not exactly ndarrays: the native entry checks ob_type itself
+
+FAKES = r'''
+import sys
+from unittest import mock
+import numpy as np
+import graphc
+
+cf = graphc.compile(lambda x: x * 2)
+x = np.ones(3)
+cf(x)
+exe = cf._entry_for((x,)).stages["_executable"]
+
+
+class Evil(int):
+    """An int whose memory reads as an aligned C-contiguous array at address 11 (its
+    digit count at numpy's data offset, 0x101 in the flags word): native code trusting
+    __class__ reads address 11."""
+    __class__ = property(lambda s: np.ndarray)
+    shape = (3,)
+    dtype = np.dtype(np.float64)
+
+
+class Faker:
+    __class__ = property(lambda s: np.ndarray)
+    shape = (3,)
+    dtype = np.dtype(np.float64)
+
+
+fakes = {"evil_int": Evil(0x101 << (30 * 10)), "faker": Faker(),
+         "mock": mock.MagicMock(spec=np.ndarray), "int": 3}
+for name, fake in fakes.items():
+    for how, call in (("call", lambda a: cf(a)), ("run", lambda a: exe.run((a,))),
+                      ("trusted", lambda a: exe.run_trusted((a,))),
+                      ("entry", lambda a: exe._native((a,)))):
+        try:
+            out = call(fake)
+            print(f"{name}/{how}:ok:{out!r}"[:60])
+        except Exception as e:
+            print(f"{name}/{how}:{type(e).__name__}")
+print("SURVIVED")
+'''
+
+
+def test_objects_faking_ndarray_never_reach_native_code():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", FAKES], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, f"exit code {r.returncode}\n{r.stdout}\n{r.stderr}"
+    lines = r.stdout.split()
+    assert lines[-1] == "SURVIVED", r.stdout + r.stderr
+    res = dict(line.split(":", 2)[:2] for line in lines[:-1])
+    from graphc.backend.lower import RC_TYPE
+    for name in ("evil_int", "faker", "mock", "int"):
+        # the generated entry refuses anything whose ob_type is not ndarray, before reading
+        assert f"{name}/entry:ok:{RC_TYPE}" in lines, name
+        assert res[f"{name}/run"] == res[f"{name}/trusted"] == "GraphcError", name
+    # a compiled function classifies by the real type: ints are static, others refused
+    assert res["evil_int/call"] == res["int/call"] == "ok"
+    assert res["faker/call"] == res["mock/call"] == "SignatureError"
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+class _Liar(np.ndarray):
+    shape = property(lambda s: (1000,))     # the real shape is what native code reads
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a.view(np.matrix), lambda a: a.view(_Sub), lambda a: a.view(_Liar),
+    lambda a: a.view(np.memmap), lambda a: a.T.view(_Sub).T,
+], ids=["matrix", "subclass", "lying_subclass", "memmap", "strided_subclass"])
+def test_ndarray_subclasses_are_read_as_their_base_array(make):
+    base = np.arange(6.0).reshape(2, 3)
+    cf = graphc.compile(lambda x, y: (x * 2 + y).sum(0))
+    y = np.ones(3)
+    want = (base * 2 + y).sum(0)
+    np.testing.assert_array_equal(cf(base, y), want)
+    out = cf(make(base.copy()), y)
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, want)
+    exe = cf._entry_for((base, y)).stages["_executable"]
+    for run in (exe.run, exe.run_trusted):
+        np.testing.assert_array_equal(run((make(base.copy()), y))[0], want)
+
+
+def test_masked_arrays_are_refused():
+    """np.asarray would drop the mask: a silently different computation."""
+    from graphc.errors import GraphcError, SignatureError
+    m = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    cf = graphc.compile(lambda x: x * 2)
+    with pytest.raises(SignatureError, match="masked array"):
+        cf(m)
+    cf(np.ones(3))
+    exe = cf._entry_for((np.ones(3),)).stages["_executable"]
+    for run in (exe.run, exe.run_trusted):
+        with pytest.raises(GraphcError, match="masked array"):
+            run((m,))
 
 
 # ---------------------------------------------------------------------------------------
