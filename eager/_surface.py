@@ -94,6 +94,8 @@ class TensorOps:
         return matmul(other, self)
 
     def __neg__(self):
+        if self._npdtype.kind == "b":
+            raise RuntimeError(BOOL_NEG)
         return self._op("neg", "NegBackward0")
 
     def __pos__(self):
@@ -150,6 +152,9 @@ class TensorOps:
         return -self
 
     def pow(self, exponent):
+        if (isinstance(exponent, TensorOps) and self._npdtype.kind == "b"
+                and exponent._npdtype.kind == "b"):
+            raise NotImplementedError('"pow" not implemented for \'Bool\'')  # numpy gives int8
         gname = "PowBackward1" if isinstance(exponent, TensorOps) else "PowBackward0"
         return self._binary("pow", exponent, gname)
 
@@ -194,6 +199,8 @@ class TensorOps:
         return self._op("sigmoid", "SigmoidBackward0")
 
     def relu(self):
+        if self._npdtype.kind == "b":
+            raise RuntimeError("Boolean inputs not supported for relu")
         return self._op("relu", "ReluBackward0")
 
     def abs(self):
@@ -212,9 +219,16 @@ class TensorOps:
             if max is not None:
                 out = minimum(out, max)
             return out
-        if self._npdtype.kind != "f" and (isinstance(min, builtins.float) or
-                                          isinstance(max, builtins.float)):
-            return self.to(D.DEFAULT_FLOAT).clamp(min, max)   # int tensor, float bound: float32
+        # the bounds are weak scalars: an int tensor with a float bound gives float32, a
+        # bool tensor with an int bound int64 (as in PyTorch)
+        target = self._npdtype
+        for bound in (min, max):
+            if bound is not None:
+                target = D.scalar_dtype(bound, target)
+        if target.kind == "b":
+            raise NotImplementedError('"clamp" not implemented for \'Bool\'')
+        if target != self._npdtype:
+            return self.to(target).clamp(min, max)
         gname = ("ClampBackward1" if min is not None and max is not None
                  else "ClampMinBackward0" if min is not None else "ClampMaxBackward0")
         lo = None if min is None else builtins.float(min)
@@ -545,8 +559,29 @@ def _dispatch(op: str, gname: str, operands: tuple, attrs: dict):
     return best._apply(op, gname, operands, attrs)
 
 
+BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+            "to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _check_bool_sub(a: Any, b: Any) -> None:
+    """PyTorch refuses ``-`` with a bool operand (numpy's bool ``-`` is not a subtraction)."""
+    na = isinstance(a, (builtins.bool, np.bool_)) or (
+        isinstance(a, TensorOps) and a._npdtype.kind == "b")
+    nb = isinstance(b, (builtins.bool, np.bool_)) or (
+        isinstance(b, TensorOps) and b._npdtype.kind == "b")
+    if na and nb:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if na or nb:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                           "operator instead.")
+
+
 def _coerce_pair(t: TensorOps, other: Any, op: str):
     """Return (t, other) as operands with PyTorch's dtype promotion applied."""
+    if op == "sub":
+        _check_bool_sub(t, other)
     if isinstance(other, TensorOps):
         da, db = t._npdtype, other._npdtype
         if da != db:

@@ -477,13 +477,12 @@ class Tensor(TensorOps):
         if value.shape != dst.shape:
             raise RuntimeError(f"{op}_: output with shape {list(dst.shape)} doesn't match the "
                                f"broadcast shape {list(value.shape)}")
-        if value.dtype != dst.dtype and not np.can_cast(value.dtype, dst.dtype, "same_kind"):
-            raise RuntimeError(f"{op}_: result type {D.from_np(value.dtype)} can't be cast to the "
-                               f"desired output type {D.from_np(dst.dtype)}")
+        if value.dtype != dst.dtype:
+            D.check_inplace_result(value.dtype, dst.dtype)
         if not dst.flags.writeable:
             raise RuntimeError(f"{op}_: this tensor is a broadcast (expanded) view or read-only "
                                "buffer and cannot be written in place; clone() it first")
-        np.copyto(dst, value, casting="same_kind")
+        np.copyto(dst, value, casting="unsafe")     # PyTorch's rule was checked above
         self._version[0] += 1
 
     def _fast_inplace(self, ufunc, other) -> Optional["Tensor"]:
@@ -496,9 +495,11 @@ class Tensor(TensorOps):
             return None
         dst = self._data
         try:
+            # numpy refuses a cast outside its kind (UFuncTypeError, a TypeError); what numpy
+            # accepts here PyTorch accepts too (int -> float, float64 -> float32...)
             ufunc(dst, b, out=dst, casting="same_kind")
-        except (ValueError, TypeError, np.exceptions.UFuncTypeError):
-            return None   # let the general path produce the precise error
+        except (ValueError, TypeError, OverflowError):
+            return None   # the general path applies PyTorch's rule or gives the precise error
         self._version[0] += 1
         return self
 
@@ -508,6 +509,7 @@ class Tensor(TensorOps):
         return self._inplace("add", other, alpha=alpha)
 
     def sub_(self, other, *, alpha=1):
+        _surface_mod._check_bool_sub(self, other)
         if alpha == 1 and self._fast_inplace(np.subtract, other) is not None:
             return self
         return self._inplace("sub", other, alpha=alpha)
@@ -575,6 +577,9 @@ class Tensor(TensorOps):
 
     def __itruediv__(self, other):
         return self.div_(other)
+
+    def __ipow__(self, other):
+        return self.pow_(other)
 
     def __setitem__(self, key, value) -> None:
         self._setitem_impl(key, value, gname="CopySlices")
@@ -929,6 +934,8 @@ def _binop(op: str, gname: str):
         except ValueError:
             forward(a, b)               # raises the error naming the op and both shapes
             raise
+        except TypeError:               # numpy refuses (bool - bool): PyTorch's error
+            return general(self, op, other, gname)
         if rg and recorded and state.enabled and dt.kind == "f":
             _record2(out, recipes, self, other, dt)
         return out
