@@ -467,6 +467,19 @@ class TensorOps:
     def __getitem__(self, key):
         return getitem(self, key)
 
+    def unbind(self, dim: int = 0) -> tuple:
+        """The slices along ``dim``, as views (``for row in x`` iterates over them)."""
+        if self.ndim == 0:
+            raise RuntimeError("Dimension specified as 0 but tensor has no dimensions")
+        d = norm_axes(dim, self.ndim, "unbind")[0]
+        lead = (("s", None, None, None),) * d
+        return self._multi_output_views(tuple(
+            _dispatch("getitem", "UnbindBackward0", (self,), {"index": lead + (("i", i),)})
+            for i in range(self.shape[d])))
+
+    def _multi_output_views(self, views: tuple) -> tuple:
+        return views
+
     # --- dtype ----------------------------------------------------------------
     @property
     def is_floating_point_(self) -> bool:
