@@ -213,12 +213,7 @@ class TensorOps:
         if min is None and max is None:
             raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
         if isinstance(min, TensorOps) or isinstance(max, TensorOps):
-            out = self
-            if min is not None:
-                out = maximum(out, min)
-            if max is not None:
-                out = minimum(out, max)
-            return out
+            return _clamp_tensor(self, min, max)
         # the bounds are weak scalars: an int tensor with a float bound gives float32, a
         # bool tensor with an int bound int64 (as in PyTorch)
         target = self._npdtype
@@ -292,15 +287,55 @@ class TensorOps:
         gname = "MeanBackward0" if dim is None else "MeanBackward1"
         return x._op("mean", gname, axis=_axes(dim, self.ndim, "mean"), keepdim=bool(keepdim))
 
+    def _differentiable(self) -> bool:
+        """Could a VJP rule later run through an op on this value?  A traced one: always
+        (graphc differentiates whole graphs); eager.Tensor: only while recording."""
+        return True
+
     def _minmax(self, op: str, argop: str, dim, keepdim, other):
+        """max/min over everything or along one dim, with PyTorch's gradient routing.
+
+        The ``max``/``min`` primitive has amax's rule (ties share the gradient; a NaN
+        slice gets NaN).  ``max(dim)`` sends it to the element its index names (PyTorch's
+        value_selecting_reduction_backward), so its values are gathered at the indices.
+        ``max()`` shares it among the NaNs when the result is NaN (evenly_distribute_
+        backward), so NaNs are reduced apart from the rest."""
         if other is not None:
             return maximum(self, other) if op == "max" else minimum(self, other)
         cap = op.capitalize()
         if dim is None:
-            return self._op(op, f"{cap}Backward1", axis=_axes(None, self.ndim, op), keepdim=False)
+            axes = _axes(None, self.ndim, op)
+            if self._npdtype.kind != "f" or not self._differentiable():
+                return self._op(op, f"{cap}Backward1", axis=axes, keepdim=False)
+            nan = self != self
+            m = where(nan, float("-inf") if op == "max" else float("inf"), self)._op(
+                op, f"{cap}Backward1", axis=axes, keepdim=False)
+            nans = where(nan, self, 0).sum() / maximum(nan.sum(), 1)   # NaN: g / #NaN each
+            return _dispatch("where", f"{cap}Backward1", (nan.any(), nans, m), {})
         axes = _axes(dim, self.ndim, op)
-        values = self._op(op, f"{cap}Backward0", axis=axes, keepdim=bool(keepdim))
-        indices = self._op(argop, "", axis=axes[0] if axes else 0, keepdim=bool(keepdim))
+        keepdim = bool(keepdim)
+        if self.ndim == 0:
+            return MaxResult(self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
+                             self._op(argop, "", axis=0, keepdim=keepdim))
+        d = axes[0]
+        if self.shape[d] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+        indices = self._op(argop, "", axis=d, keepdim=keepdim)
+        # gather: x[i0, ..., indices, ..., iN] with each other dim's arange laid out in
+        # the output's shape
+        out_nd = self.ndim if keepdim else self.ndim - 1
+        arrays, spec = [], []
+        for i, n in enumerate(self.shape):
+            if i == d:
+                arrays.append(indices)
+            else:
+                pos = i if keepdim or i < d else i - 1
+                shape = [1] * out_nd
+                shape[pos] = n
+                arrays.append(self._wrap_const(np.arange(n).reshape(shape)))
+            spec.append(("t", i))
+        values = _dispatch("getitem", f"{cap}Backward0", (self,) + tuple(arrays),
+                           {"index": tuple(spec)})
         return MaxResult(values, indices)
 
     def max(self, dim=None, keepdim=False, *, other=None):
@@ -696,6 +731,28 @@ def where(condition, x, y):
     if isinstance(x, TensorOps) and isinstance(y, TensorOps) and x._npdtype != y._npdtype:
         x, y = _coerce_pair(x, y, "where")
     return _dispatch("where", "WhereBackward0", (condition, x, y), {})
+
+
+def _clamp_tensor(x, lo, hi):
+    """``clamp`` with tensor bounds: the value is ``minimum(maximum(x, lo), hi)`` (NaN
+    propagates), and the gradient goes where PyTorch's clamp_backward_min_max sends it:
+    to x where lo <= x <= hi, to lo where x < lo < hi, to hi where x > hi or hi < lo;
+    nowhere at a NaN or when x < lo == hi.  (maximum's rule would split ties and pass a
+    NaN's gradient to both sides.)  The selects return the value they route."""
+    v = x
+    if lo is not None:
+        v = maximum(v, lo)
+    if hi is not None:
+        v = minimum(v, hi)
+    if v._npdtype.kind != "f":
+        return v
+    rest = v.detach()
+    if hi is None:
+        return where(x >= lo, x, where(x < lo, lo, rest))
+    if lo is None:
+        return where(x <= hi, x, where(x > hi, hi, rest))
+    return where((x >= lo) & (x <= hi), x,
+                 where((x < lo) & (hi > lo), lo, where((x > hi) | (hi < lo), hi, rest)))
 
 
 def maximum(a, b):

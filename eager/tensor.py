@@ -411,6 +411,9 @@ class Tensor(TensorOps):
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))         # views, as in PyTorch
 
+    def _differentiable(self) -> bool:
+        return self._rg and _STATE.enabled
+
     def _multi_output_views(self, views: tuple) -> tuple:
         """Mark the views returned together by ``unbind`` (PyTorch's MULTI_OUTPUT_NODE):
         they write through, but an in-place op on one of them cannot be recorded."""
