@@ -34,7 +34,7 @@ for _name in ["add", "sub", "mul", "div", "true_divide", "pow", "neg", "abs", "e
               "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
               "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any",
               "reshape", "flatten", "unsqueeze", "squeeze", "transpose", "permute", "t", "mm",
-              "dot", "clone", "detach"]:
+              "dot", "clone", "detach", "unbind"]:
     globals()[_name] = _method(_name)
 
 subtract, multiply, divide, negative, absolute = sub, mul, div, neg, abs  # noqa: F821

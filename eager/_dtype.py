@@ -106,6 +106,37 @@ def scalar_dtype(value, other: np.dtype) -> np.dtype:
     raise TypeError(f"unsupported scalar operand of type {t.__name__}: {value!r}")
 
 
+# PyTorch's ScalarType names, which its error messages use ("result type Float ...")
+_TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "int8": "Char",
+                "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long",
+                "bool": "Bool"}
+
+
+def can_cast(src: np.dtype, dst: np.dtype) -> _pybool:
+    """PyTorch's ``canCast``: may an op whose result type is ``src`` write into ``dst``?
+
+    Categories are ordered bool < integer < float; writing into a lower category is
+    refused (float -> int, float or int -> bool), any width within or into a higher
+    category is allowed (float64 -> float32, int64 -> uint8, bool -> float).  numpy's
+    ``same_kind`` differs: it refuses int16 -> uint8 and allows float -> bool."""
+    if src.kind == "f":
+        return dst.kind == "f"
+    return dst.kind != "b" or src.kind == "b"
+
+
+def check_inplace_result(result: np.dtype, dst: np.dtype) -> None:
+    """Raise PyTorch's error when an in-place op (``x += y``, ``x.add_(y)``...) computes a
+    result of dtype ``result`` that cannot be stored in ``x`` of dtype ``dst``.
+
+    The result type is the op's out-of-place one (PyTorch promotion, Python scalars weak):
+    ``int64_w -= 0.5 * g`` computes float32 and is refused rather than truncated.  Ops
+    that are defined to convert (``copy_``, ``fill_``, ``x[i] = v``) do not call this."""
+    if result != dst and not can_cast(result, dst):
+        raise RuntimeError(f"result type {_TORCH_NAMES.get(result.name, result.name)} can't be "
+                           f"cast to the desired output type "
+                           f"{_TORCH_NAMES.get(dst.name, dst.name)}")
+
+
 def infer_np_dtype(data) -> np.dtype:
     """The dtype eager.tensor(data) picks, as PyTorch does: floats -> float32, ints -> int64."""
     if isinstance(data, np.ndarray):

@@ -94,6 +94,8 @@ class TensorOps:
         return matmul(other, self)
 
     def __neg__(self):
+        if self._npdtype.kind == "b":
+            raise RuntimeError(BOOL_NEG)
         return self._op("neg", "NegBackward0")
 
     def __pos__(self):
@@ -152,6 +154,9 @@ class TensorOps:
     def pow(self, exponent):
         if exponent.__class__ is builtins.int and exponent < 0 and self._npdtype.kind in "biu":
             raise RuntimeError("Integers to negative integer powers are not allowed.")
+        if (isinstance(exponent, TensorOps) and self._npdtype.kind == "b"
+                and exponent._npdtype.kind == "b"):
+            raise NotImplementedError('"pow" not implemented for \'Bool\'')  # numpy gives int8
         gname = "PowBackward1" if isinstance(exponent, TensorOps) else "PowBackward0"
         return self._binary("pow", exponent, gname)
 
@@ -196,6 +201,8 @@ class TensorOps:
         return self._op("sigmoid", "SigmoidBackward0")
 
     def relu(self):
+        if self._npdtype.kind == "b":
+            raise RuntimeError("Boolean inputs not supported for relu")
         return self._op("relu", "ReluBackward0")
 
     def abs(self):
@@ -208,15 +215,17 @@ class TensorOps:
         if min is None and max is None:
             raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
         if isinstance(min, TensorOps) or isinstance(max, TensorOps):
-            out = self
-            if min is not None:
-                out = maximum(out, min)
-            if max is not None:
-                out = minimum(out, max)
-            return out
-        if self._npdtype.kind != "f" and (isinstance(min, builtins.float) or
-                                          isinstance(max, builtins.float)):
-            return self.to(D.DEFAULT_FLOAT).clamp(min, max)   # int tensor, float bound: float32
+            return _clamp_tensor(self, min, max)
+        # the bounds are weak scalars: an int tensor with a float bound gives float32, a
+        # bool tensor with an int bound int64 (as in PyTorch)
+        target = self._npdtype
+        for bound in (min, max):
+            if bound is not None:
+                target = D.scalar_dtype(bound, target)
+        if target.kind == "b":
+            raise NotImplementedError('"clamp" not implemented for \'Bool\'')
+        if target != self._npdtype:
+            return self.to(target).clamp(min, max)
         gname = ("ClampBackward1" if min is not None and max is not None
                  else "ClampMinBackward0" if min is not None else "ClampMaxBackward0")
         lo = None if min is None else builtins.float(min)
@@ -280,15 +289,55 @@ class TensorOps:
         gname = "MeanBackward0" if dim is None else "MeanBackward1"
         return x._op("mean", gname, axis=_axes(dim, self.ndim, "mean"), keepdim=bool(keepdim))
 
+    def _differentiable(self) -> bool:
+        """Could a VJP rule later run through an op on this value?  A traced one: always
+        (graphc differentiates whole graphs); eager.Tensor: only while recording."""
+        return True
+
     def _minmax(self, op: str, argop: str, dim, keepdim, other):
+        """max/min over everything or along one dim, with PyTorch's gradient routing.
+
+        The ``max``/``min`` primitive has amax's rule (ties share the gradient; a NaN
+        slice gets NaN).  ``max(dim)`` sends it to the element its index names (PyTorch's
+        value_selecting_reduction_backward), so its values are gathered at the indices.
+        ``max()`` shares it among the NaNs when the result is NaN (evenly_distribute_
+        backward), so NaNs are reduced apart from the rest."""
         if other is not None:
             return maximum(self, other) if op == "max" else minimum(self, other)
         cap = op.capitalize()
         if dim is None:
-            return self._op(op, f"{cap}Backward1", axis=_axes(None, self.ndim, op), keepdim=False)
+            axes = _axes(None, self.ndim, op)
+            if self._npdtype.kind != "f" or not self._differentiable():
+                return self._op(op, f"{cap}Backward1", axis=axes, keepdim=False)
+            nan = self != self
+            m = where(nan, float("-inf") if op == "max" else float("inf"), self)._op(
+                op, f"{cap}Backward1", axis=axes, keepdim=False)
+            nans = where(nan, self, 0).sum() / maximum(nan.sum(), 1)   # NaN: g / #NaN each
+            return _dispatch("where", f"{cap}Backward1", (nan.any(), nans, m), {})
         axes = _axes(dim, self.ndim, op)
-        values = self._op(op, f"{cap}Backward0", axis=axes, keepdim=bool(keepdim))
-        indices = self._op(argop, "", axis=axes[0] if axes else 0, keepdim=bool(keepdim))
+        keepdim = bool(keepdim)
+        if self.ndim == 0:
+            return MaxResult(self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
+                             self._op(argop, "", axis=0, keepdim=keepdim))
+        d = axes[0]
+        if self.shape[d] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+        indices = self._op(argop, "", axis=d, keepdim=keepdim)
+        # gather: x[i0, ..., indices, ..., iN] with each other dim's arange laid out in
+        # the output's shape
+        out_nd = self.ndim if keepdim else self.ndim - 1
+        arrays, spec = [], []
+        for i, n in enumerate(self.shape):
+            if i == d:
+                arrays.append(indices)
+            else:
+                pos = i if keepdim or i < d else i - 1
+                shape = [1] * out_nd
+                shape[pos] = n
+                arrays.append(self._wrap_const(np.arange(n).reshape(shape)))
+            spec.append(("t", i))
+        values = _dispatch("getitem", f"{cap}Backward0", (self,) + tuple(arrays),
+                           {"index": tuple(spec)})
         return MaxResult(values, indices)
 
     def max(self, dim=None, keepdim=False, *, other=None):
@@ -455,6 +504,19 @@ class TensorOps:
     def __getitem__(self, key):
         return getitem(self, key)
 
+    def unbind(self, dim: int = 0) -> tuple:
+        """The slices along ``dim``, as views (``for row in x`` iterates over them)."""
+        if self.ndim == 0:
+            raise RuntimeError("Dimension specified as 0 but tensor has no dimensions")
+        d = norm_axes(dim, self.ndim, "unbind")[0]
+        lead = (("s", None, None, None),) * d
+        return self._multi_output_views(tuple(
+            _dispatch("getitem", "UnbindBackward0", (self,), {"index": lead + (("i", i),)})
+            for i in range(self.shape[d])))
+
+    def _multi_output_views(self, views: tuple) -> tuple:
+        return views
+
     # --- dtype ----------------------------------------------------------------
     @property
     def is_floating_point_(self) -> bool:
@@ -547,8 +609,29 @@ def _dispatch(op: str, gname: str, operands: tuple, attrs: dict):
     return best._apply(op, gname, operands, attrs)
 
 
+BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+            "to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _check_bool_sub(a: Any, b: Any) -> None:
+    """PyTorch refuses ``-`` with a bool operand (numpy's bool ``-`` is not a subtraction)."""
+    na = isinstance(a, (builtins.bool, np.bool_)) or (
+        isinstance(a, TensorOps) and a._npdtype.kind == "b")
+    nb = isinstance(b, (builtins.bool, np.bool_)) or (
+        isinstance(b, TensorOps) and b._npdtype.kind == "b")
+    if na and nb:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if na or nb:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                           "operator instead.")
+
+
 def _coerce_pair(t: TensorOps, other: Any, op: str):
     """Return (t, other) as operands with PyTorch's dtype promotion applied."""
+    if op == "sub":
+        _check_bool_sub(t, other)
     if isinstance(other, TensorOps):
         da, db = t._npdtype, other._npdtype
         if da != db:
@@ -650,6 +733,28 @@ def where(condition, x, y):
     if isinstance(x, TensorOps) and isinstance(y, TensorOps) and x._npdtype != y._npdtype:
         x, y = _coerce_pair(x, y, "where")
     return _dispatch("where", "WhereBackward0", (condition, x, y), {})
+
+
+def _clamp_tensor(x, lo, hi):
+    """``clamp`` with tensor bounds: the value is ``minimum(maximum(x, lo), hi)`` (NaN
+    propagates), and the gradient goes where PyTorch's clamp_backward_min_max sends it:
+    to x where lo <= x <= hi, to lo where x < lo < hi, to hi where x > hi or hi < lo;
+    nowhere at a NaN or when x < lo == hi.  (maximum's rule would split ties and pass a
+    NaN's gradient to both sides.)  The selects return the value they route."""
+    v = x
+    if lo is not None:
+        v = maximum(v, lo)
+    if hi is not None:
+        v = minimum(v, hi)
+    if v._npdtype.kind != "f":
+        return v
+    rest = v.detach()
+    if hi is None:
+        return where(x >= lo, x, where(x < lo, lo, rest))
+    if lo is None:
+        return where(x <= hi, x, where(x > hi, hi, rest))
+    return where((x >= lo) & (x <= hi), x,
+                 where((x < lo) & (hi > lo), lo, where((x > hi) | (hi < lo), hi, rest)))
 
 
 def maximum(a, b):

@@ -155,7 +155,8 @@ class Tensor(TensorOps):
             if owner is src or owner is src.base or np.may_share_memory(data, src):
                 out._version = self._version
                 if data.flags.writeable:
-                    out._view = (self, "reshape", {"shape": data.shape}, ())
+                    out._view = (self, "reshape", {"shape": data.shape}, (),
+                                 _creation(self) if _STATE.enabled else NO_GRAD_VIEW)
         return out
 
     def view(self, *shape) -> "Tensor":
@@ -408,7 +409,19 @@ class Tensor(TensorOps):
     def __iter__(self):
         if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self._data.shape[0]))
+        return iter(self.unbind(0))         # views, as in PyTorch
+
+    def _differentiable(self) -> bool:
+        return self._rg and _STATE.enabled
+
+    def _multi_output_views(self, views: tuple) -> tuple:
+        """Mark the views returned together by ``unbind`` (PyTorch's MULTI_OUTPUT_NODE):
+        they write through, but an in-place op on one of them cannot be recorded."""
+        for i, v in enumerate(views):
+            view = getattr(v, "_view", None)
+            if view is not None and view[4] is not NO_GRAD_VIEW:
+                v._view = view[:4] + (("multi", i),)
+        return views
 
     def __repr__(self) -> str:
         suffixes = []
@@ -449,9 +462,9 @@ class Tensor(TensorOps):
         recording = _STATE.enabled and (self._rg or builtins.any(
             isinstance(a, Tensor) and a._rg for a in args))
         if recording:
+            _check_view_of_leaf(self)
             if self.grad_fn is None and self._rg:
                 raise RuntimeError(LEAF_INPLACE)
-            _check_view_of_leaf(self)
             snap = Tensor._make(self._data.copy())
             snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
             res = getattr(snap, method)(*args, **kwargs)
@@ -477,13 +490,12 @@ class Tensor(TensorOps):
         if value.shape != dst.shape:
             raise RuntimeError(f"{op}_: output with shape {list(dst.shape)} doesn't match the "
                                f"broadcast shape {list(value.shape)}")
-        if value.dtype != dst.dtype and not np.can_cast(value.dtype, dst.dtype, "same_kind"):
-            raise RuntimeError(f"{op}_: result type {D.from_np(value.dtype)} can't be cast to the "
-                               f"desired output type {D.from_np(dst.dtype)}")
+        if value.dtype != dst.dtype:
+            D.check_inplace_result(value.dtype, dst.dtype)
         if not dst.flags.writeable:
             raise RuntimeError(f"{op}_: this tensor is a broadcast (expanded) view or read-only "
                                "buffer and cannot be written in place; clone() it first")
-        np.copyto(dst, value, casting="same_kind")
+        np.copyto(dst, value, casting="unsafe")     # PyTorch's rule was checked above
         self._version[0] += 1
 
     def _fast_inplace(self, ufunc, other) -> Optional["Tensor"]:
@@ -496,9 +508,11 @@ class Tensor(TensorOps):
             return None
         dst = self._data
         try:
+            # numpy refuses a cast outside its kind (UFuncTypeError, a TypeError); what numpy
+            # accepts here PyTorch accepts too (int -> float, float64 -> float32...)
             ufunc(dst, b, out=dst, casting="same_kind")
-        except (ValueError, TypeError, np.exceptions.UFuncTypeError):
-            return None   # let the general path produce the precise error
+        except (ValueError, TypeError, OverflowError):
+            return None   # the general path applies PyTorch's rule or gives the precise error
         self._version[0] += 1
         return self
 
@@ -508,6 +522,10 @@ class Tensor(TensorOps):
         return self._inplace("add", other, alpha=alpha)
 
     def sub_(self, other, *, alpha=1):
+        oc = other.__class__
+        if (self._data.dtype.kind == "b" or oc is builtins.bool or oc is np.bool_
+                or (oc is Tensor and other._data.dtype.kind == "b")):
+            _surface_mod._check_bool_sub(self, other)   # numpy would subtract a bool
         if alpha == 1 and self._fast_inplace(np.subtract, other) is not None:
             return self
         return self._inplace("sub", other, alpha=alpha)
@@ -518,8 +536,10 @@ class Tensor(TensorOps):
         return self._inplace("mul", other)
 
     def div_(self, other):
-        if self._data.dtype.kind == "f" and self._fast_inplace(np.true_divide, other) is not None:
-            return self
+        if self._data.dtype.kind == "f":
+            with np.errstate(divide="ignore", invalid="ignore"):    # x / 0 is inf or nan
+                if self._fast_inplace(np.true_divide, other) is not None:
+                    return self
         return self._inplace("div", other)
 
     def pow_(self, exponent):
@@ -576,6 +596,9 @@ class Tensor(TensorOps):
     def __itruediv__(self, other):
         return self.div_(other)
 
+    def __ipow__(self, other):
+        return self.pow_(other)
+
     def __setitem__(self, key, value) -> None:
         self._setitem_impl(key, value, gname="CopySlices")
 
@@ -598,9 +621,9 @@ class Tensor(TensorOps):
                                    f"value shape {list(v.shape)})") from None
             self._version[0] += 1
             return self
+        _check_view_of_leaf(self)
         if self.grad_fn is None and self._rg:
             raise RuntimeError(LEAF_INPLACE)
-        _check_view_of_leaf(self)
         snap = Tensor._make(self._data)
         snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
         res = snap._op("setitem", gname, v, *arrays, index=spec)
@@ -663,6 +686,27 @@ _function_mod._sum_to = _surface_mod.sum_to
 _VIEW_OPS = ("reshape", "transpose", "getitem")
 VIEW_OF_LEAF_INPLACE = ("a view of a leaf Variable that requires grad is being used in an "
                         "in-place operation.")
+# How a view was made (``_view[4]``, PyTorch's CreationMeta): None for an ordinary view,
+# NO_GRAD_VIEW when made with grad recording off, ("multi", i) for output i of unbind.
+# An in-place op that must be recorded is refused on the last two, as in PyTorch.
+NO_GRAD_VIEW = "no_grad"
+NO_GRAD_VIEW_INPLACE = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. "
+    "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
+    "your code by moving both the view and the inplace either both inside the no_grad block "
+    "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
+    "to be tracked).")
+MULTI_OUTPUT_VIEW_INPLACE = (
+    "Output {} of UnbindBackward0 is a view and is being modified inplace. This view is the "
+    "output of a function that returns multiple views. Such functions do not allow the output "
+    "views to be modified inplace. You should replace the inplace operation by an out-of-place "
+    "one.")
+
+
+def _creation(base: Tensor):
+    """The creation kind a view of ``base`` inherits (a view of an unbind output is one)."""
+    view = getattr(base, "_view", None)
+    return None if view is None else view[4]
 
 
 def _link_view(out: Tensor, operands: tuple, op: str, attrs: dict) -> None:
@@ -678,18 +722,28 @@ def _link_view(out: Tensor, operands: tuple, op: str, attrs: dict) -> None:
         return
     out._version = base._version
     if op in _VIEW_OPS and dst.flags.writeable:
-        out._view = (base, op, attrs, operands[1:])
+        out._view = (base, op, attrs, operands[1:],
+                     _creation(base) if _STATE.enabled else NO_GRAD_VIEW)
 
 
 def _check_view_of_leaf(t: Tensor) -> None:
-    """Raise if ``t`` is a view whose root base is a leaf that requires grad."""
+    """Before a recorded in-place op on ``t``: refuse it if ``t`` is a view made without
+    grad recording or by unbind, or a view whose root base is a leaf while the view or the
+    leaf requires grad (PyTorch's check_inplace: ``leaf.reshape(...).requires_grad_()[1]``
+    counts too).  Recording the write would otherwise give the leaf a history."""
     view = getattr(t, "_view", None)
     if view is None:
         return
+    creation = view[4]
+    if creation is NO_GRAD_VIEW:
+        raise RuntimeError(NO_GRAD_VIEW_INPLACE)
+    if creation is not None:
+        raise RuntimeError(MULTI_OUTPUT_VIEW_INPLACE.format(creation[1]))
+    rg = t._rg
     while view is not None:
         t = view[0]
         view = getattr(t, "_view", None)
-    if t.grad_fn is None and t._rg:
+    if t.grad_fn is None and (rg or t._rg):
         raise RuntimeError(VIEW_OF_LEAF_INPLACE)
 
 
@@ -697,7 +751,7 @@ def _rebase_bases(t: Tensor) -> None:
     """After an in-place op on view ``t`` (buffer already written), re-record its bases."""
     view = getattr(t, "_view", None)
     while view is not None:
-        base, op, attrs, extra = view
+        base, op, attrs, extra = view[:4]
         if op == "getitem":
             snap = Tensor._make(base._data)
             snap._rg, snap.grad_fn, snap._output_nr = base._rg, base.grad_fn, base._output_nr
@@ -926,9 +980,11 @@ def _binop(op: str, gname: str):
             return general(self, op, other, gname)
         try:
             out = _make(raw(a, b))
-        except (ValueError, TypeError):
-            forward(a, b)               # raises the error naming the op and both shapes, or
-            raise                       # PyTorch's for bools (bool - bool)
+        except ValueError:
+            forward(a, b)               # raises the error naming the op and both shapes
+            raise
+        except TypeError:               # numpy refuses (bool - bool): PyTorch's error
+            return general(self, op, other, gname)
         if rg and recorded and state.enabled and dt.kind == "f":
             _record2(out, recipes, self, other, dt)
         return out

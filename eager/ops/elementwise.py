@@ -125,8 +125,9 @@ def _relu(x):
     return np.maximum(x.dtype.type(0), x)
 
 
+# PyTorch's threshold_backward: zero where out <= 0, so relu'(0) = 0 and a NaN passes g
 defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=True,
-      vjp=(lambda g, out, x: S.where(out > 0, g, 0),), samples=_unary_samples())
+      vjp=(lambda g, out, x: S.where(out <= 0, 0, g),), samples=_unary_samples())
 
 defop("abs", forward=np.abs, shape=_same_shape, arity=1, saves=(0,),
       vjp=(lambda g, out, x: g * x.sign(),), samples=_unary_samples())
@@ -315,28 +316,36 @@ def _pow_shape(x: Meta, y: Meta) -> Meta:
     return _binary_shape("pow")(x, y)
 
 
+def _pow_vjp_x(g, out, x, y):
+    # d/dx x**y = y * x**(y-1); PyTorch's pow_backward_self gives 0 where y == 0 (x**0 is
+    # constant), where the formula would give 0 * inf or 0 * nan at x = 0, inf or nan
+    return S.where(y == 0, 0, g * y * x ** (y - 1))
+
+
 def _pow_vjp_y(g, out, x, y):
-    # d/dy x**y = x**y * log(x); PyTorch masks x == 0 (with y >= 0) to 0 instead of nan.
-    return S.where(x == 0, 0, g * out * x.log())
+    # d/dy x**y = x**y * log(x); PyTorch's pow_backward_exponent masks x == 0 with y >= 0
+    # (0 * -inf) to 0; for y < 0 or nan the formula's inf or nan stands
+    return g * S.where((x == 0) & (y >= 0), 0, out * x.log())
 
 
 defop("pow", forward=_checked("pow", _pow), shape=_pow_shape, arity=2, saves_out=True,
-      vjp=(lambda g, out, x, y: g * y * x ** (y - 1), _pow_vjp_y),
+      vjp=(_pow_vjp_x, _pow_vjp_y),
       samples=_binary_samples(0.3, 2.0, -2.0, 2.0))
 
 
 def _max_vjp(a_wins):
     def rule(g, out, x, y):
-        # ties split the gradient evenly, as PyTorch does
-        mine = (x > y) if a_wins else (y > x)
-        return S.where(x == y, g / 2, S.where(mine, g, 0))
+        # PyTorch's rule: ties split the gradient evenly, the smaller side gets none, and
+        # so a NaN on either side (no order) passes the whole gradient to both
+        loses = (x < y) if a_wins else (x > y)
+        return S.where(x == y, g / 2, S.where(loses, 0, g))
     return rule
 
 
 def _min_vjp(a_wins):
     def rule(g, out, x, y):
-        mine = (x < y) if a_wins else (y < x)
-        return S.where(x == y, g / 2, S.where(mine, g, 0))
+        loses = (x > y) if a_wins else (x < y)
+        return S.where(x == y, g / 2, S.where(loses, 0, g))
     return rule
 
 

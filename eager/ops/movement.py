@@ -116,7 +116,11 @@ def _getitem(x, *idx, index):
         out = x[key]
     except IndexError as e:
         raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None
-    return np.array(out) if not isinstance(out, np.ndarray) else out
+    if out.__class__ is not np.ndarray:
+        # all-integer index: numpy returns a scalar copy, PyTorch a 0-d view (a[1].add_(5)
+        # writes into a); a trailing ``...`` makes numpy return the same element as a view
+        out = x[key + (Ellipsis,)]
+    return out
 
 
 def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:

@@ -116,13 +116,15 @@ def _minmax_forward(fn, name):
 
 
 def _minmax_vjp(g, out, x, axis, keepdim):
-    # The gradient is shared evenly among the elements equal to the extremum
-    # (PyTorch does this for the full reduction; for a single dim it picks one index).
+    # PyTorch's amax/amin rule (scale_grad_by_count; JAX's reduce_max too): the elements
+    # equal to the extremum share the gradient evenly.  A slice holding a NaN has a NaN
+    # extremum that no element equals: count is 0 and the whole slice gets NaN, as in
+    # PyTorch.  max()/min() over everything and max(dim)/min(dim) route the gradient
+    # differently; eager._surface builds them from this op (see TensorOps._minmax).
     keep = _keep_shape(x.shape, axis)
-    o = out.reshape(keep)
-    mask = (x == o)
+    mask = x == out.reshape(keep)
     count = mask.to(g._npdtype).sum(axis, keepdim=True)
-    return S.where(mask, (g.reshape(keep) / count).expand(x.shape), 0)
+    return (g.reshape(keep) / count).expand(x.shape) * mask
 
 
 def _nonempty_samples():

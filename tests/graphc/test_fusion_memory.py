@@ -108,7 +108,7 @@ def test_a_broadcasting_elementwise_chain_is_one_kernel():
 
 def test_multi_output_fusion_merges_stores_and_reductions_over_one_space():
     def multi(x):
-        return x * 2.0, (x * x).sum(), x.max(), x.tanh().sum(dim=1), x.mean(dim=0)
+        return x * 2.0, (x * x).sum(), x.amax(), x.tanh().sum(dim=1), x.mean(dim=0)
 
     x = np.random.default_rng(2).standard_normal((16, 8))
     cf = graphc.compile(multi)
@@ -147,7 +147,8 @@ def test_a_value_used_in_two_index_spaces_is_materialized_once():
 
 def test_reductions_feeding_broadcasts_are_epilogues_then_reloaded():
     def softmax(x):
-        e = (x - x.max(dim=1, keepdim=True).values).exp()
+        # amax: max(dim).values gathers at argmax (PyTorch's gradient goes to that index)
+        e = (x - x.amax(dim=1, keepdim=True)).exp()
         return e / e.sum(dim=1, keepdim=True)
 
     x = np.random.default_rng(4).standard_normal((6, 10))
@@ -170,7 +171,7 @@ def test_random_broadcast_multi_output_fusion_matches_the_interpreter(seed):
     def f(a, b, c, d, e):
         u = (a * b + c).tanh()
         v = (u - d).sigmoid() * e
-        return v, u.sum(dim=0), (u * v).sum(), (v + c).max(dim=1).values, b * 2.0 + d
+        return v, u.sum(dim=0), (u * v).sum(), (v + c).amax(dim=1), b * 2.0 + d
 
     cf = graphc.compile(f)
     assert_matches_interpreter(cf, tuple(args))
