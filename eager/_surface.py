@@ -320,8 +320,8 @@ class TensorOps:
             return MaxResult(self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
                              self._op(argop, "", axis=0, keepdim=keepdim))
         d = axes[0]
-        if self.shape[d] == 0:
-            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+        if self.shape[d] == 0:          # the op's own shape rule raises PyTorch's error
+            return self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim)
         indices = self._op(argop, "", axis=d, keepdim=keepdim)
         # gather: x[i0, ..., indices, ..., iN] with each other dim's arange laid out in
         # the output's shape
