@@ -188,6 +188,7 @@ class CompiledFunction:
         if options:
             raise TypeError(f"graphc.compile got unknown options {sorted(options)}")
         self._cache: dict = {}
+        self._aliased: dict = {}         # (key, sharing of memory) -> entry: graphc.aliasing
         self._order: list = []
         self._hits = 0
         self._misses = 0
@@ -311,9 +312,10 @@ class CompiledFunction:
                     stacklevel=level)
             return entry
 
-    def _build(self, args: tuple, key: tuple) -> _Entry:
+    def _build(self, args: tuple, key: tuple, aliases: tuple = ()) -> _Entry:
         self._traces += 1
-        res = trace_flat(self.__wrapped__, args, self.static_argnums, name=self.__name__)
+        res = trace_flat(self.__wrapped__, args, self.static_argnums, name=self.__name__,
+                         aliases=aliases)
         verify(res.graph, "trace")
         stages = {"traced": res.graph}
         from .passes import PassManager
@@ -327,8 +329,9 @@ class CompiledFunction:
         stages["_passes"] = pm
         if self.backend == "native":
             from .runtime.native import NativeExecutable
+            # arguments sharing memory are never written while the code still reads them
             exe = NativeExecutable(opt, self.opt_level, name=self.__name__,
-                                   inplace=_inplace_pairs(res),
+                                   inplace={} if aliases else _inplace_pairs(res),
                                    poison=self.poison_freed,
                                    disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache))
             run = exe.run_trusted                 # the cache key already matched shapes/dtypes
@@ -348,6 +351,9 @@ class CompiledFunction:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         tr = entry.trace
+        if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
+            entry = self._for_memory(entry, args, dyn)
+            tr = entry.trace
         if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
                 eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
@@ -369,6 +375,46 @@ class CompiledFunction:
                     np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
                 target._grad._version[0] += 1
         return self._wrap_outputs(tr, outs[:n_user])
+
+    def _for_memory(self, entry: _Entry, args: tuple, dyn: list) -> _Entry:
+        """The entry for how this call's arguments use memory, for a function that writes
+        an argument in place: arguments sharing memory with a written one get a trace of
+        their own (``graphc.aliasing``); an argument whose C layout the trace assumed must
+        have it."""
+        from .aliasing import alias_groups
+        tr = entry.trace
+        arrays = [a._data if a.__class__ is Tensor else a for a in dyn]
+        names = None
+        for idx in tr.layout_inputs:
+            if not arrays[idx].flags.c_contiguous:
+                names = _leaf_names(self, args)
+                raise SignatureError(
+                    f"{self.__name__}: argument {names[idx]} is not C-contiguous, but the "
+                    "function writes in place through (or into) a reshape of it, which eager "
+                    "makes a view or a copy depending on the memory layout; the compiled code "
+                    "was traced for a C-contiguous argument. Pass np.ascontiguousarray(...).")
+        written = [idx for idx, _ in tr.mutated_inputs]
+        written += [idx for idx, _ in tr.grad_writes]
+        extra = [a._grad._data for a in (dyn[i] for i, _ in tr.grad_writes)
+                 if a._grad is not None]
+        groups = alias_groups(arrays + extra, written + list(range(len(arrays),
+                                                                   len(arrays) + len(extra))),
+                              (names or _leaf_names(self, args)) + [".grad"] * len(extra))
+        if groups is None:
+            return entry
+        for _, _, members in groups:
+            for i, _, _ in members:
+                if i >= len(arrays) or (dyn[i].__class__ is Tensor and dyn[i]._rg):
+                    raise SignatureError(
+                        f"{self.__name__}: arguments (or their .grad) that require grad share "
+                        "memory with an argument written in place; graphc cannot reproduce "
+                        "eager's gradients for that. Pass separate tensors (clone()).")
+        with self._lock:
+            akey = (entry.key, groups)
+            alias = self._aliased.get(akey)
+            if alias is None:
+                alias = self._aliased[akey] = self._build(args, entry.key, aliases=groups)
+        return alias
 
     def _wrap_outputs(self, tr, outs: list, make=None) -> Any:
         leaves = []
@@ -545,6 +591,20 @@ def _native_order(run: Callable) -> Callable:
         return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
                     for a in arrays])
     return run_native_order
+
+
+def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
+    """Readable paths of the dynamic argument leaves, in order (for error messages)."""
+    names = arg_names(cf.__wrapped__, len(args))
+    out = []
+    for i, a in enumerate(args):
+        if i in cf.static_argnums:
+            continue
+        leaves, td = tree.flatten(a)
+        for leaf, path in zip(leaves, tree.leaf_paths(td, names[i])):
+            if classify_leaf(leaf, path)[1].kind != "static":
+                out.append(path)
+    return out
 
 
 def _arrays(dyn) -> list:

@@ -18,13 +18,15 @@ import numpy as np
 
 import eager
 from eager import _dtype as D
-from eager._surface import Size, TensorOps
+from eager._surface import Size, TensorOps, decode_index
 from eager.tensor import Tensor
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError)
 from .ir import Graph, type_str
+from .layout import (Layout, c_layout, expand_layout, index_layout, makes_c_output,
+                     reshape_layout, transpose_layout)
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                   for m in (eager, sys.modules[__name__.rsplit(".", 1)[0]]))
@@ -55,6 +57,7 @@ class TraceContext:
         self._input_of: dict = {}        # id(input tracer) -> flattened input index
         self.leaves: list = []           # input tracers of tensors that require grad
         self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
+        self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
@@ -88,18 +91,39 @@ class TraceContext:
 class Tracer(TensorOps):
     """A symbolic tensor: a node of the graph being traced."""
 
-    __slots__ = ("_ctx", "node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
-                 "__weakref__")
+    __slots__ = ("_ctx", "_node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
+                 "_view", "_stor", "_gen", "_lay", "__weakref__")
     _priority = 2
 
-    def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype) -> None:
+    def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype,
+                 lay: Optional[Layout] = None) -> None:
         self._ctx = ctx
-        self.node = node
+        self._node = node
         self._meta_shape = tuple(shape)
         self._meta_dtype = np.dtype(dtype)
         self._rg = False
         self._grad = None
         self._ng = None       # made under no_grad: True, or (node, its detach node) once used
+        # eager's memory model, followed symbolically (see "views" below): the buffer this
+        # value lives in, the buffer's write count when ``_node`` was last brought up to
+        # date, this value's element layout in the buffer (None: unknown), and for a view
+        # (parent tracer, op, attrs, how it was made)
+        self._stor = _Storage()
+        self._gen = 0
+        self._lay = lay
+        self._view = None
+
+    @property
+    def node(self) -> int:
+        """The graph node holding this value now: a view whose buffer was written through
+        another alias since is brought up to date first (re-derived from its base)."""
+        if self._view is not None and self._gen != self._stor.gen:
+            _sync(self)
+        return self._node
+
+    @node.setter
+    def node(self, nid: int) -> None:
+        self._node = nid
 
     # --- the op surface hook ---------------------------------------------------------
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tracer":
@@ -134,6 +158,7 @@ class Tracer(TensorOps):
         nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
                                  role=_ROLE[0], by=_BY[0])
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
+        _place(out, op, operands, attrs, src)
         if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
                 o.__class__ is Tracer and o._rg for o in operands):
             out._rg = True
@@ -145,7 +170,7 @@ class Tracer(TensorOps):
     def _wrap_const(self, arr: np.ndarray) -> "Tracer":
         arr = np.asarray(arr)
         nid = self._ctx.const(arr, user_src(2))
-        return Tracer(self._ctx, nid, arr.shape, arr.dtype)
+        return Tracer(self._ctx, nid, arr.shape, arr.dtype, c_layout(arr.shape))
 
     # --- static metadata ------------------------------------------------------------------
     @property
@@ -181,6 +206,14 @@ class Tracer(TensorOps):
             self._ctx.leaves.append(self)     # a new leaf: backward() fills its .grad
         self._rg = bool(value)
         return self
+
+    def _multi_output_views(self, views: tuple) -> tuple:
+        """unbind's views, as eager marks them: written through, but an in-place op on one
+        of them cannot be recorded."""
+        for i, v in enumerate(views):
+            if v.__class__ is Tracer and v._view is not None and v._view[3] is None:
+                v._view = v._view[:3] + (("multi", i),) + v._view[4:]
+        return views
 
     def detach(self) -> "Tracer":
         # a node of its own, so graphc.autodiff stops there (sharing the node would not)
@@ -282,19 +315,51 @@ class Tracer(TensorOps):
 
     # --- in-place ops become rebinding (functionalization) ----------------------------------
     def _rebind(self, new: "Tracer") -> "Tracer":
-        if self._rg and self.is_leaf and _ROLE[0] == "forward" and eager.is_grad_enabled():
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
-                               f"operation. (traced at {user_src(3)})")
+        """``self`` now holds ``new``'s value, as eager's in-place write into its buffer: a
+        write through a view becomes an update of its base (setitem, or the inverse reshape
+        or transpose) up to the buffer's owner; every other alias of the buffer re-derives
+        its value from the owner when next read; a written argument is written back."""
+        src = user_src(3)
+        recording = (_ROLE[0] == "forward" and eager.is_grad_enabled() and
+                     (self._rg or getattr(new, "_rg", False)))
+        if self._view is None:
+            if self._rg and self.is_leaf and recording:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   f"in-place operation. (traced at {src})")
+        else:
+            _check_view_write(self, recording, src)
         if new._meta_shape != self._meta_shape:
             raise RuntimeError(f"in-place op: result shape {list(new._meta_shape)} does not match "
-                               f"the tensor's shape {list(self._meta_shape)}")
+                               f"the tensor's shape {list(self._meta_shape)} (traced at {src})")
         if new._meta_dtype != self._meta_dtype:
+            try:
+                D.check_inplace_result(new._meta_dtype, self._meta_dtype)
+            except RuntimeError as e:
+                raise RuntimeError(f"{e} (traced at {src})") from None
             new = new.to(self._meta_dtype)
+        stor = self._stor
+        if stor.ambiguous is not None:
+            raise TracerError(stor.ambiguous.format(write=src))
         ctx = self._ctx
-        idx = _input_index(ctx, self)
-        self.node = new.node
+        value = new.node
+        t, v = self, value
+        while t._view is not None:            # the new value of each base, up to the owner
+            parent, op, attrs, _, extra = t._view
+            v = _unview(parent, op, attrs, extra, v, src)
+            t = parent
+        t._node = v
+        stor.gen += 1
+        t._gen = stor.gen
+        self._node = value
+        self._gen = stor.gen
+        if recording and new._rg:
+            u = self
+            while u is not None:
+                u._rg = True
+                u = u._view[0] if u._view is not None else None
+        idx = _input_index(ctx, t)
         if idx is not None:
-            ctx.mutations[idx] = self
+            ctx.mutations[idx] = t
         return self
 
     def add_(self, other, *, alpha=1):
@@ -390,6 +455,163 @@ def _check_live(t: Tracer, what: str) -> None:
 
 
 # ---------------------------------------------------------------------------
+# views: eager's aliasing, followed symbolically
+#
+# Eager runs on numpy, so whether two tensors share memory is numpy's decision: basic
+# indexing, transpose and expand (read-only) always give views; reshape gives one when the
+# strides allow it, else a copy; every other op writes a fresh C-ordered buffer when its
+# operands are C-ordered.  The tracer makes the same decisions from the element layout it
+# follows for each value.  A value whose layout it cannot follow (an op on a transposed
+# operand) still computes correctly; only a reshape of it that is later written, or whose
+# base is, is refused, since view or copy would then change the result.
+
+_VIEW_OPS = ("getitem", "reshape", "transpose", "expand", "detach")
+
+
+class _Storage:
+    """One eager buffer: how often it has been written (views re-derive their value from
+    the owner when this moved on) and, once aliasing became undecidable, why writes are
+    refused."""
+
+    __slots__ = ("gen", "ambiguous")
+
+    def __init__(self) -> None:
+        self.gen = 0
+        self.ambiguous: Optional[str] = None
+
+
+def _place(out: Tracer, op: str, operands: tuple, attrs: dict, src: str) -> None:
+    """Give a new op result its buffer and layout: a view of ``operands[0]`` for the ops
+    numpy makes views with, else a fresh buffer (C-ordered when numpy's would be)."""
+    x = operands[0] if operands else None
+    if op in _VIEW_OPS and x.__class__ is Tracer:
+        lay = x._lay
+        if op == "getitem":
+            if any(item[0] == "t" for item in attrs["index"]):
+                out._lay = c_layout(out._meta_shape) if _c_operands(operands) else None
+                return                        # advanced indexing: numpy copies
+            if lay is not None:
+                lay = index_layout(x._meta_shape, lay, decode_index(attrs["index"], ()))
+        elif op == "reshape":
+            if lay is None:
+                # view or copy depends on a layout not followed here: the result is fine to
+                # read, but a write to either side afterwards could not be reproduced
+                msg = ("in-place write at {write} to a tensor that may share memory with the "
+                       f"reshape at {src} of a value whose memory layout graphc does not follow "
+                       "(the result of an op on a transposed or otherwise permuted tensor); "
+                       "eager would write through it or not depending on that layout. Call "
+                       ".clone() on the reshape's input or result before writing in place.")
+                x._stor.ambiguous = out._stor.ambiguous = msg
+                return
+            lay = reshape_layout(x._meta_shape, lay, out._meta_shape)
+            if lay is None:                   # numpy copies: a fresh C-ordered buffer
+                out._lay = c_layout(out._meta_shape)
+                _note_layout_use(x, out)
+                return
+        elif op == "transpose":
+            lay = None if lay is None else transpose_layout(lay, attrs["perm"])
+        elif op == "expand":
+            lay = None if lay is None else expand_layout(x._meta_shape, lay, out._meta_shape)
+        out._lay = lay
+        out._stor = x._stor
+        out._gen = x._stor.gen
+        out._view = (x, op, attrs, None if _GRAD.enabled else "no_grad", ())
+        if op == "detach":
+            out._rg = False
+        elif op == "reshape":
+            _note_layout_use(x, out)
+        return
+    if op == "matmul" or _c_operands(operands):
+        out._lay = c_layout(out._meta_shape)
+
+
+def _c_operands(operands: tuple) -> bool:
+    for o in operands:
+        if o.__class__ is Tracer:
+            if not makes_c_output(o._meta_shape, o._lay):
+                return False
+        elif isinstance(o, np.ndarray) and not o.flags.c_contiguous:
+            return False
+    return True
+
+
+def _note_layout_use(x: Tracer, out: Tracer) -> None:
+    """A reshape of an argument's buffer decided view-or-copy assuming the argument is
+    C-contiguous: remember it, to check at the call when a write makes it matter."""
+    root = x
+    while root._view is not None:
+        root = root._view[0]
+    idx = _input_index(x._ctx, root)
+    if idx is not None:
+        x._ctx.layout_uses.append((idx, x._stor, x._stor.gen, out._stor, out._stor.gen))
+
+
+def _sync(t: Tracer) -> None:
+    """Re-derive a stale view from its nearest up-to-date base (iteratively)."""
+    chain = []
+    u = t
+    while u._view is not None and u._gen != u._stor.gen:
+        chain.append(u)
+        u = u._view[0]
+    graph = t._ctx.graph
+    gen = t._stor.gen
+    for v in reversed(chain):
+        parent, op, attrs, _, extra = v._view
+        v._node = graph.add_node(op, (parent._node,) + extra, attrs, shape=v._meta_shape,
+                                 dtype=v._meta_dtype, src=user_src(3), role=_ROLE[0], by=_BY[0])
+        v._gen = gen
+        if parent._rg and op != "detach" and v._view[3] is None:
+            v._rg = True                      # the base's new history reaches its views
+
+
+def _unview(parent: Tracer, op: str, attrs: dict, extra: tuple, value: int, src: str) -> int:
+    """The node of ``parent``'s value after ``value`` was written into its view (``extra``:
+    the index operands of a gather view)."""
+    g = parent._ctx.graph
+    shape, dtype = parent._meta_shape, parent._meta_dtype
+    if op == "getitem":
+        return g.add_node("setitem", (parent.node, value) + extra, {"index": attrs["index"]},
+                          shape=shape, dtype=dtype, src=src, role=_ROLE[0], by=_BY[0])
+    if op == "reshape":
+        return g.add_node("reshape", (value,), {"shape": shape}, shape=shape, dtype=dtype,
+                          src=src, role=_ROLE[0], by=_BY[0])
+    if op == "transpose":
+        perm = attrs["perm"]
+        inv = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+        return g.add_node("transpose", (value,), {"perm": inv}, shape=shape, dtype=dtype,
+                          src=src, role=_ROLE[0], by=_BY[0])
+    return value                              # detach: the same buffer, no history
+
+
+def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
+    """Eager's (PyTorch's) refusals for an in-place write through view ``t``."""
+    from eager.tensor import (MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE,
+                              VIEW_OF_LEAF_INPLACE)
+    u = t
+    while u._view is not None:
+        parent, op, _, creation, _ = u._view
+        if op == "expand":
+            raise RuntimeError("in-place op on a broadcast (expanded) view: eager cannot write "
+                               "it in place (several elements share one memory location); "
+                               f"clone() it first (traced at {src})")
+        if op == "detach" and (parent._rg or recording):
+            raise TracerError(
+                f"in-place write at {src} through .detach() of a tensor that requires grad: "
+                "eager changes its data but not its gradient history, which a compiled graph "
+                "cannot express. Update the tensor itself under eager.no_grad() instead.")
+        u = parent
+    if not recording:
+        return
+    creation = t._view[3]
+    if creation == "no_grad":
+        raise RuntimeError(f"{NO_GRAD_VIEW_INPLACE} (traced at {src})")
+    if creation is not None:
+        raise RuntimeError(f"{MULTI_OUTPUT_VIEW_INPLACE.format(creation[1])} (traced at {src})")
+    if u.is_leaf and (t._rg or u._rg):
+        raise RuntimeError(f"{VIEW_OF_LEAF_INPLACE} (traced at {src})")
+
+
+# ---------------------------------------------------------------------------
 # tracing a Python function
 
 
@@ -478,7 +700,7 @@ class TraceResult:
     """What tracing produced: the graph plus how to map Python values in and out."""
 
     def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io,
-                 grad_writes=()):
+                 grad_writes=(), layout_inputs=()):
         self.graph = graph
         self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
         self.out_tree = out_tree
@@ -486,6 +708,7 @@ class TraceResult:
         self.mutated_inputs = mutated_inputs  # [(input index, graph output index)]
         self.tensor_io = tensor_io
         self.grad_writes = list(grad_writes)  # [(input index, graph output index)] for .grad
+        self.layout_inputs = list(layout_inputs)  # input indices that must be C-contiguous
 
 
 def _graph_input_pos(specs: list, idx: int) -> int:
@@ -508,9 +731,49 @@ def _check_untouched(fname: str, watched: list) -> None:
                 "eager.no_grad()), or call the optimizer outside the compiled function.")
 
 
+def _alias_inputs(ctx: TraceContext, groups: tuple, by_idx: list) -> list:
+    """Make the input tracers of arguments that share memory views of one buffer tracer.
+
+    The buffer starts as the members scattered into it (they agree where they overlap, being
+    the same memory); each member is a gather of it, so writes through any member update the
+    buffer and every other member re-reads it.  Returns [(leaf index, tracer)]."""
+    g = ctx.graph
+    out = []
+    for n, dtype, members in groups:
+        dtype = np.dtype(dtype)
+        zero = g.add_const(np.zeros((), dtype))
+        node = g.add_node("expand", (zero,), {"shape": (n,)}, shape=(n,), dtype=dtype)
+        root = Tracer(ctx, node, (n,), dtype, c_layout((n,)))
+        gathers = []
+        for idx, off, strides in members:
+            t = by_idx[idx]
+            flat = np.full(t._meta_shape, off, dtype=np.int64)
+            for d, (size, st) in enumerate(zip(t._meta_shape, strides)):
+                shape = [1] * len(t._meta_shape)
+                shape[d] = size
+                flat = flat + (np.arange(size, dtype=np.int64) * st).reshape(shape)
+            ix = g.add_const(flat)
+            gathers.append(ix)
+            spec = (("t", 0),)
+            node = g.add_node("setitem", (node, t._node, ix), {"index": spec}, shape=(n,),
+                              dtype=dtype)
+        root._node = node
+        for (idx, off, strides), ix in zip(members, gathers):
+            t = by_idx[idx]
+            t._view = (root, "getitem", {"index": (("t", 0),)}, None, (ix,))
+            t._stor = root._stor
+            t._lay = (off, tuple(strides))
+            out.append((idx, t))
+    return out
+
+
 def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
-               name: Optional[str] = None) -> TraceResult:
-    """Trace ``fn(*args)``; dynamic leaves become graph inputs in flattened order."""
+               name: Optional[str] = None, aliases: tuple = ()) -> TraceResult:
+    """Trace ``fn(*args)``; dynamic leaves become graph inputs in flattened order.
+
+    ``aliases``: arguments that share memory, as groups ``(n, dtype, ((leaf index, offset,
+    strides), ...))`` in elements of one buffer of ``n`` elements (see ``alias_groups``):
+    their tracers become views of that buffer, so a write through one is seen by all."""
     fname = name or getattr(fn, "__name__", "fn")
     fname = _sanitize(fname) if not fname.isidentifier() else fname
     g = Graph(fname)
@@ -521,6 +784,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     used_names: set = set()
     tensor_io = False
     watched: list = []      # (eager Tensor argument, path, version, .grad) before tracing
+    inputs: list = []       # the input tracer of each dynamic leaf
     for i, a in enumerate(args):
         if i in static_argnums:
             call_args.append(a)
@@ -542,7 +806,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             used_names.add(nm)
             nid = g.add_input(nm, spec.shape, spec.dtype)
             ctx.input_paths[nid] = path
-            t = Tracer(ctx, nid, spec.shape, spec.dtype)
+            t = Tracer(ctx, nid, spec.shape, spec.dtype, c_layout(spec.shape))
             t._rg = spec.requires_grad
             ctx._input_of[id(t)] = len(specs)
             if spec.requires_grad:
@@ -550,13 +814,15 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 if spec.has_grad:     # the tensor's current .grad is an input too
                     gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
                     ctx.input_paths[gid] = f"{path}.grad"
-                    t._grad = Tracer(ctx, gid, spec.shape, spec.dtype)
+                    t._grad = Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape))
                     spec.grad_node = gid
             specs.append(spec)
+            inputs.append(t)
             new_leaves.append(t)
             if spec.kind == "tensor":
                 watched.append((leaf, path, leaf._version[0], leaf._grad))
         call_args.append(tree.unflatten(td, new_leaves))
+    members = _alias_inputs(ctx, aliases, inputs)
     try:
         out = fn(*call_args)
         _check_untouched(fname, watched)
@@ -577,6 +843,9 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             else:
                 raise SignatureError(f"{fname} returned an unsupported value of type "
                                      f"{type(leaf).__name__} (output leaf {k})")
+        for idx, t in members:                # written through another argument's memory
+            if t._gen != 0 or t._stor.gen != 0:
+                ctx.mutations[idx] = t
         mutated = []
         for idx, t in sorted(ctx.mutations.items()):
             if t.node != g.inputs[_graph_input_pos(specs, idx)]:
@@ -595,9 +864,14 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             if gr.node != initial:
                 grad_writes.append((idx, len(g.outputs)))
                 g.outputs.append(gr.node)
+        # arguments whose C layout decided a reshape's view-or-copy that a write then made
+        # observable: the call checks them (eager would decide differently on others)
+        layout_inputs = sorted({idx for idx, s1, g1, s2, g2 in ctx.layout_uses
+                                if s1.gen > g1 or s2.gen > g2})
     finally:
         ctx.active = False
-    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io, grad_writes)
+    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io, grad_writes,
+                       layout_inputs)
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:

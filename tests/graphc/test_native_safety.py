@@ -245,7 +245,9 @@ def test_mutated_arguments_follow_numpy_semantics(case):
         np.testing.assert_allclose(np.asarray(w, np.float64), rw, rtol=1e-12)
         if case in views:
             np.testing.assert_allclose(base, rb, rtol=1e-12)
-    assert cf.cache_info().traces == 1
+    # arguments sharing memory get a trace of their own (graphc.aliasing), once
+    assert cf.cache_info().traces == (2 if case in ("same_array", "overlap_fwd",
+                                                    "overlap_back") else 1)
 
 
 # ---------------------------------------------------------------------------------------
