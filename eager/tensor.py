@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import builtins
+import os
+import sys
 import warnings
 import weakref
 from typing import Any, Callable, Optional
@@ -28,6 +30,9 @@ NONLEAF_GRAD_WARNING = (
     "to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. If you "
     "access the non-leaf Tensor by mistake, make sure you access the leaf Tensor instead.")
 LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+# Tensors whose storage must not be replaced right now: id -> (tensor, description).  A
+# tracing compiler (graphc) pins the tensors it was called with while it traces them.
+PINNED: dict = {}
 
 
 class device:
@@ -294,6 +299,14 @@ class Tensor(TensorOps):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
+        pinned = PINNED.get(id(self))
+        if pinned is not None and pinned[0] is self:
+            f = sys._getframe(1)
+            raise RuntimeError(f"cannot replace .data of {pinned[1]} (at "
+                               f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}): the "
+                               "compiled code being built would then be handed a different "
+                               "buffer than it was traced for. Replace it before or after the "
+                               "call, not inside.")
         self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
 
     def retain_grad(self) -> None:

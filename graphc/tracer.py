@@ -19,7 +19,7 @@ import numpy as np
 import eager
 from eager import _dtype as D
 from eager._surface import Size, TensorOps, decode_index
-from eager.tensor import Tensor
+from eager.tensor import PINNED, Tensor
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
@@ -377,6 +377,18 @@ class Tracer(TensorOps):
     def clamp_(self, min=None, max=None):
         return self._rebind(self.clamp(min, max))
 
+    def pow_(self, exponent):
+        return self._rebind(self.pow(exponent))
+
+    def neg_(self):
+        return self._rebind(-self)
+
+    def relu_(self):
+        return self._rebind(self.relu())
+
+    def exp_(self):
+        return self._rebind(self.exp())
+
     def zero_(self):
         return self._rebind(self.zeros_like_())
 
@@ -394,6 +406,8 @@ class Tracer(TensorOps):
     __isub__ = sub_
     __imul__ = mul_
     __itruediv__ = div_
+    __ipow__ = pow_
+    clip_ = clamp_
 
     def __setitem__(self, key, value) -> None:
         from eager._surface import encode_index
@@ -716,11 +730,33 @@ def _graph_input_pos(specs: list, idx: int) -> int:
     return idx + sum(1 for s in specs[:idx] if s.has_grad)
 
 
+def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
+    """The graph is built for each argument's shape, dtype and buffer as they were when
+    tracing started; a function that changed one of them behind the trace (numpy's
+    ``a.shape = ...``, ``a.resize(...)``, a swapped ``.data``) would give native code a
+    buffer it was not compiled for."""
+    for leaf, path, spec in arg_leaves:
+        arr = leaf._data if isinstance(leaf, Tensor) else leaf
+        if type(arr) is not np.ndarray:
+            arr = np.asarray(arr)
+        if arr.shape != spec.shape or arr.dtype.newbyteorder("=") != spec.dtype:
+            raise TracerError(
+                f"{fname}: argument {path} changed from {type_str(spec.shape, spec.dtype)} to "
+                f"{type_str(arr.shape, arr.dtype.newbyteorder('='))} while it was being traced "
+                "(its shape, dtype or buffer was replaced). Change arguments outside the "
+                "compiled function.")
+
+
 def _check_untouched(fname: str, watched: list) -> None:
     """Tracing sees tracers, never the eager tensors passed in: an object that holds those
     tensors itself (an optimizer, a module) and updates them while tracing would update them
     once, outside the graph, and never again."""
-    for t, path, version, grad in watched:
+    for t, path, version, grad, rg in watched:
+        if t._rg != rg:
+            raise TracerError(
+                f"{fname}: argument {path} had requires_grad changed while tracing, on the eager "
+                "Tensor rather than on the traced argument; the compiled graph was traced for "
+                f"requires_grad={rg}. Set it before calling the compiled function.")
         if t._version[0] != version or t._grad is not grad:
             what = "its data" if t._version[0] != version else "its .grad"
             raise TracerError(
@@ -785,6 +821,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     tensor_io = False
     watched: list = []      # (eager Tensor argument, path, version, .grad) before tracing
     inputs: list = []       # the input tracer of each dynamic leaf
+    arg_leaves: list = []   # (argument leaf, path, LeafSpec): re-checked after tracing
     for i, a in enumerate(args):
         if i in static_argnums:
             call_args.append(a)
@@ -820,12 +857,21 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             inputs.append(t)
             new_leaves.append(t)
             if spec.kind == "tensor":
-                watched.append((leaf, path, leaf._version[0], leaf._grad))
+                watched.append((leaf, path, leaf._version[0], leaf._grad, leaf._rg))
+            arg_leaves.append((leaf, path, spec))
         call_args.append(tree.unflatten(td, new_leaves))
     members = _alias_inputs(ctx, aliases, inputs)
+    pinned = [w[0] for w in watched if id(w[0]) not in PINNED]
+    for t, path, *_ in watched:
+        PINNED.setdefault(id(t), (t, f"argument {path} while graphc traces {fname}"))
     try:
-        out = fn(*call_args)
+        try:
+            out = fn(*call_args)
+        finally:
+            for t in pinned:
+                PINNED.pop(id(t), None)
         _check_untouched(fname, watched)
+        _check_arguments_unchanged(fname, arg_leaves)
         out_leaves, out_tree = tree.flatten(out)
         out_static = {}
         for k, leaf in enumerate(out_leaves):
