@@ -381,30 +381,41 @@ class CompiledFunction:
         an argument in place: arguments sharing memory with a written one get a trace of
         their own (``graphc.aliasing``); an argument whose C layout the trace assumed must
         have it."""
-        from .aliasing import alias_groups
         tr = entry.trace
         arrays = [a._data if a.__class__ is Tensor else a for a in dyn]
-        names = None
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
-                names = _leaf_names(self, args)
                 raise SignatureError(
-                    f"{self.__name__}: argument {names[idx]} is not C-contiguous, but the "
-                    "function writes in place through (or into) a reshape of it, which eager "
-                    "makes a view or a copy depending on the memory layout; the compiled code "
-                    "was traced for a C-contiguous argument. Pass np.ascontiguousarray(...).")
-        written = [idx for idx, _ in tr.mutated_inputs]
-        written += [idx for idx, _ in tr.grad_writes]
-        extra = [a._grad._data for a in (dyn[i] for i, _ in tr.grad_writes)
-                 if a._grad is not None]
-        groups = alias_groups(arrays + extra, written + list(range(len(arrays),
-                                                                   len(arrays) + len(extra))),
-                              (names or _leaf_names(self, args)) + [".grad"] * len(extra))
+                    f"{self.__name__}: argument {_leaf_names(self, args)[idx]} is not "
+                    "C-contiguous, but the function writes in place through (or into) a "
+                    "reshape of it, which eager makes a view or a copy depending on the memory "
+                    "layout; the compiled code was traced for a C-contiguous argument. Pass "
+                    "np.ascontiguousarray(...).")
+        written = list(tr.written)
+        for i, _ in tr.grad_writes:          # a .grad written in place is memory too
+            g = dyn[i]._grad
+            if g is not None:
+                written.append(len(arrays))
+                arrays.append(g._data)
+        share = np.may_share_memory          # a bounds test in C: the common call is cheap
+        for w in written:
+            aw = arrays[w]
+            for j, b in enumerate(arrays):
+                if j != w and share(aw, b):
+                    break
+            else:
+                continue
+            break
+        else:
+            return entry
+        from .aliasing import alias_groups
+        names = _leaf_names(self, args)
+        groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))
         if groups is None:
             return entry
         for _, _, members in groups:
             for i, _, _ in members:
-                if i >= len(arrays) or (dyn[i].__class__ is Tensor and dyn[i]._rg):
+                if i >= len(dyn) or (dyn[i].__class__ is Tensor and dyn[i]._rg):
                     raise SignatureError(
                         f"{self.__name__}: arguments (or their .grad) that require grad share "
                         "memory with an argument written in place; graphc cannot reproduce "

@@ -723,6 +723,8 @@ class TraceResult:
         self.tensor_io = tensor_io
         self.grad_writes = list(grad_writes)  # [(input index, graph output index)] for .grad
         self.layout_inputs = list(layout_inputs)  # input indices that must be C-contiguous
+        # dynamic leaves written in place (their memory is compared with the others')
+        self.written = tuple(i for i, _ in self.mutated_inputs)
 
 
 def _graph_input_pos(specs: list, idx: int) -> int:
