@@ -299,7 +299,7 @@ class TensorOps:
 
         The ``max``/``min`` primitive has amax's rule (ties share the gradient; a NaN
         slice gets NaN).  ``max(dim)`` sends it to the element its index names (PyTorch's
-        value_selecting_reduction_backward), so its values are gathered at the indices.
+        value_selecting_reduction_backward): the ``max_dim`` primitive, whose VJP does.
         ``max()`` shares it among the NaNs when the result is NaN (evenly_distribute_
         backward), so NaNs are reduced apart from the rest."""
         if other is not None:
@@ -319,26 +319,8 @@ class TensorOps:
         if self.ndim == 0:
             return MaxResult(self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
                              self._op(argop, "", axis=0, keepdim=keepdim))
-        d = axes[0]
-        if self.shape[d] == 0:          # the op's own shape rule raises PyTorch's error
-            return self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim)
-        indices = self._op(argop, "", axis=d, keepdim=keepdim)
-        # gather: x[i0, ..., indices, ..., iN] with each other dim's arange laid out in
-        # the output's shape
-        out_nd = self.ndim if keepdim else self.ndim - 1
-        arrays, spec = [], []
-        for i, n in enumerate(self.shape):
-            if i == d:
-                arrays.append(indices)
-            else:
-                pos = i if keepdim or i < d else i - 1
-                shape = [1] * out_nd
-                shape[pos] = n
-                arrays.append(self._wrap_const(np.arange(n).reshape(shape)))
-            spec.append(("t", i))
-        values = _dispatch("getitem", f"{cap}Backward0", (self,) + tuple(arrays),
-                           {"index": tuple(spec)})
-        return MaxResult(values, indices)
+        values = self._op(f"{op}_dim", f"{cap}Backward0", axis=axes, keepdim=keepdim)
+        return MaxResult(values, self._op(argop, "", axis=axes[0], keepdim=keepdim))
 
     def max(self, dim=None, keepdim=False, *, other=None):
         if isinstance(dim, TensorOps):

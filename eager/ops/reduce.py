@@ -140,6 +140,50 @@ defop("min", forward=_minmax_forward(np.min, "min"), shape=_minmax_shape("min"),
       samples=_nonempty_samples, vjp=(_minmax_vjp,))
 
 
+# max(dim) / min(dim): the same values as max / min over one dim, but PyTorch sends the
+# gradient to the one element its index names (value_selecting_reduction_backward), not
+# evenly to all ties.  A record of its own, so the forward is the plain reduction and the
+# index is computed only when a gradient is.
+
+def _dim_shape(name):
+    rule = _minmax_shape(name)
+
+    def dim_rule(x: Meta, axis, keepdim) -> Meta:
+        if len(norm_axes(axis, len(x.shape))) != 1 or not x.shape:
+            raise RuntimeError(f"{name}(dim): expects exactly one dim of a tensor with dims, "
+                               f"got axis={axis} for shape {list(x.shape)}")
+        return rule(x, axis, keepdim)
+    return dim_rule
+
+
+def _dim_vjp(arg: str):
+    def rule(g, out, x, axis, keepdim):
+        a = axis[0]
+        idx = getattr(x, arg)(a, keepdim=True)
+        shape = [1] * x.ndim
+        shape[a] = x.shape[a]
+        hit = x._wrap_const(np.arange(x.shape[a]).reshape(shape)) == idx
+        return S.where(hit, _expand_back(g, x, axis), 0)
+    return rule
+
+
+def _dim_samples():
+    r = _rng()          # no ties: finite differences split a tie, PyTorch's rule does not
+    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": False}),
+            ([r.uniform(-2, 2, size=(3, 4, 2))], {"axis": (0,), "keepdim": True}),
+            ([r.uniform(-2, 2, size=(5,))], {"axis": (0,), "keepdim": False}),
+            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False})]
+
+
+defop("max_dim", forward=_minmax_forward(np.max, "max"), shape=_dim_shape("max"), arity=1,
+      attrs=("axis", "keepdim"), saves=(0,), kind="reduce", samples=_dim_samples,
+      vjp=(_dim_vjp("argmax"),))
+
+defop("min_dim", forward=_minmax_forward(np.min, "min"), shape=_dim_shape("min"), arity=1,
+      attrs=("axis", "keepdim"), saves=(0,), kind="reduce", samples=_dim_samples,
+      vjp=(_dim_vjp("argmin"),))
+
+
 def _arg_shape(name):
     def rule(x: Meta, axis, keepdim) -> Meta:
         axes = norm_axes(axis, len(x.shape))

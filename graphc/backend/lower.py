@@ -1083,6 +1083,7 @@ class KernelBuilder:
 
     def _combine(self, op, cur, v, acc_t):
         b = self.b
+        op = _REDUCE_AS.get(op, op)
         fl = acc_t.kind == "f"
         if op in ("sum", "mean"):
             if fl:
@@ -1112,7 +1113,7 @@ class KernelBuilder:
             dt = np.dtype(d["dtype"])
             if not numel(d["shape"]):
                 continue                               # an empty result: nothing to write
-            if d["op"] in ("max", "min"):
+            if _REDUCE_AS.get(d["op"], d["op"]) in ("max", "min"):
                 raise UnsupportedOpError(f"internal error: {describe(g, r)}: {d['op']} over a "
                                          "zero-size dim reached the backend")
             acc_t, ident = _reduce_acc(d["op"], dt)
@@ -1429,8 +1430,13 @@ def counted_loop(b: ir.IRBuilder, fn: ir.Function, start, stop, body, name: str)
     b.position_at_end(done)
 
 
+# reductions computed as another: max(dim)'s values are max's (only their VJPs differ)
+_REDUCE_AS = {"max_dim": "max", "min_dim": "min"}
+
+
 def _reduce_acc(op: str, dt: np.dtype):
     """(accumulator dtype, identity constant) of a reduction."""
+    op = _REDUCE_AS.get(op, op)
     if op in ("all", "any"):
         return np.dtype(bool), ir.Constant(I1, 1 if op == "all" else 0)
     if op in ("sum", "mean"):

@@ -25,7 +25,7 @@ ELEMENTWISE = frozenset({
     "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "sign", "clamp",
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or", "logical_not", "where", "cast", "copy", "detach", "fill"})
-REDUCE = frozenset({"sum", "mean", "max", "min", "all", "any"})
+REDUCE = frozenset({"sum", "mean", "max", "min", "max_dim", "min_dim", "all", "any"})
 ARGREDUCE = frozenset({"argmax", "argmin"})
 VIEW_OPS = frozenset({"reshape", "transpose", "expand"})
 SPECIAL = frozenset({"getitem_grad", "setitem"})
