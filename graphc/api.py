@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
+import weakref
 import sys
 import time
 import threading
@@ -24,6 +26,18 @@ from .tracer import Tracer, TraceResult, arg_names, classify_leaf, trace_flat
 
 _tick = _engine_cache.tick
 _ndarray = np.ndarray
+
+# every CompiledFunction, so a forked child can replace locks its parent's threads held
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _new_locks_in_child() -> None:
+    for cf in list(_LIVE):
+        cf._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
 
@@ -139,13 +153,19 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
 
 
 def _describe_key_item(item) -> str:
-    if item[0] == "S":
+    """Readable form of one cache-key item, whatever kind of argument made it."""
+    tag = item[0] if isinstance(item, tuple) and item else None
+    if tag == "S":
         return f"static value {item[2]!r}"
-    if item[0] == "static_arg":
+    if tag == "static_arg":
         return f"static argument value {item[1]!r}"
-    kind = "Tensor" if item[0] == "T" else "ndarray"
-    rg = ", requires_grad" if item[0] == "T" and item[3] else ""
-    return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
+    if tag in ("T", "A") and len(item) >= 3:
+        kind = "Tensor" if tag == "T" else "ndarray"
+        rg = ", requires_grad" if tag == "T" and item[3] else ""
+        return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
+    if isinstance(tag, tree.TreeDef):
+        return f"structure {tag!r}"
+    return repr(item)
 
 
 class CompiledFunction:
@@ -195,6 +215,7 @@ class CompiledFunction:
         self._traces = 0
         self._warned = False
         self._lock = threading.RLock()
+        _LIVE.add(self)
         self.recompile_reasons: list = []
         try:
             import inspect

@@ -1,4 +1,4 @@
-"""Benchmarks W0-W5 of BENCHMARKS.md: numpy hand-written vs eager vs compiled.
+"""Benchmarks W0-W5 (docs/benchmarks.md): numpy hand-written vs eager vs compiled.
 
 Every ratio is measured in the same process run (machines here are noisy);
 times are medians.  PyTorch and JAX rows appear only when they happen to be
@@ -53,7 +53,7 @@ def _optional(name: str):
         return None
     if name == "torch":
         # PyTorch's own thread pool runs its matrix products: give it the BLAS thread
-        # count of this run (BENCHMARKS.md: "1 BLAS thread where settable")
+        # count of this run (the reference figures: "1 BLAS thread where settable")
         try:
             mod.set_num_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", "1")))
         except Exception:

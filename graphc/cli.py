@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -117,6 +118,20 @@ def load_function(target: str) -> tuple:
     return module, obj, name
 
 
+def _failed(name: str, exc: BaseException, module: Any) -> "CompileFailed":
+    """One line for a failure while running or compiling the user's function: at the
+    user's line when the error is raised from their file, else marked as graphc's own."""
+    from .errors import GraphcError
+    path = getattr(module, "__file__", None) or ""
+    line = _user_line(exc, path)
+    where = f" ({os.path.basename(path)}{line.replace(' at line ', ':')})" if line else ""
+    msg = f"{name}{where}: {type(exc).__name__}: {exc}"
+    if not line and not isinstance(exc, (GraphcError, TypeError, ValueError, RuntimeError,
+                                         IndexError, MemoryError)):
+        msg += " (an internal error of graphc; please report it with this command line)"
+    return CompileFailed(msg)
+
+
 def _user_line(exc: BaseException, path: str) -> str:
     import traceback
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
@@ -147,6 +162,10 @@ def _split_top(spec: str) -> list:
         raise UsageError(f"bad --args spec {spec!r}: unbalanced '['")
     parts.append(cur)
     return [p.strip() for p in parts]
+
+
+# the largest random input --args makes (bytes of its float64 draw): 8 GiB
+_ARGS_BYTES = 8 << 30
 
 
 def parse_args_spec(spec: str, seed: int = 0) -> tuple:
@@ -183,12 +202,20 @@ def parse_args_spec(spec: str, seed: int = 0) -> tuple:
             shape = tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
         except ValueError:
             raise UsageError(f"bad --args item {item!r}: dimensions must be integers") from None
-        if dt.kind == "f":
-            out.append(rng.standard_normal(shape).astype(dt))
-        elif dt.kind == "b":
-            out.append(rng.random(shape) < 0.5)
-        else:
-            out.append(rng.integers(0, 10, size=shape).astype(dt))
+        n = math.prod(shape)
+        if n * 8 > _ARGS_BYTES:        # the random draw is float64 before the cast
+            raise UsageError(f"--args item {item!r}: {n} elements is too large for random "
+                             f"inputs (at most {_ARGS_BYTES // 8} elements); use smaller sizes")
+        try:
+            if dt.kind == "f":
+                out.append(rng.standard_normal(shape).astype(dt))
+            elif dt.kind == "b":
+                out.append(rng.random(shape) < 0.5)
+            else:
+                out.append(rng.integers(0, 10, size=shape).astype(dt))
+        except MemoryError:
+            raise UsageError(f"--args item {item!r}: not enough memory for {n} elements; use "
+                             "smaller sizes") from None
     return tuple(out)
 
 
@@ -263,8 +290,8 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     prog(f"running {name} eagerly and compiled (compile, time, check numerics)...")
     try:
         report = compare(fn, *args, grads=not ns.no_grads)
-    except (TypeError, ValueError) as e:
-        raise CompileFailed(f"{name}: {type(e).__name__}: {e}") from None
+    except Exception as e:          # the user's function failed (eagerly or compiled)
+        raise _failed(name, e, module) from None
     print(report.to_json() if ns.json else report)
     return 0
 
@@ -275,7 +302,6 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 def cmd_ir(ns: argparse.Namespace) -> int:
     import graphc
-    from .errors import GraphcError
     module, fn, name = load_function(ns.target)
     args = resolve_inputs(ns, module, name, fn)
     cf = graphc.compile(fn)
@@ -294,8 +320,8 @@ def cmd_ir(ns: argparse.Namespace) -> int:
                 text = cf.asm(*args)
             else:
                 text = cf.plan(*args)
-    except (GraphcError, TypeError, ValueError) as e:
-        raise CompileFailed(f"{name}: {type(e).__name__}: {e}") from None
+    except Exception as e:
+        raise _failed(name, e, module) from None
     if ns.dot:
         _write_dot(graph.to_dot(), ns.dot)
     print(text.rstrip("\n"))
@@ -351,7 +377,7 @@ def seed_loss(x, y, w1, w2):
 
 
 def demo_functions() -> tuple:
-    """(seed_step, seed_loss): the seeds' training step (shared/seeds/003, torch.autograd
+    """(seed_step, seed_loss): the seeds' training step (seed tutorial 003, torch.autograd
     two-layer network, ``import eager as torch``) and its loss."""
     import eager
     ns: dict = {"torch": eager, "learning_rate": LEARNING_RATE}
@@ -520,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     d = sub.add_parser("demo", help="train the seeds' MLP eagerly and compiled, side by side",
-                       description="Train the seeds' two-layer MLP (shared/seeds/003: N, D_in, "
+                       description="Train the seeds' two-layer MLP (seed tutorial 003: N, D_in, "
                        "H, D_out = 64, 1000, 100, 10; lr 1e-6) eagerly and compiled from the "
                        "same initial weights; print the losses in two columns, the final "
                        "agreement of the weights, the time per step of each and the speedup, "
@@ -566,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the optimized graph); an SVG next to it if Graphviz 'dot' is installed")
     i.set_defaults(func=cmd_ir)
 
-    b = sub.add_parser("bench", help="run the benchmark workloads W0-W5 (BENCHMARKS.md)",
+    b = sub.add_parser("bench", help="run the benchmark workloads W0-W5 (docs/benchmarks.md)",
                        description="Benchmarks W0-W5: numpy hand-written vs eager vs "
                        "compiled, as tables of medians and ratios measured in the same run.")
     b.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -576,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", nargs="+", metavar="ID", help="only these workloads, e.g. W1 W3")
     b.add_argument("--blas-threads", type=int, default=1, metavar="N",
                    help="threads for both BLAS pools, numpy's and graphc's (default 1, as "
-                   "BENCHMARKS.md measured its reference figures)")
+                   "the reference figures were measured)")
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -46,6 +46,14 @@ MODULE = textwrap.dedent('''
         if x.sum() > 0:
             return (x * 2).sum()
         return x.sum()
+
+
+    def bad_shape(x):
+        return x.reshape(7, 3)
+
+
+    def too_big(x):
+        return x.expand(2**31, 2**31, 4) * 1.0
 ''')
 
 
@@ -215,6 +223,27 @@ def test_ir_of_untraceable_function_fails_cleanly(module_file):
     assert r.returncode == 1
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "TracerBoolConversionError" in r.stderr and "model.py:" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["ir", "compare"])
+@pytest.mark.parametrize("fn, needle", [("bad_shape", "shape '[7, 3]' is invalid"),
+                                        ("too_big", "is too big")])
+def test_errors_of_the_users_function_are_one_line_at_their_line(module_file, cmd, fn,
+                                                                   needle):
+    """A shape error in the function (eagerly in compare, while tracing in ir) is the
+    user's: one line naming their file and line, never a traceback."""
+    r = run(cmd, f"{module_file}:{fn}", "--args", "f32[4,5]" if fn == "bad_shape" else
+            "f32[1,1,1]")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr and len(lines) == 1, r.stderr
+    assert needle in lines[0] and re.search(r"model\.py:\d+", lines[0]), lines[0]
+    assert "cannot be broadcast" not in lines[0]
+
+
+def test_args_too_large_for_random_inputs(module_file):
+    r = run("ir", f"{module_file}:bad_shape", "--args", "f32[100000000000]")
+    assert_usage_error(r, "too large", "100000000000")
 
 
 # ---------------------------------------------------------------------------

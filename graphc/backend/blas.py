@@ -78,6 +78,15 @@ class _Blas:
 
 _lock = threading.Lock()
 _state: _Blas | None = None
+
+
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()     # held by a thread of the parent: see jit._new_lock_in_child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 _reason: str | None = None
 _loaded = False
 

@@ -182,6 +182,20 @@ _instances: dict = {}
 _instances_lock = threading.Lock()
 
 
+def _new_locks_in_child() -> None:
+    """Locks a thread of the parent held at fork stay held forever in the child (that
+    thread does not exist there): the child starts with fresh ones."""
+    global _lru_lock, _instances_lock
+    _lru_lock = threading.Lock()
+    _instances_lock = threading.Lock()
+    for dc in list(_instances.values()):
+        dc._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
+
+
 def enable_disk_cache(path: Optional[Union[str, os.PathLike]] = None) -> "DiskCache":
     """Turn the disk cache on for every compiled function that does not say otherwise."""
     global _global_path

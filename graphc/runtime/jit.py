@@ -23,6 +23,7 @@ modules.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import llvmlite
@@ -45,6 +46,26 @@ __all__ = [
 
 #: Hold this around any other direct use of ``llvmlite.binding``.
 LLVM_LOCK = threading.RLock()
+
+
+def _hold_for_fork() -> None:
+    """``fork`` waits for a compile in flight on another thread: LLVM's own state (and
+    llvmlite's lock) is then consistent in the child, where that thread does not exist."""
+    LLVM_LOCK.acquire()
+
+
+def _release_after_fork() -> None:
+    LLVM_LOCK.release()
+
+
+def _new_lock_in_child() -> None:
+    global LLVM_LOCK
+    LLVM_LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork,
+                        after_in_child=_new_lock_in_child)
 
 # id(JitModule) -> (engine, context): see JitModule.__init__
 _LIVE: dict = {}

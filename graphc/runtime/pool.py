@@ -466,6 +466,15 @@ _jit = None
 _hooks: dict = {}
 
 
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()     # held by a thread of the parent: see jit._new_lock_in_child
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def ensure() -> None:
     """Compile the pool once per process and register ``graphc_pool_run`` for JIT code.
 

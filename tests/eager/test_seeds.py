@@ -1,4 +1,4 @@
-"""The four seed tutorials (shared/seeds/), cell by cell, run with ``import eager as torch``.
+"""The four seed tutorials (the PyTorch autograd tutorials the project started from), cell by cell, run with ``import eager as torch``.
 
 Each deterministic cell is executed exactly as the seed writes it and the test
 asserts what the seed prints: reprs, grad_fn names, errors and warnings.  Where

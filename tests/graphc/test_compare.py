@@ -22,7 +22,7 @@ FAST = dict(repeat=3, warmup=1, budget=0.02)      # keep each comparison well un
 
 
 def seed_graph(a, w1, w2, w3, w4):
-    # shared/seeds: b = w1*a; c = w2*a; d = w3*b + w4*c; L = (10 - d).sum()
+    # the seed tutorials: b = w1*a; c = w2*a; d = w3*b + w4*c; L = (10 - d).sum()
     b = w1 * a
     c = w2 * a
     d = w3 * b + w4 * c
@@ -34,7 +34,7 @@ def mlp_loss(x, y, w1, w2):
 
 
 def mlp_step(x, y, w1, w2):
-    # shared/seeds/003, the torch.autograd training step
+    # seed tutorial 003, the torch.autograd training step
     y_pred = x.mm(w1).clamp(min=0).mm(w2)
     loss = (y_pred - y).pow(2).sum()
     loss.backward()

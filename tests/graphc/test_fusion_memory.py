@@ -373,7 +373,7 @@ LR = 1e-6
 
 
 def seed_step(x, y, w1, w2):
-    # W1: shared/seeds/003, two-layer MLP with autograd and an in-place SGD update
+    # W1: seed tutorial 003, two-layer MLP with autograd and an in-place SGD update
     y_pred = x.mm(w1).clamp(min=0).mm(w2)
     loss = (y_pred - y).pow(2).sum()
     loss.backward()

@@ -59,7 +59,7 @@ learning_rate = 1e-6
 
 
 def seed_step(x, y, w1, w2):
-    # shared/seeds/003, "Two-Layer Network (MLP) using (built-in) torch.autograd"
+    # seed tutorial 003, "Two-Layer Network (MLP) using (built-in) torch.autograd"
     y_pred = x.mm(w1).clamp(min=0).mm(w2)
     loss = (y_pred - y).pow(2).sum()
     loss.backward()
