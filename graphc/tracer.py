@@ -417,7 +417,7 @@ class Tracer(TensorOps):
         elif value._npdtype != self._meta_dtype:
             value = value.to(self._meta_dtype)
         for a in arrays:
-            if a._npdtype.kind == "b" and a.shape != ():
+            if a._npdtype.kind == "b":      # a mask, or a 0-d bool: all or nothing
                 mask = a
                 if len(spec) == 1:
                     self._rebind(eager.where(mask, value, self))

@@ -125,18 +125,22 @@ def _getitem(x, *idx, index):
 
 def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:
     for item in index:
-        if item[0] == "t" and idx[item[1]].dtype.kind == "b" and idx[item[1]].shape != ():
+        if item[0] == "t" and idx[item[1]].dtype.kind == "b":
+            # a 0-d bool index too: x[b] has a dim of size 1 or 0 depending on b's value
             raise TypeError("getitem: boolean-mask indexing has a data-dependent shape, which a "
                             "static graph cannot express; use graphc.where(mask, x, 0) (or sum of "
-                            "a masked product) instead, or run this part eagerly")
+                            "a masked product) instead, or run this part eagerly"
+                            if idx[item[1]].shape != () else
+                            "getitem: indexing with a 0-d bool tensor (x[b], x[True]) adds a dim "
+                            "of size 1 or 0 depending on its value, which a static graph cannot "
+                            "express; use graphc.where(b, x, 0) or x.unsqueeze(0) instead, or "
+                            "run this part eagerly")
     # Index a zero-strided dummy of the right shape: exact numpy semantics, no data touched.
     dummy = np.broadcast_to(np.zeros((), np.int8), x.shape)
     try:
-        tens = [it[1] for it in index if it[0] == "t"]
-        ints = [k for k in tens if idx[k].dtype.kind != "b"]
-        if len(ints) < len(tens) or not ints:
-            # basic indexing gives a view; a 0-d mask (False here) an empty result
-            return Meta(np.shape(dummy[S.decode_index(index, _stand_ins(idx))]), x.dtype)
+        ints = [it[1] for it in index if it[0] == "t"]    # integer index tensors (bools
+        if not ints:                                      # were refused above)
+            return Meta(np.shape(dummy[S.decode_index(index, ())]), x.dtype)   # basic: a view
         return Meta(_advanced_index_shape(dummy, idx, index, ints), x.dtype)
     except IndexError as e:
         raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None

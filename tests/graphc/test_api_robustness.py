@@ -100,6 +100,25 @@ def test_fork_while_another_thread_compiles():
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr[-3000:])
 
 
+def test_a_0d_bool_index_is_refused_when_tracing_and_assignment_works():
+    """x[b] for a 0-d bool b has a dim of size 1 or 0 depending on b: no static shape."""
+    def f(x):
+        return x[x.sum() > 0]
+    x = np.ones(3)
+    assert f(eager.tensor(x)).shape == (1, 3) and f(eager.tensor(-x)).shape == (0, 3)
+    with pytest.raises(TypeError, match="0-d bool"):
+        graphc.compile(f)(x)
+    with pytest.raises(TypeError, match="0-d bool"):
+        graphc.compile(f, backend="interpreter")(x)
+
+    def g(x):
+        y = x * 1
+        y[y.sum() > 0] = 7.0
+        return y
+    for arg in (x, -x):
+        np.testing.assert_array_equal(graphc.compile(g)(arg), g(eager.tensor(arg)).numpy())
+
+
 def test_the_project_never_points_outside_itself():
     """A clone of the project holds only the project: no file may send a reader to
     material that is not in it."""
