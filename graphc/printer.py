@@ -6,6 +6,18 @@ import numpy as np
 from .ir import Graph, type_str
 
 
+def _show(text: object) -> str:
+    """A name or source location as one visible line: control, format and separator
+    characters (``\\r``, ``\\x1b``, ``\\u2028``...) are spelled as escapes, so a
+    hostile string cannot rewrite or hide lines of the printed IR or of a terminal."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(ch if ch.isprintable() else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+                    if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}") for ch in s)
+
+
 def _fmt_scalar(v: np.ndarray) -> str:
     x = v.item()
     if isinstance(x, float):
@@ -28,7 +40,7 @@ def _fmt_attr(v) -> str:
             return f"({_fmt_attr(v[0])},)"
         return "(" + ", ".join(_fmt_attr(x) for x in v) + ")"
     if isinstance(v, str):
-        return v
+        return _show(v)
     return repr(v)
 
 
@@ -37,7 +49,7 @@ def operand_names(g: Graph) -> dict:
     names = {}
     for nid, d in g.nx.nodes(data=True):
         if d["op"] == "input":
-            names[nid] = d["attrs"]["name"]
+            names[nid] = _show(d["attrs"]["name"])
         elif d["op"] == "const" and d["attrs"]["value"].ndim == 0:
             names[nid] = _fmt_scalar(d["attrs"]["value"])
         else:
@@ -57,7 +69,7 @@ def node_line(g: Graph, nid: int, names: dict) -> str:
     line = f"  %{nid} = {body} : {type_str(d['shape'], d['dtype'])}"
     notes = []
     if d.get("src"):
-        notes.append(d["src"])
+        notes.append(_show(d["src"]))
     if d.get("role") == "backward":
         notes.append("backward")
     if d.get("by") not in (None, "trace", "grad"):
@@ -71,7 +83,7 @@ def to_text(g: Graph) -> str:
     names = operand_names(g)
     params = ", ".join(f"{names[i]}: {type_str(g.nx.nodes[i]['shape'], g.nx.nodes[i]['dtype'])}"
                        for i in g.inputs)
-    lines = [f"graph {g.name}({params}) {{"]
+    lines = [f"graph {_show(g.name)}({params}) {{"]
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
         if d["op"] == "input" or (d["op"] == "const" and d["attrs"]["value"].ndim == 0):
@@ -84,7 +96,8 @@ def to_text(g: Graph) -> str:
 
 
 def _dot_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return "\\n".join(_show(part).replace("\\", "\\\\").replace('"', '\\"')
+                      for part in s.split("\n"))
 
 
 def to_dot(g: Graph) -> str:

@@ -119,6 +119,18 @@ def test_a_0d_bool_index_is_refused_when_tracing_and_assignment_works():
         np.testing.assert_array_equal(graphc.compile(g)(arg), g(eager.tensor(arg)).numpy())
 
 
+def test_printed_ir_and_dot_show_control_characters_as_escapes():
+    """Names and source locations reach the terminal and Graphviz: a carriage return or
+    an escape sequence in them must not rewrite what the reader sees."""
+    g = graphc.Graph("evil\rname\u2028x")
+    i = g.add_input("a\x1bb", (3,), "float64")
+    g.outputs.append(g.add_node("exp", (i,), {}, src="f.py:1\rinjected"))
+    for text in (str(g), g.to_dot()):
+        assert all(ch.isprintable() or ch == "\n" for ch in text), repr(text)
+        assert "x0dname" in text and "x1bb" in text and "u2028" in text
+    assert "f.py:1\\x0dinjected" in str(g)
+
+
 def test_the_project_never_points_outside_itself():
     """A clone of the project holds only the project: no file may send a reader to
     material that is not in it."""
