@@ -364,6 +364,9 @@ class CompiledFunction:
 
             def run(arrays):          # outputs as a tuple, as the native backend gives them
                 return tuple(plan_run(arrays))
+
+            if _foreign_byte_order(key):          # as the native entry: convert '>f8' input
+                run = _native_order(run)
         stages["_executable"] = exe
         stages["_compile_seconds"] = time.perf_counter() - t0
         return _Entry(res, run, stages, key)

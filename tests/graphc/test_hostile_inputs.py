@@ -760,3 +760,109 @@ def test_symlinked_cache_directory_policy(tmp_path, quiet_env):
 
 # ---------------------------------------------------------------------------------------
 # 4. Native entry and planner: spoofed array types, size overflows
+#
+# Type spoofing at the native entry point is covered case by case in test_native_safety.py
+# (objects faking ``__class__``, int subclasses, mocks) and sizes in test_size_limits.py
+# (huge expands at every opt level, arenas, constants, BLAS dims).  Here one clean process
+# takes every hostile argument through the whole public path, for every backend and opt
+# level, and a graph file declaring huge shapes goes through the public debugging entry.
+
+SPOOF_BATTERY = """
+    import json, sys
+    from unittest import mock
+    import numpy as np
+    import eager, graphc
+
+    class IntSub(int):
+        pass
+
+    class Faker:
+        __class__ = property(lambda s: np.ndarray)
+        shape, dtype, ndim = (3,), np.dtype("f8"), 1
+
+    class Sub(np.ndarray):
+        pass
+
+    def hostile():
+        yield "mock", mock.MagicMock(spec=np.ndarray)
+        yield "int_subclass", IntSub(3)
+        yield "faker", Faker()
+        yield "ndarray_subclass", np.arange(3.0).view(Sub)
+        yield "masked", np.ma.masked_array(np.arange(3.0), mask=[0, 1, 0])
+        yield "object_dtype", np.array([1.0, None, 2.0], dtype=object)
+        yield "big_endian", np.arange(3.0).astype(">f8")
+        yield "strided", np.arange(6.0)[::2]
+        yield "readonly", np.frombuffer(np.arange(3.0).tobytes())
+        yield "complex", np.arange(3.0) + 1j
+        yield "zero_stride", np.lib.stride_tricks.as_strided(np.arange(1.0), (3,), (0,))
+        yield "huge_expand", None
+
+    results = {}
+    for opt in (0, 1, 2, 3):
+        for backend in ("native", "interpreter"):
+            for name, arg in hostile():
+                def f(x):
+                    if x is None:
+                        return eager.ones(1, 1).expand(1 << 40, 1 << 40) * 2.0
+                    if isinstance(x, int):         # a static value, as a Python int is
+                        return x * 2.0
+                    return (x * 2.0).sum()
+                cf = graphc.compile(f, opt_level=opt, backend=backend)
+                for call in range(2):          # the second call takes the cached path
+                    try:
+                        out = cf(arg)
+                        want = float(np.sum(np.asarray(arg, dtype=np.float64) * 2.0))
+                        results[f"{name}/{opt}/{backend}/{call}"] = (
+                            "ok" if float(np.asarray(out)) == want else "WRONG",
+                            float(np.asarray(out)))
+                    except Exception as e:
+                        results[f"{name}/{opt}/{backend}/{call}"] = ("error", type(e).__name__)
+    print(json.dumps(results))
+"""
+
+
+def test_every_hostile_argument_through_every_backend_and_opt_level():
+    r = run_isolated(SPOOF_BATTERY)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for key, (kind, value) in res.items():
+        name = key.split("/")[0]
+        if name in ("ndarray_subclass", "big_endian", "strided", "readonly", "zero_stride",
+                    "int_subclass"):
+            assert kind == "ok", (key, kind, value)   # as its base array (int: a static value)
+        elif name == "huge_expand":
+            assert (kind, value) in (("error", "TooBigError"), ("error", "RuntimeError")), key
+        else:
+            assert kind == "error" and value in ("SignatureError", "TypeError"), (key, value)
+
+
+def test_a_graph_file_declaring_huge_shapes_is_refused_through_the_public_entry(tmp_path):
+    """A graph whose input is small but whose nodes declare (or broadcast to) sizes no
+    array can have: refused by the loader or the size checks, never allocated."""
+    r = run_isolated("""
+        import json, sys
+        import numpy as np
+        import graphc
+        from graphc.ir import Graph
+        g = Graph("huge")
+        x = g.add_input("x", (1, 1), "float32")
+        g.outputs.append(g.add_node("exp", (x,), {}))
+        doc = json.loads(g.to_json())
+        out = []
+        for shape in ([1 << 31, 1 << 31, 4], [2**62, 4], [1 << 20, 304384145, 14449]):
+            bad = json.loads(json.dumps(doc))
+            for node in bad["nodes"]:
+                if node["op"] == "exp":
+                    node["op"], node["attrs"] = "expand", {"shape": shape}
+                    node["shape"] = shape
+            try:
+                h = Graph.from_json(json.dumps(bad))
+                graphc.bisect_passes(h, np.ones((1, 1), np.float32))
+                out.append("ran")
+            except Exception as e:
+                out.append(type(e).__name__)
+        print(json.dumps(out))
+    """)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(o in ("GraphFormatError", "TooBigError", "GraphVerificationError") for o in out), out
