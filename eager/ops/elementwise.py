@@ -410,7 +410,17 @@ defop("where", forward=_where_forward, shape=_where_shape, arity=3, saves=(0,),
 
 
 def _cast(x, dtype):
-    return x.astype(dtype)
+    dt = np.dtype(dtype)
+    x = np.asarray(x)
+    if x.dtype.kind == "f" and dt.kind in "iu":
+        # C leaves NaN and out-of-range conversions undefined; numpy and PyTorch on x86 give
+        # the integer minimum (cvttsd2si's "integer indefinite"), here on every platform,
+        # and compiled code gives the same
+        lo = np.iinfo(dt).min
+        with np.errstate(invalid="ignore"):
+            ok = (x >= lo) & (x < -float(lo))           # False for NaN
+            return np.where(ok, np.where(ok, x, 0).astype(dt), dt.type(lo))
+    return x.astype(dt)
 
 
 defop("cast", forward=_cast, shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)), arity=1,

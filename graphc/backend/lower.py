@@ -649,12 +649,14 @@ class KernelBuilder:
         if src.kind in "iu" and dst.kind == "f":
             return b.sitofp(v, dt)
         if src.kind == "f" and dst.kind in "iu":
-            # llvmlite's declare_intrinsic does not know fptosi.sat: declare it by its
-            # mangled name (saturating: no poison for NaN or out-of-range values)
-            name = f"llvm.fptosi.sat.i{dt.width}.f{src.itemsize * 8}"
-            sat = self.module.globals.get(name) or ir.Function(
-                self.module, ir.FunctionType(dt, [reg_type(src)]), name=name)
-            return b.call(sat, [v])
+            # eager's rule (numpy's on x86): NaN and values out of range give the integer
+            # minimum; fptosi only ever sees values in range (else it is poison)
+            lo = int(np.iinfo(dst).min)
+            ft = reg_type(src)
+            ok = b.and_(b.fcmp_ordered(">=", v, ir.Constant(ft, float(lo))),
+                        b.fcmp_ordered("<", v, ir.Constant(ft, -float(lo))))
+            safe = b.select(ok, v, ir.Constant(ft, 0.0))
+            return b.select(ok, b.fptosi(safe, dt), ir.Constant(dt, lo))
         if dst.itemsize > src.itemsize:
             return b.sext(v, dt)
         return b.trunc(v, dt)

@@ -264,3 +264,18 @@ def test_sin_cos_of_huge_arguments_in_every_kind_of_kernel(dt):
     w = small.copy()
     graphc.compile(update)(w)
     np.testing.assert_allclose(w, small - np.sin(small), rtol=tol, atol=tol)
+
+
+def test_float_to_int_casts_of_nan_and_out_of_range_values_agree():
+    """C leaves them undefined; eager (numpy and PyTorch on x86) gives the integer minimum,
+    and compiled code does the same at every opt level (it once saturated: NaN gave 0)."""
+    a = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 3e9, -3e9, 2.0 ** 63, 2.7, -2.7, -0.0])
+    for dt in (eager.int64, eager.int32):
+        for fdt in (np.float64, np.float32):
+            x = a.astype(fdt)
+            want = eager.tensor(x).to(dt).numpy()
+            lo = np.iinfo(want.dtype).min
+            assert want[0] == want[1] == want[2] == lo and list(want[-3:]) == [2, -2, 0]
+            for opt in (0, 3):
+                got = graphc.compile(lambda t: t.to(dt), opt_level=opt)(x)
+                np.testing.assert_array_equal(got, want)
