@@ -46,7 +46,8 @@ class _Entry:
     """One cached signature: its trace and the executable that runs it."""
 
     # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
-    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call")
+    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call",
+                 "mem_ok")
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
         self.trace = trace
@@ -59,6 +60,7 @@ class _Entry:
                      not trace.grad_writes and all(_plain_array_item(it) for it in key))
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
+        self.mem_ok = ()        # weakrefs to the arrays of the last call found not to overlap
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
@@ -407,6 +409,18 @@ class CompiledFunction:
         have it."""
         tr = entry.trace
         arrays = [a._data if a.__class__ is Tensor else a for a in dyn]
+        for i, _ in tr.grad_writes:          # a .grad written in place is memory too
+            g = dyn[i]._grad
+            if g is not None:
+                arrays.append(g._data)
+        ok = entry.mem_ok                    # the same arrays as last time: same answer
+        if len(ok) == len(arrays):
+            for r, a in zip(ok, arrays):
+                if r() is not a:
+                    break
+            else:
+                return entry
+        n_dyn = len(dyn)
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
                 raise SignatureError(
@@ -415,12 +429,7 @@ class CompiledFunction:
                     "reshape of it, which eager makes a view or a copy depending on the memory "
                     "layout; the compiled code was traced for a C-contiguous argument. Pass "
                     "np.ascontiguousarray(...).")
-        written = list(tr.written)
-        for i, _ in tr.grad_writes:          # a .grad written in place is memory too
-            g = dyn[i]._grad
-            if g is not None:
-                written.append(len(arrays))
-                arrays.append(g._data)
+        written = list(tr.written) + list(range(n_dyn, len(arrays)))
         share = np.may_share_memory          # a bounds test in C: the common call is cheap
         for w in written:
             aw = arrays[w]
@@ -431,7 +440,9 @@ class CompiledFunction:
                 continue
             break
         else:
+            entry.mem_ok = tuple(weakref.ref(a) for a in arrays)
             return entry
+        entry.mem_ok = ()
         from .aliasing import alias_groups
         names = _leaf_names(self, args)
         groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))

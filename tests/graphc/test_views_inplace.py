@@ -455,3 +455,18 @@ def test_random_view_programs_match_eager(seed):
             continue
         for w, g in zip(want + want_args, list(out) + args):
             np.testing.assert_array_equal(np.asarray(g), w, err_msg=f"{cfg}\n{src}")
+
+
+def test_the_overlap_check_of_the_last_call_is_reused_only_for_the_same_arrays():
+    """Each call's arrays are compared unless they are the very arrays of the last call
+    found not to overlap: a new view of the same memory is always looked at."""
+    cf = graphc.compile(_sgd_like)
+    for _ in range(2):
+        a, b = np.ones(3), np.ones(3)
+        assert cf(a, b) == 9.0             # no overlap (remembered for these arrays)
+        assert cf(a, b) == 15.0            # a was doubled: (4 + 1) * 3
+        for second in (lambda: a, lambda: a[:], lambda: a.reshape(3)):
+            ref = a.copy()
+            want = _sgd_like(eager.from_numpy(ref), eager.from_numpy(ref[:])).item()
+            assert cf(a, second()) == want
+            np.testing.assert_array_equal(a, ref)
