@@ -412,10 +412,11 @@ defop("where", forward=_where_forward, shape=_where_shape, arity=3, saves=(0,),
 def _cast(x, dtype):
     dt = np.dtype(dtype)
     x = np.asarray(x)
-    if x.dtype.kind == "f" and dt.kind in "iu":
+    if x.dtype.kind == "f" and dt in (np.dtype(np.int32), np.dtype(np.int64)):
         # C leaves NaN and out-of-range conversions undefined; numpy and PyTorch on x86 give
         # the integer minimum (cvttsd2si's "integer indefinite"), here on every platform,
-        # and compiled code gives the same
+        # and compiled code gives the same.  (Narrower types go through a wider integer
+        # and wrap, in numpy and PyTorch alike: numpy's cast is kept for them.)
         lo = np.iinfo(dt).min
         with np.errstate(invalid="ignore"):
             ok = (x >= lo) & (x < -float(lo))           # False for NaN
