@@ -256,18 +256,6 @@ class NativeExecutable:
                               f"arrays, got {type(arrays).__name__} of {len(arrays)}")
         raise GraphcError(f"{self.name}: native call failed with code {rc}")
 
-    def check_inputs(self, arrays: Sequence) -> list:
-        """Coerce inputs to the compiled dtypes/shapes (slow path for unusual arrays)."""
-        out = []
-        for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
-            a = np.asarray(a)
-            if a.shape != shape:
-                raise GraphcError(f"input {k} has shape {a.shape}, compiled for {shape}")
-            if a.dtype != dt:
-                a = a.astype(dt)
-            out.append(a)
-        return out
-
     # --- inspection -----------------------------------------------------------
     def _inspectable(self) -> "jit.JitModule":
         """A JIT module with IR text: code loaded from the disk cache has none, so the
