@@ -377,13 +377,16 @@ class CompiledFunction:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         tr = entry.trace
+        if tr.captured:
+            entry, dyn = self._with_captured(entry, args, dyn)
+            tr = entry.trace
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
         if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
                 eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
-        outs = entry.run(_arrays(dyn))
+        outs = entry.run(_arrays(dyn, tr.in_specs))
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
         for idx, out_pos in tr.mutated_inputs:
             target = dyn[idx]
@@ -401,6 +404,40 @@ class CompiledFunction:
                     np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
                 target._grad._version[0] += 1
         return self._wrap_outputs(tr, outs[:n_user])
+
+    def _with_captured(self, entry: _Entry, args: tuple, dyn: list) -> tuple:
+        """The call's dynamic leaves followed by the tensors the function reads by name
+        (parameters, buffers, closed-over tensors), as they are now.  A tensor whose
+        shape, dtype or requires_grad changed since the trace, or that is gone, re-traces
+        this signature, with the reason recorded."""
+        for _ in range(2):
+            tr = entry.trace
+            now = list(dyn)
+            reason = None
+            for cap, spec in zip(tr.captured, tr.in_specs[tr.n_args:]):
+                t = cap.current(args)
+                if t.__class__ is not Tensor:
+                    if isinstance(t, Tensor) or t is None:
+                        reason = f"{cap.name} is no longer a tensor"
+                    else:
+                        reason = f"{cap.name} is now a {type(t).__name__}"
+                    break
+                d = t._data
+                if d.shape != spec.shape or d.dtype != spec.dtype or t._rg != spec.requires_grad:
+                    reason = (f"{cap.name}: {_describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
+                              f" -> {_describe_key_item(('T', d.shape, d.dtype, t._rg))}")
+                    break
+                now.append(t)
+            if reason is None:
+                return entry, now
+            with self._lock:
+                self._misses += 1
+                self.recompile_reasons.append(f"re-traced {self.__name__}: {reason}")
+                entry = self._build(args, entry.key)
+                self._cache[entry.key] = entry
+                self._aliased = {k: v for k, v in self._aliased.items() if k[0] != entry.key}
+        raise GraphcError(f"{self.__name__}: the tensors it reads by name changed while it was "
+                          f"being traced ({reason})")
 
     def _for_memory(self, entry: _Entry, args: tuple, dyn: list) -> _Entry:
         """The entry for how this call's arguments use memory, for a function that writes
@@ -653,13 +690,14 @@ def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
     return out
 
 
-def _arrays(dyn) -> list:
-    """Graph input arrays for the dynamic leaves (a requires-grad tensor's .grad follows it)."""
+def _arrays(dyn, specs) -> list:
+    """Graph input arrays for the dynamic leaves (an argument's .grad follows it when the
+    trace made it an input: ``specs[i].has_grad``)."""
     arrays = []
-    for a in dyn:
+    for a, spec in zip(dyn, specs):
         if a.__class__ is Tensor:
             arrays.append(a._data)
-            if a._rg and a._grad is not None:
+            if spec.has_grad:
                 arrays.append(a._grad._data)
         else:
             arrays.append(np.asarray(a))
@@ -725,7 +763,7 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
 
 def _make_autograd_function():
     def forward(ctx, cf, entry, *tensors):
-        outs = entry.run(_arrays(tensors))
+        outs = entry.run(_arrays(tensors, entry.trace.in_specs))
         ctx.cf, ctx.entry = cf, entry
         ctx.save_for_backward(*tensors)
         return tuple(Tensor._make(o) for o in outs)

@@ -593,8 +593,11 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
             from .debug import first_divergence
             from .api import _arrays
             key, dyn = cf._signature(cargs)
-            opt = cf._entry_for(cargs).stages["optimized"]
-            divergence = first_divergence(opt, _arrays(dyn)) or \
+            entry = cf._entry_for(cargs)
+            if entry.trace.captured:
+                entry, dyn = cf._with_captured(entry, cargs, dyn)
+            opt = entry.stages["optimized"]
+            divergence = first_divergence(opt, _arrays(dyn, entry.trace.in_specs)) or \
                 "no single node differs from the interpreter (the difference is in rounding " \
                 "order, not in one node)"
         except Exception as exc:  # the search itself failed: report, do not hide the table

@@ -714,7 +714,7 @@ class TraceResult:
     """What tracing produced: the graph plus how to map Python values in and out."""
 
     def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io,
-                 grad_writes=(), layout_inputs=()):
+                 grad_writes=(), layout_inputs=(), captured=()):
         self.graph = graph
         self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
         self.out_tree = out_tree
@@ -723,6 +723,10 @@ class TraceResult:
         self.tensor_io = tensor_io
         self.grad_writes = list(grad_writes)  # [(input index, graph output index)] for .grad
         self.layout_inputs = list(layout_inputs)  # input indices that must be C-contiguous
+        # eager tensors the function reads by name (graphc.capture): graph inputs after the
+        # arguments' (their LeafSpecs end in_specs), read again at every call
+        self.captured = list(captured)
+        self.n_args = len(in_specs) - len(self.captured)
         # dynamic leaves written in place (their memory is compared with the others')
         self.written = tuple(i for i, _ in self.mutated_inputs)
 
@@ -730,6 +734,70 @@ class TraceResult:
 def _graph_input_pos(specs: list, idx: int) -> int:
     """Graph input position of dynamic leaf ``idx`` (a leaf with .grad takes two inputs)."""
     return idx + sum(1 for s in specs[:idx] if s.has_grad)
+
+
+def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: list,
+          watched: list, used_names: set) -> list:
+    """A graph input and tracer for every eager tensor ``fn`` reaches by name (see
+    graphc.capture), after the arguments' inputs: [(Captured, Tracer)]."""
+    from . import capture
+    out = []
+    for cap in capture.find(fn, args).values():
+        t = cap.tensor
+        d = t._data.dtype
+        if d not in _SUPPORTED:
+            continue                          # stays a constant if it is used at all
+        nm = base = _sanitize(cap.name)
+        k = 1
+        while nm in used_names:
+            k += 1
+            nm = f"{base}_{k}"
+        used_names.add(nm)
+        shape = t._data.shape
+        nid = ctx.graph.add_input(nm, shape, d)
+        ctx.input_paths[nid] = cap.name
+        tr = Tracer(ctx, nid, shape, d, c_layout(shape) if t._data.flags.c_contiguous else None)
+        tr._rg = t._rg
+        if t._rg:
+            ctx.closed_rg[nid] = cap.name     # backward() inside cannot fill its .grad
+        ctx._input_of[id(tr)] = len(specs)
+        specs.append(LeafSpec("tensor", shape, d, requires_grad=t._rg))
+        inputs.append(tr)
+        watched.append((t, cap.name, t._version[0], t._grad, t._rg))
+        out.append((cap, tr))
+    return out
+
+
+def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> list:
+    """Drop the lifted inputs the trace never read nor wrote; renumber the rest.
+    Returns the Captured of the kept ones, in input order."""
+    g = ctx.graph
+    keep, kept_caps = [], []
+    for i, (cap, t) in enumerate(lifted):
+        nid = g.inputs[len(g.inputs) - len(lifted) + i]
+        idx = n_args + i
+        if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations:
+            keep.append((i, nid, t))
+            kept_caps.append(cap)
+    drop = [g.inputs[len(g.inputs) - len(lifted) + i] for i in range(len(lifted))
+            if i not in {k for k, _, _ in keep}]
+    for nid in drop:
+        g.nx.remove_node(nid)
+        g.inputs.remove(nid)
+        ctx.input_paths.pop(nid, None)
+        ctx.closed_rg.pop(nid, None)
+    remap = {n_args + i: n_args + j for j, (i, _, _) in enumerate(keep)}
+    del specs[n_args:]
+    for i, _, t in keep:
+        specs.append(LeafSpec("tensor", t._meta_shape, t._meta_dtype,
+                              requires_grad=lifted[i][0].tensor._rg))
+    for _, t in lifted:
+        old = ctx._input_of.pop(id(t), None)
+        if old in remap:
+            ctx._input_of[id(t)] = remap[old]
+    ctx.mutations = {remap.get(k, k): v for k, v in ctx.mutations.items() if k < n_args or
+                     k in remap}
+    return kept_caps
 
 
 def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
@@ -756,13 +824,13 @@ def _check_untouched(fname: str, watched: list) -> None:
     for t, path, version, grad, rg in watched:
         if t._rg != rg:
             raise TracerError(
-                f"{fname}: argument {path} had requires_grad changed while tracing, on the eager "
+                f"{fname}: {path} had requires_grad changed while tracing, on the eager "
                 "Tensor rather than on the traced argument; the compiled graph was traced for "
                 f"requires_grad={rg}. Set it before calling the compiled function.")
         if t._version[0] != version or t._grad is not grad:
             what = "its data" if t._version[0] != version else "its .grad"
             raise TracerError(
-                f"{fname}: argument {path} had {what} changed directly while tracing, on the "
+                f"{fname}: {path} had {what} changed directly while tracing, on the "
                 "eager Tensor rather than on the traced argument (e.g. by an optimizer or module "
                 "that holds the eager tensor). The compiled graph would not contain that update. "
                 "Update the argument the function receives (`w -= lr * w.grad` under "
@@ -859,17 +927,26 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             inputs.append(t)
             new_leaves.append(t)
             if spec.kind == "tensor":
-                watched.append((leaf, path, leaf._version[0], leaf._grad, leaf._rg))
+                watched.append((leaf, f"argument {path}", leaf._version[0], leaf._grad,
+                                leaf._rg))
             arg_leaves.append((leaf, path, spec))
         call_args.append(tree.unflatten(td, new_leaves))
     members = _alias_inputs(ctx, aliases, inputs)
+    n_args = len(specs)
+    lifted = _lift(ctx, fn, args, specs, inputs, watched, used_names)
     pinned = [w[0] for w in watched if id(w[0]) not in PINNED]
     for t, path, *_ in watched:
-        PINNED.setdefault(id(t), (t, f"argument {path} while graphc traces {fname}"))
+        PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
+    swapped = []
     try:
         try:
+            for cap, t in lifted:         # the function reads the tracer where it reads the
+                if cap.place is not None:     # tensor: self.weight.t() is traced
+                    swapped.append((cap, cap.swap(args, t)))
             out = fn(*call_args)
         finally:
+            for cap, old in reversed(swapped):
+                cap.swap(args, old)
             for t in pinned:
                 PINNED.pop(id(t), None)
         _check_untouched(fname, watched)
@@ -891,6 +968,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             else:
                 raise SignatureError(f"{fname} returned an unsupported value of type "
                                      f"{type(leaf).__name__} (output leaf {k})")
+        captured = _prune_lifted(ctx, lifted, n_args, specs)
         for idx, t in members:                # written through another argument's memory
             if t._gen != 0 or t._stor.gen != 0:
                 ctx.mutations[idx] = t
@@ -918,8 +996,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                                 if s1.gen > g1 or s2.gen > g2})
     finally:
         ctx.active = False
-    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io, grad_writes,
-                       layout_inputs)
+    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
+                       grad_writes, layout_inputs, captured)
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:

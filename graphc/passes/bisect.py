@@ -179,7 +179,10 @@ def _graph_and_arrays(fn, args: tuple, static_argnums) -> tuple:
     cf = CompiledFunction(fn, static_argnums=static_argnums, opt_level=0,
                           backend="interpreter")
     _, dyn = cf._signature(args)
-    return cf.graph(*args), _arrays(dyn)
+    entry = cf._entry_for(args)
+    if entry.trace.captured:                  # the tensors it reads by name, as now
+        entry, dyn = cf._with_captured(entry, args, dyn)
+    return entry.stages["traced"], _arrays(dyn, entry.trace.in_specs)
 
 
 def bisect_passes(fn: Union[Callable, Graph], *args: Any, rtol: Optional[float] = None,

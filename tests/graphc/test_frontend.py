@@ -605,15 +605,23 @@ def test_closed_over_array_is_captured_at_trace_time():
     assert cf.cache_info().traces == 2
 
 
-def test_closed_over_tensor_and_rebinding_are_captured():
+def test_closed_over_tensors_are_live_inputs():
+    """An eager tensor the function reads by name is a graph input read at every call:
+    updates in place and rebinding are seen without re-tracing (graphc.capture)."""
     state = {"W": eager.tensor([1.0, 2.0, 3.0])}
     cf = graphc.compile(lambda x: x + state["W"])
     x = np.zeros(3, np.float32)
     np.testing.assert_array_equal(cf(x), [1, 2, 3])
     state["W"] = eager.tensor([10.0, 20.0, 30.0])
-    np.testing.assert_array_equal(cf(x), [1, 2, 3])
-    cf.clear_cache()
     np.testing.assert_array_equal(cf(x), [10, 20, 30])
+    state["W"].mul_(2)
+    np.testing.assert_array_equal(cf(x), [20, 40, 60])
+    assert cf.cache_info().traces == 1
+    assert "state_W: f32[3]" in str(cf.graph(x))      # a graph input, named by its path
+    state["W"] = eager.tensor([1.0, 2.0])            # a new shape re-traces, with the reason
+    with pytest.raises(RuntimeError, match="must match|broadcast"):
+        cf(x)
+    assert "state['W']" in cf.recompile_reasons[-1]
 
 
 def test_same_closed_over_array_is_one_const():
