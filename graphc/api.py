@@ -39,6 +39,10 @@ def _new_locks_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_in_child)
 
+class _InlineCall(Exception):
+    """A compiled function called on tracers: it is part of an outer trace (inlined)."""
+
+
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
 
 
@@ -161,6 +165,10 @@ def _describe_key_item(item) -> str:
         return f"static value {item[2]!r}"
     if tag == "static_arg":
         return f"static argument value {item[1]!r}"
+    if tag == "mode":
+        return "modules " + ", ".join("train" if t else "eval" for t in item[1])
+    if tag == "Mod":
+        return f"module {item[2].__name__} ({'train' if all(item[3]) else 'eval'})"
     if tag in ("T", "A") and len(item) >= 3:
         kind = "Tensor" if tag == "T" else "ndarray"
         rg = ", requires_grad" if tag == "T" and item[3] else ""
@@ -219,6 +227,10 @@ class CompiledFunction:
         self._lock = threading.RLock()
         _LIVE.add(self)
         self.recompile_reasons: list = []
+        from .capture import _is_module
+        # the module whose train()/eval() modes are part of every call's signature
+        self._module = fn if _is_module(fn) else (
+            fn.__self__ if _is_module(getattr(fn, "__self__", None)) else None)
         try:
             import inspect
             self._sig = inspect.signature(fn)
@@ -263,6 +275,8 @@ class CompiledFunction:
             paths = tree.leaf_paths(td, names[i])
             sub = [td]
             for leaf, path in zip(leaves, paths):
+                if isinstance(leaf, Tracer):
+                    raise _InlineCall
                 k, spec = classify_leaf(leaf, path)
                 sub.append(k)
                 if spec.kind == "array" and type(leaf) is not np.ndarray:
@@ -286,17 +300,24 @@ class CompiledFunction:
     # --- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            raise TypeError(f"compiled {self.__name__}() takes positional arguments only; got "
-                            f"keyword arguments {sorted(kwargs)}")
+            args = self._bind(args, kwargs)
         if self._all_dynamic:          # inline of _signature's plain-array fast path
             for a in args:
                 if type(a) is not _ndarray:
-                    key, dyn = self._signature(args)
+                    try:
+                        key, dyn = self._signature(args)
+                    except _InlineCall:    # called on tracers: part of an outer trace
+                        return self.__wrapped__(*args)
                     break
             else:
                 key, dyn = tuple([("A", a.shape, a.dtype) for a in args]), args
         else:
-            key, dyn = self._signature(args)
+            try:
+                key, dyn = self._signature(args)
+            except _InlineCall:
+                return self.__wrapped__(*args)
+        if self._module is not None:   # train()/eval() of every submodule: traced as is
+            key = key + (("mode", tuple([m.training for m in self._module.modules()])),)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._miss(args, key)
@@ -306,6 +327,42 @@ class CompiledFunction:
         if entry.call is not None:
             return entry.call(dyn)
         return self._run(entry, args, dyn)
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        """Keyword arguments bound by the function's signature, as positional ones (the
+        cache key sees every argument in its parameter's place)."""
+        if self._sig is None:
+            raise TypeError(f"compiled {self.__name__}() takes positional arguments only (its "
+                            f"signature is unknown); got keyword arguments {sorted(kwargs)}")
+        try:
+            ba = self._sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise SignatureError(f"{self.__name__}: {e}") from None
+        ba.apply_defaults()
+        if ba.kwargs:
+            raise TypeError(f"compiled {self.__name__}(): keyword-only arguments "
+                            f"{sorted(ba.kwargs)} are not supported; make them positional or "
+                            "bind them with functools.partial")
+        return ba.args
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """``@graphc.compile`` on a method: bound to the instance, which is then the first
+        argument (a module's parameters are read through it at every call)."""
+        if obj is None:
+            return self
+        import types
+        return types.MethodType(self, obj)
+
+    def __getattr__(self, name: str) -> Any:
+        # graphc.compile(model) still answers as the model: parameters(), state_dict(),
+        # train(), eval() ... (only names the compiled function does not have itself)
+        module = self.__dict__.get("_module")
+        if module is not None and module is self.__dict__.get("__wrapped__") and \
+                not name.startswith("__"):
+            if name == "forward":
+                return self
+            return getattr(module, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
         with self._lock:
@@ -523,7 +580,10 @@ class CompiledFunction:
                 diffs.append(f"number of arguments changed from {len(old)} to {len(key)}")
             else:
                 for i, (a, b) in enumerate(zip(old, key)):
-                    if a != b:
+                    if a != b and isinstance(a, tuple) and a and a[0] == "mode":
+                        diffs.append(f"train()/eval(): {_describe_key_item(a)} -> "
+                                     f"{_describe_key_item(b)}")
+                    elif a != b:
                         diffs.append(_diff_item(names[i], a, b))
             if best is None or len(diffs) < len(best):
                 best = diffs

@@ -215,6 +215,18 @@ class Tracer(TensorOps):
                 v._view = v._view[:3] + (("multi", i),) + v._view[4:]
         return views
 
+    @property
+    def data(self) -> "Tracer":
+        """As eager's: the same values, detached (a view: a write through it is one)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        raise RuntimeError(
+            f"cannot replace .data of a traced value (at {user_src(2)}): the compiled code "
+            f"of {self._ctx.fn_name} reads its buffer as traced. Replace it before or after "
+            "the call, not inside.")
+
     def detach(self) -> "Tracer":
         # a node of its own, so graphc.autodiff stops there (sharing the node would not)
         return self._op("detach", "")
@@ -701,6 +713,10 @@ def classify_leaf(x: Any, path: str) -> tuple:
         return classify_leaf(arr, path)
     if issubclass(t, (bool, int, float)) or x is None:
         return ("S", type(x).__name__, x), LeafSpec("static", value=x)
+    from .capture import _is_module
+    if _is_module(x):                     # the self of a compiled method, or a model passed
+        modes = tuple([m.training for m in x.modules()])    # in: by identity and modes;
+        return ("Mod", id(x), t, modes), LeafSpec("static", value=x)   # params are lifted
     if isinstance(x, Tracer):
         raise SignatureError(f"argument {path}: a tracer of another trace was passed to a compiled "
                              "function; call the uncompiled function inside traced code")
@@ -968,6 +984,13 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             else:
                 raise SignatureError(f"{fname} returned an unsupported value of type "
                                      f"{type(leaf).__name__} (output leaf {k})")
+        for cap, t in lifted:
+            if t._rg != cap.tensor._rg:
+                raise TracerError(
+                    f"{fname}: requires_grad of {cap.name} changed while tracing (the "
+                    "function set it, or wrote a value that requires grad into it); graphc "
+                    "does not write that back to the eager tensor. Set requires_grad before "
+                    "calling the compiled function.")
         captured = _prune_lifted(ctx, lifted, n_args, specs)
         for idx, t in members:                # written through another argument's memory
             if t._gen != 0 or t._stor.gen != 0:

@@ -424,9 +424,13 @@ def test_wrong_number_of_arguments_names_the_argument():
     assert isinstance(ei.value, TypeError)
     with pytest.raises(graphc.SignatureError, match="too many positional arguments"):
         cf(X, X, X)
-    with pytest.raises(TypeError,
-                       match=r"positional arguments only; got keyword arguments \['y'\]"):
-        cf(X, y=X)
+    np.testing.assert_array_equal(cf(X, y=X), X + X)       # bound by the signature
+    np.testing.assert_array_equal(cf(y=X, x=X), X + X)
+    assert cf.cache_info().traces == 1
+    with pytest.raises(graphc.SignatureError, match="multiple values for argument 'x'"):
+        cf(X, x=X)
+    with pytest.raises(TypeError, match="keyword-only arguments"):
+        graphc.compile(lambda x, *, k=1: x * k)(X, k=2)
 
     def with_default(x, scale=3.0):
         return x * scale
