@@ -443,6 +443,15 @@ class CompiledFunction:
         if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
                 eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
+        if tr.captured and any(i >= tr.n_args for i, _ in tr.mutated_inputs) and \
+                eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
+            names = [tr.captured[i - tr.n_args].name for i, _ in tr.mutated_inputs
+                     if i >= tr.n_args]
+            raise GraphcError(
+                f"{self.__name__}: it updates {', '.join(names)} in place and reads tensors "
+                "that require grad; graphc cannot yet give its outputs a gradient and write "
+                "those updates back in one call. Call it under eager.no_grad() (inference), "
+                "or return the new values and assign them outside the compiled function.")
         outs = entry.run(_arrays(dyn, tr.in_specs))
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
         for idx, out_pos in tr.mutated_inputs:

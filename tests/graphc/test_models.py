@@ -134,3 +134,87 @@ def test_unused_parameters_are_not_inputs():
     g = cf.graph(x)
     names = [g[i]["attrs"]["name"] for i in g.inputs]
     assert names == ["x", "m_0_weight", "m_0_bias"], names
+
+
+class Scaled(nn.Module):
+    """A module whose forward branches on self.training and counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("calls", eager.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        y = self.fc(x)
+        return y * 2.0 if self.training else y
+
+
+def test_train_and_eval_are_part_of_the_signature():
+    m = Scaled()
+    cm = graphc.compile(m)
+    x = eager.tensor(np.ones((4, 3), np.float32))
+    with eager.no_grad():
+        want_train = m.fc(x) * 2.0
+        np.testing.assert_allclose(cm(x).numpy(), want_train.numpy())
+        cm.eval()
+        assert not m.training and not m.fc.training
+        np.testing.assert_allclose(cm(x).numpy(), m.fc(x).numpy())
+        cm.train()
+        np.testing.assert_allclose(cm(x).numpy(), want_train.numpy())
+    assert cm.cache_info().traces == 2
+    assert "train()/eval()" in cm.recompile_reasons[0]
+    assert m.calls.item() == 3.0                    # the buffer update is written back
+
+
+def test_a_buffer_update_with_gradients_is_refused_clearly():
+    m = Scaled()
+    cm = graphc.compile(m)
+    with pytest.raises(graphc.GraphcError, match="self.calls"):
+        cm(eager.tensor(np.ones((4, 3), np.float32)))
+
+
+def test_the_compiled_module_answers_as_the_module():
+    m = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    cm = graphc.compile(m)
+    assert [n for n, _ in cm.named_parameters()] == ["0.weight", "0.bias"]
+    assert list(cm.state_dict()) == ["0.weight", "0.bias"]
+    assert cm.forward is cm and cm.training
+    x = eager.tensor(np.ones((1, 3), np.float32))
+    np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy())
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    @graphc.compile
+    def forward(self, x):
+        return self.fc(x).tanh()
+
+
+def test_a_compiled_method_reads_each_instances_parameters():
+    eager.manual_seed(3)
+    a, b = Net(), Net()
+    x = eager.tensor(np.ones((2, 3), np.float32))
+    for net in (a, b, a):
+        want = net.fc(x).tanh()
+        np.testing.assert_allclose(net(x).detach().numpy(), want.detach().numpy(), rtol=1e-6)
+    net_out = a(x)
+    net_out.sum().backward()
+    assert a.fc.weight.grad is not None and b.fc.weight.grad is None
+
+
+def test_keyword_arguments_and_nested_compiles():
+    inner = graphc.compile(lambda x, scale=1.0: (x * scale).exp())
+
+    @graphc.compile
+    def outer(x, shift=0.0):
+        return inner(x, scale=2.0) + shift
+
+    x = np.zeros(3)
+    np.testing.assert_array_equal(outer(x, shift=1.0), np.full(3, 2.0))
+    np.testing.assert_array_equal(outer(shift=1.0, x=x), np.full(3, 2.0))
+    assert [outer.graph(x, 1.0)[n]["op"] for n in outer.graph(x, 1.0).node_ids()
+            if outer.graph(x, 1.0)[n]["op"] not in ("input", "const")] == ["mul", "exp", "add"]
