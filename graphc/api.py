@@ -195,7 +195,11 @@ class CompiledFunction:
         if "__name__" not in self.__dict__:      # a callable object or functools.partial
             self.__name__ = type(fn).__name__
         self.static_argnums = tuple(static_argnums)
-        self._all_dynamic = not self.static_argnums
+        from .capture import _is_module
+        # the module whose train()/eval() modes are part of every call's signature
+        self._module = fn if _is_module(fn) else (
+            fn.__self__ if _is_module(getattr(fn, "__self__", None)) else None)
+        self._all_dynamic = not self.static_argnums and self._module is None
         self.opt_level = int(opt_level)
         self.recompile_limit = int(recompile_limit)
         if backend not in ("native", "interpreter"):
@@ -227,19 +231,15 @@ class CompiledFunction:
         self._lock = threading.RLock()
         _LIVE.add(self)
         self.recompile_reasons: list = []
-        from .capture import _is_module
-        # the module whose train()/eval() modes are part of every call's signature
-        self._module = fn if _is_module(fn) else (
-            fn.__self__ if _is_module(getattr(fn, "__self__", None)) else None)
         try:
             import inspect
-            self._sig = inspect.signature(fn)
+            self._sig = inspect.signature(fn.forward if self._module is fn else fn)
         except (TypeError, ValueError):
             self._sig = None
 
     # --- signature --------------------------------------------------------------
     def _signature(self, args: tuple) -> tuple:
-        if not self.static_argnums:
+        if self._all_dynamic:
             # the common case, plain arrays only: no per-argument branching beyond one test
             # (of the real type: ``__class__`` can be faked, and native code trusts it)
             ndarray = np.ndarray
@@ -284,6 +284,8 @@ class CompiledFunction:
                 if spec.kind != "static":
                     dyn.append(leaf)
             items.append(tuple(sub) if td.kind != "leaf" else sub[1])
+        if self._module is not None:   # train()/eval() of every submodule: traced as is
+            items.append(("mode", tuple([m.training for m in self._module.modules()])))
         return tuple(items), tuple(dyn)
 
     def _check_arity(self, args: tuple) -> None:
@@ -316,8 +318,6 @@ class CompiledFunction:
                 key, dyn = self._signature(args)
             except _InlineCall:
                 return self.__wrapped__(*args)
-        if self._module is not None:   # train()/eval() of every submodule: traced as is
-            key = key + (("mode", tuple([m.training for m in self._module.modules()])),)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._miss(args, key)

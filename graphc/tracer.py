@@ -648,6 +648,9 @@ def _sanitize(path: str) -> str:
 
 
 def arg_names(fn: Callable, n: int) -> list:
+    from .capture import _is_module
+    if _is_module(fn):                    # a compiled model: its forward's parameter names
+        fn = fn.forward
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):

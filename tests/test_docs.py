@@ -1,6 +1,6 @@
 """The docs are executable: what they print is what the code prints.
 
-* docs/concepts.md (and docs/eager-engine.md): every ```python block runs, in order, in one namespace
+* docs/concepts.md (and docs/eager-engine.md, docs/models.md): every ```python block runs, in order, in one namespace
   (as if the page were one script); when a ```text block follows it (only blank
   lines between), the block's stdout must equal that text, else it must print
   nothing.  Object addresses (``0x7f...``) are normalized.  Each block is
@@ -146,6 +146,13 @@ def test_concepts_snippets_print_what_the_page_says():
 def test_eager_engine_snippets_print_what_the_page_says():
     path = DOCS / "eager-engine.md"
     assert len(snippets(path)) >= 5
+    bad = _mismatches(path)
+    assert not bad, "\n\n".join(bad)
+
+
+def test_models_snippets_print_what_the_page_says():
+    path = DOCS / "models.md"
+    assert len(snippets(path)) >= 4
     bad = _mismatches(path)
     assert not bad, "\n\n".join(bad)
 

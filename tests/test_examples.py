@@ -76,6 +76,12 @@ KEY_LINES = {
         r"^eager and compiled derivatives of orders 1-3 match the analytic values",
         r"^H @ v = ",
     ],
+    "train_module_compiled.py": [
+        r"^step\s+eager loss\s+compiled loss$",
+        r"^\s+59\s+\S+\s+\S+$",
+        r"^losses agree to .* traces: 1, recompiles: 0$",
+        r"^graph inputs: x, self_fc1_weight, self_fc1_bias, self_fc2_weight, self_fc2_bias$",
+    ],
     "compiled_in_eager.py": [
         r"^compiled block output grad_fn: CompiledFunctionBackward$",
         r"^eager block output grad_fn:\s+AddBackward0$",
