@@ -12,7 +12,8 @@ from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                        set_grad_enabled)
 from .tensor import (BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor, Tensor,
                      arange, as_tensor, device, empty, empty_like, eye, from_numpy, full,
-                     full_like, linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
+                     bernoulli, full_like, linspace, manual_seed, ones, ones_like, rand,
+                     rand_like, randint,
                      randn, randn_like, seed, tensor, zeros, zeros_like)
 from . import autograd  # noqa: E402
 

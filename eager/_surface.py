@@ -552,6 +552,24 @@ class TensorOps:
     def type_as(self, other):
         return self.to(other._npdtype)
 
+    def normal_(self, mean: float = 0.0, std: float = 1.0):
+        """Fill with draws from N(mean, std**2) in place (not recorded by autograd)."""
+        from .tensor import randn           # (the module that defines the generators)
+        from .autograd.grad_mode import no_grad
+        with no_grad():
+            return self.copy_(randn(tuple(self.shape), dtype=self._npdtype) * std + mean)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0):
+        """Fill with draws from U[a, b) in place (not recorded by autograd)."""
+        from .tensor import rand
+        from .autograd.grad_mode import no_grad
+        with no_grad():
+            return self.copy_(rand(tuple(self.shape), dtype=self._npdtype) * (b - a) + a)
+
+    def bernoulli(self, p=None):
+        from .tensor import bernoulli
+        return bernoulli(self, p)
+
     def clone(self):
         return self._op("copy", "CloneBackward0")
 

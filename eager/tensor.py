@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 import os
 import sys
 import warnings
@@ -1165,12 +1166,25 @@ def from_numpy(arr: np.ndarray) -> Tensor:
 
 
 _gen = np.random.default_rng()
+# (seed, how many times manual_seed was called): compiled code seeds its own stream from it
+SEED = [None, 0]
+
+
+class _RandomHook(threading.local):
+    """While a tracing compiler (graphc) traces on this thread, random factories ask it for
+    a traced draw instead of drawing now: ``hook(kind, shape, dtype, params)``."""
+    hook = None
+
+
+RANDOM = _RandomHook()
 
 
 def manual_seed(seed: int):
-    """Seed eager's generator (numbers differ from PyTorch's; sequences are reproducible)."""
+    """Seed eager's generator and compiled code's (numbers differ from PyTorch's, and
+    eager's from compiled code's; each sequence is reproducible)."""
     global _gen
     _gen = np.random.default_rng(builtins.int(seed))
+    SEED[0], SEED[1] = builtins.int(seed), SEED[1] + 1
     return _gen
 
 
@@ -1185,6 +1199,8 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
     npd = _dt(dtype)
     if npd.kind != "f":
         raise RuntimeError(f"randn: expected a floating point dtype, got {D.from_np(npd)}")
+    if RANDOM.hook is not None and generator is None:
+        return RANDOM.hook("normal", _shape(size), npd, {})
     arr = g.standard_normal(_shape(size), dtype=npd if npd != np.float16 else np.float32)
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
@@ -1192,6 +1208,8 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
 def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
     g = generator if generator is not None else _gen
     npd = _dt(dtype)
+    if RANDOM.hook is not None and generator is None:
+        return RANDOM.hook("uniform", _shape(size), npd, {})
     arr = g.random(_shape(size), dtype=npd if npd in (np.float32, np.float64) else np.float64)
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
@@ -1199,6 +1217,9 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False) -> Tensor:
     if high is None:
         low, high = 0, low
+    if RANDOM.hook is not None:
+        return RANDOM.hook("integers", tuple(size), _dt(dtype, np.dtype(np.int64)),
+                           {"low": builtins.int(low), "high": builtins.int(high)})
     arr = _gen.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
     return _finish(arr, requires_grad, device)
 
@@ -1209,6 +1230,13 @@ def randn_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
 
 def rand_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
     return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def bernoulli(input: Tensor, p: Optional[float] = None, generator=None) -> Tensor:
+    """1 with probability ``input`` (or ``p``), else 0, in input's shape and dtype."""
+    prob = input if p is None else p
+    u = rand(input.shape, dtype=input.dtype, generator=generator)
+    return (u < prob).to(input.dtype)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

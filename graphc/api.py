@@ -61,7 +61,8 @@ class _Entry:
         # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
         # write back -- decided once per signature so the call does no extra checks
         self.fast = (not trace.tensor_io and not trace.mutated_inputs and
-                     not trace.grad_writes and all(_plain_array_item(it) for it in key))
+                     not trace.grad_writes and not trace.randoms and
+                     all(_plain_array_item(it) for it in key))
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
         self.mem_ok = ()        # weakrefs to the arrays of the last call found not to overlap
@@ -434,7 +435,7 @@ class CompiledFunction:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         tr = entry.trace
-        if tr.captured:
+        if tr.captured or tr.randoms:
             entry, dyn = self._with_captured(entry, args, dyn)
             tr = entry.trace
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
@@ -495,6 +496,9 @@ class CompiledFunction:
                     break
                 now.append(t)
             if reason is None:
+                if tr.randoms:                   # fresh draws for this call
+                    from .runtime import rng
+                    now += [Tensor._make(a) for a in rng.draw(tr.randoms)]
                 return entry, now
             with self._lock:
                 self._misses += 1

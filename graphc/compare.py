@@ -594,7 +594,7 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
             from .api import _arrays
             key, dyn = cf._signature(cargs)
             entry = cf._entry_for(cargs)
-            if entry.trace.captured:
+            if entry.trace.captured or entry.trace.randoms:
                 entry, dyn = cf._with_captured(entry, cargs, dyn)
             opt = entry.stages["optimized"]
             divergence = first_divergence(opt, _arrays(dyn, entry.trace.in_specs)) or \

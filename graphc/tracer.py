@@ -58,10 +58,23 @@ class TraceContext:
         self.leaves: list = []           # input tracers of tensors that require grad
         self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
         self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
+        self.lifted_nodes: dict = {}     # id(lifted tracer) -> its input node
+        self.randoms: list = []          # (kind, shape, dtype, params) of each random input
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
         self.grad_on = _GRAD.enabled
+
+    def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
+        """A random draw inside the trace: a graph input the call fills from graphc's
+        stream (graphc.runtime.rng), so each call draws fresh numbers."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        k = len(self.randoms)
+        nid = self.graph.add_input(f"random_{k}", shape, dtype)
+        self.input_paths[nid] = f"random draw {k} ({kind}, at {user_src(3)})"
+        self.randoms.append((kind, shape, dtype.name, dict(params)))
+        return Tracer(self, nid, shape, dtype, c_layout(shape))
 
     def const(self, value: Any, src: str = "") -> int:
         if isinstance(value, np.ndarray):
@@ -733,7 +746,7 @@ class TraceResult:
     """What tracing produced: the graph plus how to map Python values in and out."""
 
     def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io,
-                 grad_writes=(), layout_inputs=(), captured=()):
+                 grad_writes=(), layout_inputs=(), captured=(), randoms=()):
         self.graph = graph
         self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
         self.out_tree = out_tree
@@ -745,7 +758,9 @@ class TraceResult:
         # eager tensors the function reads by name (graphc.capture): graph inputs after the
         # arguments' (their LeafSpecs end in_specs), read again at every call
         self.captured = list(captured)
-        self.n_args = len(in_specs) - len(self.captured)
+        # random draws (graphc.runtime.rng): the last inputs, filled by each call
+        self.randoms = list(randoms)
+        self.n_args = len(in_specs) - len(self.captured) - len(self.randoms)
         # dynamic leaves written in place (their memory is compared with the others')
         self.written = tuple(i for i, _ in self.mutated_inputs)
 
@@ -783,6 +798,7 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
         specs.append(LeafSpec("tensor", shape, d, requires_grad=t._rg))
         inputs.append(tr)
         watched.append((t, cap.name, t._version[0], t._grad, t._rg))
+        ctx.lifted_nodes[id(tr)] = nid
         out.append((cap, tr))
     return out
 
@@ -793,12 +809,12 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
     g = ctx.graph
     keep, kept_caps = [], []
     for i, (cap, t) in enumerate(lifted):
-        nid = g.inputs[len(g.inputs) - len(lifted) + i]
+        nid = ctx.lifted_nodes[id(t)]
         idx = n_args + i
         if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations:
             keep.append((i, nid, t))
             kept_caps.append(cap)
-    drop = [g.inputs[len(g.inputs) - len(lifted) + i] for i in range(len(lifted))
+    drop = [ctx.lifted_nodes[id(t)] for i, (_, t) in enumerate(lifted)
             if i not in {k for k, _, _ in keep}]
     for nid in drop:
         g.nx.remove_node(nid)
@@ -817,6 +833,32 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
     ctx.mutations = {remap.get(k, k): v for k, v in ctx.mutations.items() if k < n_args or
                      k in remap}
     return kept_caps
+
+
+def _global_random_states() -> tuple:
+    import random
+    return random.getstate(), np.random.get_state(legacy=False)
+
+
+def _warn_if_global_random_used(fname: str, py_state: Any, np_state: Any) -> None:
+    """Python's ``random`` and numpy's global ``np.random`` run while tracing: their
+    numbers are frozen into the graph as constants, the same at every call."""
+    import random
+    import warnings
+    now_py, now_np = _global_random_states()
+    moved = []
+    if now_py != py_state:
+        moved.append("Python's random module")
+    a, b = now_np["state"], np_state["state"]
+    if a["pos"] != b["pos"] or not np.array_equal(a["key"], b["key"]) or \
+            now_np["has_gauss"] != np_state["has_gauss"]:
+        moved.append("numpy's np.random")
+    if moved:
+        warnings.warn(
+            f"graphc: {fname} drew numbers from {' and '.join(moved)} while it was traced; "
+            "those values are constants of the compiled code, the same at every call. Use "
+            "eager.randn / eager.rand / eager.randint (drawn at every call) instead.",
+            RuntimeWarning, stacklevel=4)
 
 
 def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
@@ -957,19 +999,25 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     for t, path, *_ in watched:
         PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
     swapped = []
+    from eager.tensor import RANDOM
+    outer_hook = RANDOM.hook
+    py_state, np_state = _global_random_states()
     try:
         try:
             for cap, t in lifted:         # the function reads the tracer where it reads the
                 if cap.place is not None:     # tensor: self.weight.t() is traced
                     swapped.append((cap, cap.swap(args, t)))
+            RANDOM.hook = ctx.random      # eager.randn & co. give traced draws
             out = fn(*call_args)
         finally:
+            RANDOM.hook = outer_hook
             for cap, old in reversed(swapped):
                 cap.swap(args, old)
             for t in pinned:
                 PINNED.pop(id(t), None)
         _check_untouched(fname, watched)
         _check_arguments_unchanged(fname, arg_leaves)
+        _warn_if_global_random_used(fname, py_state, np_state)
         out_leaves, out_tree = tree.flatten(out)
         out_static = {}
         for k, leaf in enumerate(out_leaves):
@@ -995,6 +1043,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                     "does not write that back to the eager tensor. Set requires_grad before "
                     "calling the compiled function.")
         captured = _prune_lifted(ctx, lifted, n_args, specs)
+        specs.extend(LeafSpec("array", shape, np.dtype(dt)) for _, shape, dt, _ in ctx.randoms)
         for idx, t in members:                # written through another argument's memory
             if t._gen != 0 or t._stor.gen != 0:
                 ctx.mutations[idx] = t
@@ -1023,7 +1072,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     finally:
         ctx.active = False
     return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
-                       grad_writes, layout_inputs, captured)
+                       grad_writes, layout_inputs, captured, ctx.randoms)
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:

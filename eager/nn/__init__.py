@@ -564,6 +564,23 @@ class Sigmoid(Module):
         return F.sigmoid(input)
 
 
+class Dropout(Module):
+    """``F.dropout`` with this module's ``p``, active in ``train()`` mode only."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        if p < 0.0 or p > 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.dropout(input, self.p, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
 class Sequential(Module):
     """Apply modules in order; ``Sequential(*mods)`` or ``Sequential(OrderedDict(...))``."""
 
@@ -635,4 +652,4 @@ class MSELoss(_Loss):
 
 
 __all__ = ["Module", "Parameter", "is_parameter", "Linear", "ReLU", "Tanh", "Sigmoid",
-           "Sequential", "MSELoss", "functional"]
+           "Dropout", "Sequential", "MSELoss", "functional"]

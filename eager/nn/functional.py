@@ -81,4 +81,22 @@ def mse_loss(input: TensorOps, target: TensorOps, size_average: Optional[bool] =
     return err
 
 
-__all__ = ["linear", "relu", "tanh", "sigmoid", "mse_loss"]
+def dropout(input: TensorOps, p: float = 0.5, training: bool = True,
+            inplace: bool = False) -> TensorOps:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
+    while training; the identity otherwise.  The mask is a value of its own, so the
+    gradient is ``mask / (1 - p)`` (it is not drawn again)."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        from ..tensor import rand
+        keep = rand(input.shape, dtype=input.dtype) >= p
+        out = input * keep.to(input.dtype) * (1.0 / (1.0 - p))
+    return input.copy_(out) if inplace else out
+
+
+__all__ = ["linear", "relu", "tanh", "sigmoid", "mse_loss", "dropout"]

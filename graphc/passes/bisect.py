@@ -180,7 +180,7 @@ def _graph_and_arrays(fn, args: tuple, static_argnums) -> tuple:
                           backend="interpreter")
     _, dyn = cf._signature(args)
     entry = cf._entry_for(args)
-    if entry.trace.captured:                  # the tensors it reads by name, as now
+    if entry.trace.captured or entry.trace.randoms:   # tensors read by name, random draws
         entry, dyn = cf._with_captured(entry, args, dyn)
     return entry.stages["traced"], _arrays(dyn, entry.trace.in_specs)
 

@@ -48,19 +48,35 @@ __all__ = [
 LLVM_LOCK = threading.RLock()
 
 
+def _ffi_lock():
+    """llvmlite's own lock around every call into LLVM (``llvmlite.binding.ffi``): a thread
+    may hold it outside LLVM_LOCK too (an object freed by the garbage collector)."""
+    return getattr(getattr(getattr(llvm.ffi, "lib", None), "_lock", None), "_lock", None)
+
+
 def _hold_for_fork() -> None:
-    """``fork`` waits for a compile in flight on another thread: LLVM's own state (and
-    llvmlite's lock) is then consistent in the child, where that thread does not exist."""
+    """``fork`` waits for a compile in flight on another thread, and for any call into
+    LLVM: LLVM's state and llvmlite's lock are then consistent in the child, where that
+    thread does not exist."""
     LLVM_LOCK.acquire()
+    ffi = _ffi_lock()
+    if ffi is not None:
+        ffi.acquire()
 
 
 def _release_after_fork() -> None:
+    ffi = _ffi_lock()
+    if ffi is not None:
+        ffi.release()
     LLVM_LOCK.release()
 
 
 def _new_lock_in_child() -> None:
     global LLVM_LOCK
     LLVM_LOCK = threading.RLock()
+    lib_lock = getattr(getattr(llvm.ffi, "lib", None), "_lock", None)
+    if lib_lock is not None and hasattr(lib_lock, "_lock"):
+        lib_lock._lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -90,7 +90,8 @@ def test_fork_while_another_thread_compiles():
             assert status == 0, ("child", trial, status)
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(2) as pool:
-            assert pool.map(child_work, range(2), chunksize=1) == [8.0, 8.0]
+            res = pool.map_async(child_work, range(2), chunksize=1)
+            assert res.get(timeout=120) == [8.0, 8.0]
         stop = True
         print("ok")
     """)
