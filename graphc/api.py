@@ -673,6 +673,18 @@ class CompiledFunction:
         lines = [f"{self.__name__}: {len(self._cache)} cached signature(s), "
                  f"{self._hits} hits, {self._misses} misses"]
         lines += [f"  {r}" for r in self.recompile_reasons]
+        for entry in list(self._cache.values())[-1:]:       # the latest signature's inputs
+            tr = entry.trace
+            if tr.captured:
+                lines.append("  tensors read by name (graph inputs, read at every call): " +
+                             ", ".join(c.name for c in tr.captured))
+            if tr.randoms:
+                lines.append(f"  random draws per call: {len(tr.randoms)}")
+            consts = [n for n in tr.graph.node_ids() if tr.graph[n]["op"] == "const" and
+                      tr.graph[n]["attrs"]["value"].size > 1]
+            if consts:
+                lines.append(f"  constants captured at trace time: {len(consts)} array(s) "
+                             "(numpy arrays and tensors reached other than by name)")
         return "\n".join(lines)
 
     def _evict_entry(self, entry: _Entry) -> bool:
@@ -698,11 +710,6 @@ class CompiledFunction:
 
     def __repr__(self) -> str:
         return f"<graphc.CompiledFunction {self.__name__} ({len(self._cache)} signatures)>"
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
 
 
 def _grad_stage(graph: Graph, name: str) -> Graph:

@@ -218,3 +218,16 @@ def test_keyword_arguments_and_nested_compiles():
     np.testing.assert_array_equal(outer(shift=1.0, x=x), np.full(3, 2.0))
     assert [outer.graph(x, 1.0)[n]["op"] for n in outer.graph(x, 1.0).node_ids()
             if outer.graph(x, 1.0)[n]["op"] not in ("input", "const")] == ["mul", "exp", "add"]
+
+
+def test_explain_says_what_is_an_input_and_what_a_constant():
+    table = np.arange(6.0).reshape(2, 3)
+    m = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.2))
+    cm = graphc.compile(lambda x: m(x) + eager.from_numpy(table))
+    with eager.no_grad():
+        cm(eager.tensor(np.ones((2, 3))))
+    text = cm.explain()
+    assert "tensors read by name (graph inputs, read at every call): m.0.weight, m.0.bias" \
+        in text, text
+    assert "random draws per call: 1" in text
+    assert "constants captured at trace time: 1 array(s)" in text
