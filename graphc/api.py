@@ -61,7 +61,7 @@ class _Entry:
         # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
         # write back -- decided once per signature so the call does no extra checks
         self.fast = (not trace.tensor_io and not trace.mutated_inputs and
-                     not trace.grad_writes and not trace.randoms and
+                     not trace.grad_writes and not trace.randoms and not trace.layout_inputs and
                      all(_plain_array_item(it) for it in key))
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
@@ -552,6 +552,18 @@ class CompiledFunction:
         entry.mem_ok = ()
         from .aliasing import alias_groups
         names = _leaf_names(self, args)
+        n_args = tr.n_args
+        for w in written:                    # tensors read by name take no part in aliasing
+            for j, b in enumerate(arrays):
+                if j != w and (w >= n_args or j >= n_args) and share(arrays[w], b):
+                    def who(i):
+                        return (names[i] if i < n_args else tr.captured[i - n_args].name
+                                if i < n_args + len(tr.captured) else "a .grad")
+                    raise SignatureError(
+                        f"{self.__name__}: {who(w)} is written in place and shares memory "
+                        f"with {who(j)}; graphc follows sharing between arguments only. Pass "
+                        "both as arguments, or pass copies.")
+        arrays, written = arrays[:n_args], [w for w in written if w < n_args]
         groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))
         if groups is None:
             return entry

@@ -197,7 +197,17 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
 def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
     ctx = _find_ctx(args)
     args, info = _diff_leaves(ctx, args, nums, fname, fn)
-    res = fn(*args)
+    # the differentiated arguments require grad while fn runs, as eager's leaves would:
+    # eager's refusals (in-place on a leaf, writes through .detach() or to unbind's
+    # outputs, writes under no_grad) apply, instead of a gradient eager would not give
+    marked = [x for _, _, leaves in info for x in leaves if not x._rg]
+    for x in marked:
+        x._rg = True
+    try:
+        res = fn(*args)
+    finally:
+        for x in marked:
+            x._rg = False
     aux = None
     if has_aux:
         if not (isinstance(res, tuple) and len(res) == 2):

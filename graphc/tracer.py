@@ -215,7 +215,7 @@ class Tracer(TensorOps):
         self.requires_grad_(value)
 
     def requires_grad_(self, value: bool = True) -> "Tracer":
-        if value and not self._rg and not any(t is self for t in self._ctx.leaves):
+        if value and not any(t is self for t in self._ctx.leaves):
             self._ctx.leaves.append(self)     # a new leaf: backward() fills its .grad
         self._rg = bool(value)
         return self
@@ -347,6 +347,17 @@ class Tracer(TensorOps):
         src = user_src(3)
         recording = (_ROLE[0] == "forward" and eager.is_grad_enabled() and
                      (self._rg or getattr(new, "_rg", False)))
+        if _ROLE[0] == "forward" and not eager.is_grad_enabled():
+            root = self
+            while root._view is not None:
+                root = root._view[0]
+            if (self._rg or root._rg) and not (root._rg and root.is_leaf):
+                raise TracerError(
+                    f"in-place write at {src} under no_grad() to a value that requires grad: "
+                    "eager changes its values but keeps its gradient history, which a "
+                    "compiled graph cannot express (it would differentiate through the "
+                    "write). Write to a .clone() or .detach() copy, or write outside "
+                    "no_grad().")
         if self._view is None:
             if self._rg and self.is_leaf and recording:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
@@ -575,14 +586,10 @@ def _c_operands(operands: tuple) -> bool:
 
 
 def _note_layout_use(x: Tracer, out: Tracer) -> None:
-    """A reshape of an argument's buffer decided view-or-copy assuming the argument is
-    C-contiguous: remember it, to check at the call when a write makes it matter."""
-    root = x
-    while root._view is not None:
-        root = root._view[0]
-    idx = _input_index(x._ctx, root)
-    if idx is not None:
-        x._ctx.layout_uses.append((idx, x._stor, x._stor.gen, out._stor, out._stor.gen))
+    """A reshape decided view-or-copy from layouts that rest on the arguments being
+    C-contiguous (an argument's own, or an op result's, which follows its operands'):
+    remember it, to check every argument at the call when a write makes it matter."""
+    x._ctx.layout_uses.append((None, x._stor, x._stor.gen, out._stor, out._stor.gen))
 
 
 def _sync(t: Tracer) -> None:
@@ -1067,8 +1074,9 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 g.outputs.append(gr.node)
         # arguments whose C layout decided a reshape's view-or-copy that a write then made
         # observable: the call checks them (eager would decide differently on others)
-        layout_inputs = sorted({idx for idx, s1, g1, s2, g2 in ctx.layout_uses
-                                if s1.gen > g1 or s2.gen > g2})
+        layout_inputs = (list(range(len(specs) - len(ctx.randoms)))
+                         if any(s1.gen > g1 or s2.gen > g2
+                                for _, s1, g1, s2, g2 in ctx.layout_uses) else [])
     finally:
         ctx.active = False
     return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),

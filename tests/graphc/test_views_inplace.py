@@ -480,3 +480,52 @@ def test_the_overlap_check_of_the_last_call_is_reused_only_for_the_same_arrays()
             want = _sgd_like(eager.from_numpy(ref), eager.from_numpy(ref[:])).item()
             assert cf(a, second()) == want
             np.testing.assert_array_equal(a, ref)
+
+
+# --- found by an adversarial review (each once gave a silently different number) -----------
+
+def test_a_reshape_of_an_op_on_a_non_contiguous_argument_is_refused_when_written():
+    def f(x):
+        y = x * 2
+        v = y.reshape(-1)              # eager copies for a transposed x
+        v[0] = 100.0
+        return y
+    a = np.arange(6.0).reshape(3, 2).T
+    want = f(eager.from_numpy(a.copy(order="K"))).numpy()
+    assert want[0, 0] == 0.0
+    with pytest.raises(SignatureError, match="C-contiguous"):
+        graphc.compile(f)(a)
+    np.testing.assert_array_equal(graphc.compile(f)(np.ascontiguousarray(a)),
+                                  f(eager.tensor(np.ascontiguousarray(a))).numpy())
+
+
+@pytest.mark.parametrize("case", ["detach", "data", "no_grad", "leaf", "unbind"])
+def test_writes_eager_refuses_or_hides_from_autograd_are_refused_under_grad(case):
+    def h(x):
+        y = x * 1
+        if case == "detach":
+            y.detach().mul_(2)
+        elif case == "data":
+            y.data[0] = 100.0
+        elif case == "no_grad":
+            with eager.no_grad():
+                y.mul_(3)
+        elif case == "leaf":
+            x.mul_(2)
+        else:
+            y.unbind(0)[0].mul_(2)
+        return (y * y).sum()
+    with pytest.raises((TracerError, RuntimeError)):
+        graphc.compile(graphc.value_and_grad(h))(np.arange(1.0, 4.0).reshape(3, 1)
+                                                 if case == "unbind" else np.arange(1.0, 4.0))
+
+
+def test_sharing_memory_with_a_tensor_read_by_name_is_refused():
+    buf = np.arange(6.0)
+    W = eager.from_numpy(buf)
+
+    def f(x):
+        x.add_(1)
+        return W * 1
+    with pytest.raises(SignatureError, match="shares memory with W"):
+        graphc.compile(f)(buf[2:5])
