@@ -574,7 +574,9 @@ class TensorOps:
         return self._op("copy", "CloneBackward0")
 
     def contiguous(self):
-        return self
+        """Self when its elements are laid out in C order, else a C-ordered copy (as in
+        PyTorch: a write through the result reaches self only in the first case)."""
+        return self if self.is_contiguous() else self.clone()
 
     def zeros_like_(self):
         """A zero tensor of this shape and dtype (used by VJP rules)."""

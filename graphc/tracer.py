@@ -25,7 +25,7 @@ from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError)
 from .ir import Graph, type_str
-from .layout import (Layout, c_layout, expand_layout, index_layout, makes_c_output,
+from .layout import (Layout, c_layout, c_strides, expand_layout, index_layout, makes_c_output,
                      reshape_layout, transpose_layout)
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -239,6 +239,25 @@ class Tracer(TensorOps):
             f"cannot replace .data of a traced value (at {user_src(2)}): the compiled code "
             f"of {self._ctx.fn_name} reads its buffer as traced. Replace it before or after "
             "the call, not inside.")
+
+    def is_contiguous(self) -> bool:
+        """From the layout the tracer follows; unknown layouts (an op on a transposed value)
+        answer False, and contiguous() then copies and refuses later writes (see _place)."""
+        lay = self._lay
+        return lay is not None and all(st == c for st, c, d in zip(
+            lay[1], c_strides(self._meta_shape), self._meta_shape) if d > 1)
+
+    def contiguous(self) -> "Tracer":
+        if self.is_contiguous():
+            return self
+        out = self.clone()
+        if self._lay is None:          # eager might return self here: writes are refused
+            msg = (f"in-place write at {{write}} to a tensor that may share memory with the "
+                   f"contiguous() at {user_src(2)} of a value whose memory layout graphc does "
+                   "not follow; eager returns the tensor itself or a copy depending on that "
+                   "layout. Call .clone() instead of .contiguous() before writing in place.")
+            self._stor.ambiguous = out._stor.ambiguous = msg
+        return out
 
     def detach(self) -> "Tracer":
         # a node of its own, so graphc.autodiff stops there (sharing the node would not)

@@ -529,3 +529,14 @@ def test_sharing_memory_with_a_tensor_read_by_name_is_refused():
         return W * 1
     with pytest.raises(SignatureError, match="shares memory with W"):
         graphc.compile(f)(buf[2:5])
+
+
+def test_contiguous_copies_exactly_when_eager_and_pytorch_do():
+    def f(x):
+        y = x.t().contiguous()         # a copy: the write does not reach x
+        y[0, 1] = 100.0
+        z = (x * 1).contiguous()       # already C-ordered: itself
+        z[0, 0] = -1.0
+        return x, y, z
+    _same(f, np.arange(6.0).reshape(2, 3))
+    assert f(eager.tensor(np.arange(6.0).reshape(2, 3)))[0].numpy()[1, 0] == 3.0
