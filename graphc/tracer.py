@@ -696,6 +696,18 @@ class LeafSpec:
         self.grad_node = None             # graph input node holding that .grad
 
 
+_NAN = float("nan")      # one NaN object: tuples compare it equal to itself (identity)
+
+
+def static_key(v: Any) -> tuple:
+    """(value, sign bit) of a static value in a cache key.  ``-0.0 == 0.0`` would reuse a
+    trace with the wrong sign baked in (``x / -0.0`` is -inf), and a fresh NaN is unequal
+    to every other, which would re-trace on every call."""
+    if isinstance(v, (float, np.floating)):
+        return (_NAN, False) if v != v else (v, bool(np.signbit(v)))
+    return v, False
+
+
 def classify_leaf(x: Any, path: str) -> tuple:
     """(cache-key item, LeafSpec) for one argument leaf; SignatureError for bad types.
     Types are the real ones (``type(x)``): an object faking ``__class__`` (a mock) is not
@@ -728,7 +740,7 @@ def classify_leaf(x: Any, path: str) -> tuple:
         arr = np.asarray(x)
         return classify_leaf(arr, path)
     if issubclass(t, (bool, int, float)) or x is None:
-        return ("S", type(x).__name__, x), LeafSpec("static", value=x)
+        return ("S", type(x).__name__, *static_key(x)), LeafSpec("static", value=x)
     from .capture import _is_module
     if _is_module(x):                     # the self of a compiled method, or a model passed
         modes = tuple([m.training for m in x.modules()])    # in: by identity and modes;

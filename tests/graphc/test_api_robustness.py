@@ -151,3 +151,90 @@ def test_the_project_never_points_outside_itself():
         if "shared/" in f.read():
             bad.append("README.md: shared/")
     assert not bad, bad
+
+
+def _more_kinds() -> dict:
+    """KINDS plus dtypes, byte order, tensors that require grad and special floats."""
+    return {
+        "f64[3]": np.arange(3.0), "f32[3]": np.arange(3, dtype=np.float32),
+        "i64[3]": np.arange(3), "bool[3]": np.ones(3, bool),
+        ">f8[3]": np.arange(3.0).astype(">f8"), "0-d": np.array(2.5),
+        "Tensor": eager.arange(3.0), "Tensor rg": eager.ones(3, requires_grad=True),
+        "list": [1.0, np.ones(2)], "tuple": (np.ones(2), 2), "dict": {"a": np.ones(2), "b": 1},
+        "None": None, "float": 1.5, "0.0": 0.0, "-0.0": -0.0, "nan": float("nan"), "int": 3,
+        "bool": True, "np.float32": np.float32(2.0), "np.int64": np.int64(4),
+    }
+
+
+def _same_value(a, b) -> bool:
+    """Equal values, types and dtypes (the sign of a zero and NaN included)."""
+    if isinstance(a, eager.Tensor):
+        return isinstance(b, eager.Tensor) and _same_value(a.detach().numpy(),
+                                                           b.detach().numpy())
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_value, a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.dtype == b.dtype and
+                np.array_equal(a, b, equal_nan=True) and
+                np.array_equal(np.signbit(a), np.signbit(b)))
+    if isinstance(a, float):
+        return type(b) is float and (a.hex() == b.hex() or a != a and b != b)
+    return type(a) is type(b) and a == b
+
+
+def test_each_kind_after_any_other_gives_what_a_fresh_function_gives():
+    """Not only callable: the result of every pair equals a fresh function's (a cached
+    signature that compares equal must also trace the same: 0.0 and -0.0 do not)."""
+    def f(x):
+        return x
+
+    kinds = _more_kinds()
+    fresh = {k: graphc.compile(f)(v) for k, v in kinds.items()}
+    native = graphc.compile(f, recompile_limit=100)     # each kind after all others
+    for kind, v in list(kinds.items()) * 2:
+        assert _same_value(native(v), fresh[kind]), kind
+    assert native.cache_info().traces == len(kinds)
+    for first, a in kinds.items():      # every pair; the reason does not depend on the
+        cf = graphc.compile(f, backend="interpreter")   # backend, and this one is quick
+        for second, b in kinds.items():
+            cf.clear_cache()
+            cf(a)
+            assert _same_value(cf(b), fresh[second]), (first, second)
+            if first != second:
+                assert cf.recompile_reasons[-1].startswith("re-traced f: argument x"), \
+                    (first, second, cf.recompile_reasons[-1])
+
+
+def test_static_float_sign_and_nan_in_the_key():
+    """0.0 == -0.0, but a trace with one baked in is wrong for the other (x / -0.0 is
+    -inf); a NaN is unequal to itself, but must not re-trace on every call."""
+    cf = graphc.compile(lambda x, s: x / s)
+    x = np.ones(2)
+    np.testing.assert_array_equal(cf(x, 0.0), [np.inf, np.inf])
+    np.testing.assert_array_equal(cf(x, -0.0), [-np.inf, -np.inf])
+    assert cf.recompile_reasons[-1].endswith("argument s: static value 0.0 -> static value -0.0")
+    st = graphc.compile(lambda x, s: x / s, static_argnums=(1,))
+    np.testing.assert_array_equal(st(x, 0.0), [np.inf, np.inf])
+    np.testing.assert_array_equal(st(x, -0.0), [-np.inf, -np.inf])
+    np.testing.assert_array_equal(st(x, np.float32(-0.0)), [-np.inf, -np.inf])
+    np.testing.assert_array_equal(graphc.compile(lambda x, p: x / p["s"])(x, {"s": -0.0}),
+                                  [-np.inf, -np.inf])
+    for _ in range(3):
+        assert np.isnan(cf(x, float("nan"))).all()
+        assert np.isnan(st(x, float("nan"))).all()
+    assert cf.cache_info().traces == 3 and st.cache_info().traces == 4
+
+
+def test_recompile_reason_names_the_nearest_signature_and_the_leaf():
+    cf = graphc.compile(lambda x: x)
+    for arg in (np.ones(3), [1.0, np.ones(2)], None, {"w": np.ones(2)}, {"w": np.ones(4)},
+                {"w": 1.0}):
+        cf(arg)
+    r = cf.recompile_reasons
+    assert r[0].endswith("argument x: ndarray float64[3] -> structure [*, *]")
+    assert r[1].endswith("argument x: ndarray float64[3] -> None")
+    # the dict of the same structure is nearer than the array: its leaf is named
+    assert r[3].endswith("argument x['w']: shape [2] -> [4]")
+    assert r[4].endswith("argument x['w']: ndarray float64[2] -> static value 1.0")
