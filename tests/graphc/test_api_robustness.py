@@ -238,3 +238,71 @@ def test_recompile_reason_names_the_nearest_signature_and_the_leaf():
     # the dict of the same structure is nearer than the array: its leaf is named
     assert r[3].endswith("argument x['w']: shape [2] -> [4]")
     assert r[4].endswith("argument x['w']: ndarray float64[2] -> static value 1.0")
+
+
+X = np.linspace(-1, 1, 6).astype(np.float32).reshape(2, 3)
+
+
+@pytest.mark.parametrize("index", [
+    lambda x: x > 0, lambda x: x.sum() > 0, lambda x: x.sum() < 0, lambda x: (1, x.sum() > 0),
+    lambda x: (x.sum() > 0, None), lambda x: True, lambda x: np.array(False),
+    lambda x: np.array([True, False]), lambda x: [True, False]],
+    ids=["mask", "0-d true", "0-d false", "int, 0-d", "0-d, None", "True", "np 0-d",
+         "np mask", "list mask"])
+@pytest.mark.parametrize("backend", ["native", "interpreter"])
+def test_bool_index_of_any_shape_or_origin_is_refused_naming_the_line(index, backend):
+    """Traced or constant, with other index items or alone: no static shape."""
+    def f(x):
+        return x[index(x)] * 2
+
+    with pytest.raises(TypeError) as ei:
+        graphc.compile(f, backend=backend)(X)
+    msg = str(ei.value)
+    assert "bool" in msg and "graphc.where" in msg, msg
+    assert f"test_api_robustness.py:{f.__code__.co_firstlineno + 1}" in msg, msg
+
+
+@pytest.mark.parametrize("mask,value", [
+    (lambda y: y > 0, 0.0),
+    (lambda y: y > 0, [7.0]),                                    # one value: broadcast
+    (lambda y: eager.tensor([True, False]), [7.0, 8.0, 9.0]),  # rows; used to mask columns
+    (lambda y: eager.tensor([False, True]), [[7.0, 8.0, 9.0]]),
+    (lambda y: y.sum() > 0, 5.0), (lambda y: y.sum() < 0, 5.0),  # 0-d masks
+    (lambda y: y.sum() > 0, [1.0, 2.0, 3.0]), (lambda y: y.sum() > 0, [[[1.0, 2.0, 3.0]]]),
+    (lambda y: True, 4.0),
+], ids=["full", "one value", "rows", "rows [[v]]", "0-d true", "0-d false", "0-d row",
+        "0-d [[[row]]]", "True"])
+def test_masked_assignment_matches_eager_with_gradients(mask, value):
+    def f(x, v):
+        y = x * 1
+        y[mask(y)] = v
+        return (y * y).sum()
+
+    v = np.asarray(value, np.float32)
+    xe, ve = eager.from_numpy(X).requires_grad_(), eager.from_numpy(v).requires_grad_()
+    want = f(xe, ve)
+    gx, gv = eager.autograd.grad(want, (xe, ve))
+    for level in (0, 2):
+        val, (cx, cv) = graphc.compile(graphc.value_and_grad(f, argnums=(0, 1)),
+                                       opt_level=level)(X, v)
+        np.testing.assert_allclose(val, want.item(), rtol=1e-6)
+        np.testing.assert_allclose(cx, gx.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(cv, gv.numpy(), rtol=1e-6)
+
+
+def test_masked_assignment_of_one_value_per_element_is_refused_natively():
+    """``y[mask] = values`` scatters the values in order (data-dependent): it was traced
+    as ``where(mask, values, y)``, which broadcast them in place (wrong numbers)."""
+    def f(x):
+        y = x * 1
+        y[(y == 0) | (y == 2) | (y == 4)] = eager.tensor([10.0, 20.0, 30.0])
+        return y
+
+    x = np.arange(6.0).reshape(2, 3)
+    want = f(eager.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(want, [[10, 1, 20], [3, 30, 5]])      # PyTorch's answer
+    np.testing.assert_array_equal(graphc.compile(f, backend="interpreter")(x), want)
+    with pytest.raises(graphc.UnsupportedOpError, match="boolean index tensors"):
+        graphc.compile(f)(x)
+    with pytest.raises(IndexError, match=r"shape of the mask \[3\] does not match"):
+        graphc.compile(lambda x: x.__setitem__(np.ones(3, bool), 0.0))(x)
