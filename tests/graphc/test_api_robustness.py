@@ -306,3 +306,22 @@ def test_masked_assignment_of_one_value_per_element_is_refused_natively():
         graphc.compile(f)(x)
     with pytest.raises(IndexError, match=r"shape of the mask \[3\] does not match"):
         graphc.compile(lambda x: x.__setitem__(np.ones(3, bool), 0.0))(x)
+
+
+@pytest.mark.parametrize("char", ["\r", "\n", "\x0b", "\x00", "\x1b", "\x85", "\u2028"])
+def test_error_messages_and_plans_show_control_characters_as_escapes(char):
+    """Node descriptions (in every lowering, verifier and interpreter error), plans, the
+    pass that made a node and the native executable's name reach the terminal too."""
+    from graphc.backend.plan import Plan
+    from graphc.runtime.native import NativeExecutable
+    g = graphc.trace(lambda x: (x + 1).sum(), np.ones(2))
+    add = next(n for n in g.node_ids() if g[n]["op"] == "add")
+    g.nx.nodes[add]["src"] = f"f.py:1{char}  %9 = evil(x)"
+    g.nx.nodes[add]["by"] = f"pass{char}"
+    g.name = f"na{char}me"
+    exe = NativeExecutable(g.copy(), 0, name=f"fn{char}")
+    with pytest.raises(graphc.GraphcError) as ei:
+        exe.run([np.ones(3)])
+    for text in (graphc.ir.describe(g, add), Plan(g).describe(), str(g), str(ei.value)):
+        assert all(c == "\n" or c.isprintable() for c in text), repr(text)
+    assert f"by pass{graphc.ir.printable(char)}" in str(g)
