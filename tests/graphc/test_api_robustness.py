@@ -325,3 +325,91 @@ def test_error_messages_and_plans_show_control_characters_as_escapes(char):
     for text in (graphc.ir.describe(g, add), Plan(g).describe(), str(g), str(ei.value)):
         assert all(c == "\n" or c.isprintable() for c in text), repr(text)
     assert f"by pass{graphc.ir.printable(char)}" in str(g)
+
+
+_FORK_PRELUDE = """
+import multiprocessing, threading, time, warnings
+import numpy as np
+import graphc
+from graphc.runtime import jit
+warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads (meant)
+CTX = multiprocessing.get_context("fork")
+
+
+def child(q, n):
+    # a new signature of CF (its lock and LLVM) and another function
+    try:
+        q.put(float(CF(np.ones(n))) == 2.0 * n and float(OTHER(np.ones(3))) == 3.0)
+    except BaseException as e:
+        q.put(repr(e))
+
+
+def fork_and_check(n):
+    q = CTX.Queue()
+    p = CTX.Process(target=child, args=(q, n))
+    p.start()
+    p.join(60)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        return "hung"
+    return q.get(timeout=5) if p.exitcode == 0 else f"exit {p.exitcode}"
+
+
+OTHER = graphc.compile(lambda x: x.sum())
+"""
+
+_FORK_SCENARIOS = {
+    # the parent's thread is tracing CF (holding CF's lock) across the fork
+    "function_lock_held": _FORK_PRELUDE + """
+tracing, forked = threading.Event(), threading.Event()
+
+
+def f(x):
+    if x.shape[0] == 1000:
+        tracing.set()
+        forked.wait(30)
+    return (x * 2).sum()
+
+
+CF = graphc.compile(f)
+t = threading.Thread(target=CF, args=(np.ones(1000),))
+t.start()
+assert tracing.wait(30)
+res = fork_and_check(5)
+forked.set()
+t.join()
+print(res)
+""",
+    # the parent's thread holds the LLVM lock: the fork waits for it, the child has it free
+    "llvm_lock_held": _FORK_PRELUDE + """
+CF = graphc.compile(lambda x: (x * 2).sum())
+held = threading.Event()
+
+
+def hold():
+    with jit.LLVM_LOCK:
+        held.set()
+        time.sleep(0.3)
+
+
+t = threading.Thread(target=hold)
+t.start()
+assert held.wait(30)
+res = fork_and_check(5)
+t.join()
+print(res)
+""",
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+@pytest.mark.parametrize("scenario", sorted(_FORK_SCENARIOS))
+def test_fork_while_a_lock_is_held_at_a_known_point(scenario):
+    """The deterministic cases behind the test above: a function's lock held by a thread
+    that is tracing, and the LLVM lock held, at the moment of the fork."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _FORK_SCENARIOS[scenario]], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "True", (r.stdout, r.stderr[-3000:])
