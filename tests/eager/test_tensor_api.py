@@ -666,3 +666,15 @@ def test_method_gradients_spot_checks():
     x.grad = None
     x[x > 0].sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), (a > 0).astype(np.float64))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_setitem_errors_have_torchs_types(requires_grad):
+    """PyTorch: IndexError for a bad index (mask shape, out of range), RuntimeError for a
+    value that does not broadcast; eager gave RuntimeError, or ValueError when recording."""
+    y = eager.ones(3, 3, requires_grad=requires_grad) * 1
+    for key in (t([True, False]), 5, t([5])):
+        with pytest.raises(IndexError, match="index"):
+            y[key] = 0.0
+    with pytest.raises(RuntimeError, match="could not broadcast"):
+        y[0] = eager.ones(4)
