@@ -631,8 +631,10 @@ class Tensor(TensorOps):
             try:
                 self._data[decode_index(spec, [a._data for a in arrays])] = v._data
             except (ValueError, IndexError) as e:
-                raise RuntimeError(f"index assignment: {e} (tensor shape {list(self.shape)}, "
-                                   f"value shape {list(v.shape)})") from None
+                # PyTorch's types: IndexError for the index, RuntimeError for the value
+                raise (IndexError if isinstance(e, IndexError) else RuntimeError)(
+                    f"index assignment: {e} (tensor shape {list(self.shape)}, value shape "
+                    f"{list(v.shape)})") from None
             self._version[0] += 1
             return self
         _check_view_of_leaf(self)

@@ -22,7 +22,7 @@ from .errors import GraphcError, SignatureError
 from .interpreter import Plan
 from .runtime import cache as _engine_cache
 from .ir import Graph, verify
-from .tracer import Tracer, TraceResult, arg_names, classify_leaf, trace_flat
+from .tracer import Tracer, TraceResult, arg_names, classify_leaf, static_key, trace_flat
 
 _tick = _engine_cache.tick
 _ndarray = np.ndarray
@@ -175,7 +175,7 @@ def _describe_key_item(item) -> str:
         rg = ", requires_grad" if tag == "T" and item[3] else ""
         return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
     if isinstance(tag, tree.TreeDef):
-        return f"structure {tag!r}"
+        return "None" if tag.kind == "none" else f"structure {tag!r}"
     return repr(item)
 
 
@@ -260,7 +260,8 @@ class CompiledFunction:
                     names = names or arg_names(self.__wrapped__, len(args))
                     raise SignatureError(f"static argument {names[i]} (position {i}) must be "
                                          f"hashable, got {type(a).__name__}") from None
-                items.append(("static_arg", a, type(a)))   # 2 and 2.0 trace differently
+                # 2 and 2.0 trace differently; so do 0.0 and -0.0
+                items.append(("static_arg", *static_key(a), type(a)))
                 continue
             if type(a) is Tensor:
                 d = a._data
@@ -596,22 +597,27 @@ class CompiledFunction:
         return tree.unflatten(tr.out_tree, leaves)
 
     def _reason(self, key: tuple) -> str:
-        """Which field of which argument differs from the nearest cached signature."""
+        """Which field of which argument differs from the nearest cached signature: the
+        one with the fewest differing arguments, then the fewest that changed kind (so a
+        leaf of a dict that changed is named, not the dict against a cached array)."""
         names = arg_names(self.__wrapped__, len(key))
-        best = None
+        best, best_rank = None, None
         for old in self._cache:
             diffs = []
+            rank = (len(key) + 1, 0)
             if len(old) != len(key):
                 diffs.append(f"number of arguments changed from {len(old)} to {len(key)}")
             else:
-                for i, (a, b) in enumerate(zip(old, key)):
-                    if a != b and isinstance(a, tuple) and a and a[0] == "mode":
+                pairs = [(i, a, b) for i, (a, b) in enumerate(zip(old, key)) if a != b]
+                for i, a, b in pairs:
+                    if isinstance(a, tuple) and a and a[0] == "mode":
                         diffs.append(f"train()/eval(): {_describe_key_item(a)} -> "
                                      f"{_describe_key_item(b)}")
-                    elif a != b:
+                    else:
                         diffs.append(_diff_item(names[i], a, b))
-            if best is None or len(diffs) < len(best):
-                best = diffs
+                rank = (len(pairs), sum(1 for _, a, b in pairs if not _same_kind(a, b)))
+            if best_rank is None or rank < best_rank:
+                best, best_rank = diffs, rank
         return f"re-traced {self.__name__}: " + "; ".join(best or ["new signature"])
 
     # --- inspection ---------------------------------------------------------------------
@@ -878,6 +884,13 @@ def _make_autograd_function():
 _CompiledAutograd = _make_autograd_function()
 
 
+def _same_kind(a, b) -> bool:
+    """Are two cache-key items the same kind of argument (array, tensor, static value, or
+    a container of one structure), differing only in a field or a leaf?"""
+    return (isinstance(a, tuple) and isinstance(b, tuple) and bool(a) and bool(b) and
+            type(a[0]) is type(b[0]) and a[0] == b[0])
+
+
 def _diff_item(name: str, a, b) -> str:
     if isinstance(a, tuple) and isinstance(b, tuple) and a and b and a[0] == b[0] and \
             a[0] in ("T", "A"):
@@ -897,9 +910,9 @@ def _diff_item(name: str, a, b) -> str:
             isinstance(a[0], tree.TreeDef) and isinstance(b[0], tree.TreeDef):
         if a[0] != b[0]:
             return f"argument {name}: structure {a[0]!r} -> {b[0]!r}"
-        for k, (x, y) in enumerate(zip(a[1:], b[1:])):
+        for path, x, y in zip(tree.leaf_paths(a[0], name), a[1:], b[1:]):
             if x != y:
-                return _diff_item(f"{name} (leaf {k})", x, y)
+                return _diff_item(path, x, y)
     return f"argument {name}: {_describe_key_item(a)} -> {_describe_key_item(b)}"
 
 

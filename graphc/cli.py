@@ -203,6 +203,9 @@ def parse_args_spec(spec: str, seed: int = 0) -> tuple:
         except ValueError:
             raise UsageError(f"bad --args item {item!r}: dimensions must be integers") from None
         n = math.prod(shape)
+        if any(d > sys.maxsize for d in shape):     # numpy's limit, even with 0 elements
+            raise UsageError(f"--args item {item!r}: a dimension is larger than numpy allows "
+                             f"({sys.maxsize}); use smaller sizes")
         if n * 8 > _ARGS_BYTES:        # the random draw is float64 before the cast
             raise UsageError(f"--args item {item!r}: {n} elements is too large for random "
                              f"inputs (at most {_ARGS_BYTES // 8} elements); use smaller sizes")

@@ -38,6 +38,19 @@ def type_str(shape: Sequence[int], dtype: Any) -> str:
     return f"{short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
 
 
+def printable(text: object) -> str:
+    """A name or source location as one visible line: control, format and separator
+    characters (``\\r``, ``\\x1b``, ``\\u2028``...) are spelled as escapes, so a
+    hostile string cannot rewrite or hide lines of the printed IR, an error message or a
+    terminal.  Printable Unicode (a non-ASCII file name) is kept."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(ch if ch.isprintable() else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+                    if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}") for ch in s)
+
+
 class Graph:
     """A traced program: ordered inputs, ordered outputs, nodes in a MultiDiGraph."""
 
@@ -193,7 +206,7 @@ def describe(g: Graph, nid: int) -> str:
     """One-line description of a node for error messages."""
     d = g.nx.nodes[nid]
     ops = ", ".join(f"%{o}" for o in d["operands"])
-    where = f" (from {d['src']})" if d.get("src") else ""
+    where = f" (from {printable(d['src'])})" if d.get("src") else ""
     return f"%{nid} = {d['op']}({ops}) : {type_str(d['shape'], d['dtype'])}{where}"
 
 

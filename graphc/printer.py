@@ -3,19 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Graph, type_str
-
-
-def _show(text: object) -> str:
-    """A name or source location as one visible line: control, format and separator
-    characters (``\\r``, ``\\x1b``, ``\\u2028``...) are spelled as escapes, so a
-    hostile string cannot rewrite or hide lines of the printed IR or of a terminal."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(ch if ch.isprintable() else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
-                    if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}") for ch in s)
+from .ir import Graph, printable as _show, type_str
 
 
 def _fmt_scalar(v: np.ndarray) -> str:
@@ -73,7 +61,7 @@ def node_line(g: Graph, nid: int, names: dict) -> str:
     if d.get("role") == "backward":
         notes.append("backward")
     if d.get("by") not in (None, "trace", "grad"):
-        notes.append(f"by {d['by']}")
+        notes.append(f"by {_show(d['by'])}")
     if notes:
         line = f"{line:<52}  # {', '.join(notes)}"
     return line

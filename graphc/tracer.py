@@ -471,13 +471,35 @@ class Tracer(TensorOps):
             value = self._wrap_const(np.asarray(value, dtype=self._meta_dtype))
         elif value._npdtype != self._meta_dtype:
             value = value.to(self._meta_dtype)
-        for a in arrays:
-            if a._npdtype.kind == "b":      # a mask, or a 0-d bool: all or nothing
-                mask = a
-                if len(spec) == 1:
-                    self._rebind(eager.where(mask, value, self))
-                    return
+        if spec == (("t", 0),) and arrays[0]._npdtype.kind == "b":
+            out = _masked_assignment(self, arrays[0], value)
+            if out is not None:
+                self._rebind(out)
+                return
         self._rebind(self._op("setitem", "CopySlices", value, *arrays, index=spec))
+
+
+def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional["Tracer"]:
+    """``x[mask] = value`` as ``where``, when that is exact; None when it is not.
+
+    The mask (0-d included: all or nothing) covers x's leading dims and selects a
+    data-dependent number k of sub-arrays of shape ``rest``.  ``value`` broadcasts to
+    ``(k, *rest)`` for every k only if it has no k-sized dim; one value per selected
+    element is scattered in order, which ``where`` cannot do (left to the setitem node,
+    which the native backend refuses and the interpreter runs)."""
+    m, shape = tuple(mask.shape), tuple(x.shape)
+    if shape[:len(m)] != m:
+        raise IndexError(f"The shape of the mask {list(m)} does not match the shape of the "
+                         f"indexed tensor {list(shape)}")
+    rest, vs = shape[len(m):], tuple(value.shape)
+    if len(vs) == len(rest) + 1 and vs[0] == 1:
+        value, vs = value.reshape(vs[1:]), vs[1:]
+    try:
+        if len(vs) > len(rest) or np.broadcast_shapes(vs, rest) != rest:
+            return None
+    except ValueError:
+        return None
+    return eager.where(mask.reshape(m + (1,) * len(rest)), value, x)
 
 
 _GRAD = eager.autograd.grad_mode.STATE
@@ -722,6 +744,18 @@ class LeafSpec:
         self.grad_node = None             # graph input node holding that .grad
 
 
+_NAN = float("nan")      # one NaN object: tuples compare it equal to itself (identity)
+
+
+def static_key(v: Any) -> tuple:
+    """(value, sign bit) of a static value in a cache key.  ``-0.0 == 0.0`` would reuse a
+    trace with the wrong sign baked in (``x / -0.0`` is -inf), and a fresh NaN is unequal
+    to every other, which would re-trace on every call."""
+    if isinstance(v, (float, np.floating)):
+        return (_NAN, False) if v != v else (v, bool(np.signbit(v)))
+    return v, False
+
+
 def classify_leaf(x: Any, path: str) -> tuple:
     """(cache-key item, LeafSpec) for one argument leaf; SignatureError for bad types.
     Types are the real ones (``type(x)``): an object faking ``__class__`` (a mock) is not
@@ -754,7 +788,7 @@ def classify_leaf(x: Any, path: str) -> tuple:
         arr = np.asarray(x)
         return classify_leaf(arr, path)
     if issubclass(t, (bool, int, float)) or x is None:
-        return ("S", type(x).__name__, x), LeafSpec("static", value=x)
+        return ("S", type(x).__name__, *static_key(x)), LeafSpec("static", value=x)
     from .capture import _is_module
     if _is_module(x):                     # the self of a compiled method, or a model passed
         modes = tuple([m.training for m in x.modules()])    # in: by identity and modes;

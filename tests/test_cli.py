@@ -246,6 +246,16 @@ def test_args_too_large_for_random_inputs(module_file):
     assert_usage_error(r, "too large", "100000000000")
 
 
+@pytest.mark.parametrize("spec", ["f32[0,99999999999999999999999]",
+                                  "f64[99999999999999999999999]", "f32[100000,100000,100000]"])
+@pytest.mark.parametrize("cmd", ["ir", "compare"])
+def test_args_with_dimensions_numpy_cannot_hold(module_file, cmd, spec):
+    """Refused before numpy sees them (numpy raised 'Maximum allowed dimension exceeded'
+    with a traceback for a dimension beyond its index type, even with 0 elements)."""
+    assert_usage_error(run(cmd, f"{module_file}:bad_shape", "--args", spec),
+                       f"--args item '{spec}'", "use smaller sizes")
+
+
 # ---------------------------------------------------------------------------
 # bad input: one line, exit status 2
 

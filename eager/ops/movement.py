@@ -250,7 +250,11 @@ defop("getitem_grad", forward=_getitem_grad, shape=_getitem_grad_shape, arity=No
 
 def _setitem(x, v, *idx, index):
     out = x.copy()
-    out[S.decode_index(index, idx)] = v
+    try:
+        out[S.decode_index(index, idx)] = v
+    except ValueError as e:         # PyTorch: a bad index is an IndexError, a bad value not
+        raise RuntimeError(f"index assignment: {e} (tensor shape {list(x.shape)}, value "
+                           f"shape {list(np.shape(v))})") from None
     return out
 
 

@@ -19,7 +19,7 @@ from eager._surface import decode_index
 from eager.ops.registry import MAX_BYTES, check_size
 
 from ..errors import GraphcError, TooBigError, UnsupportedOpError
-from ..ir import Graph, describe
+from ..ir import Graph, describe, printable
 
 ELEMENTWISE = frozenset({
     "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "sign", "clamp",
@@ -590,7 +590,7 @@ class Plan:
                 "materialized": len(self.materialized)}
 
     def describe(self) -> str:
-        lines = [f"plan for {self.g.name}: {len(self.kernels)} kernels, arena "
+        lines = [f"plan for {printable(self.g.name)}: {len(self.kernels)} kernels, arena "
                  f"{self.arena_bytes} bytes"]
         for i, k in enumerate(self.kernels):
             lines.append(f"  k{i}: {k!r}")

@@ -23,7 +23,7 @@ from ..backend import irtext
 from ..backend import lower as L
 from ..backend.plan import Plan
 from ..errors import GraphcError
-from ..ir import Graph, describe, verify
+from ..ir import Graph, describe, printable, verify
 from . import cache, jit, parallel, pool
 
 _PYAPI = ("PyTuple_New", "PyLong_FromSsize_t", "Py_IncRef", "Py_DecRef", "PyEval_SaveThread",
@@ -148,7 +148,7 @@ class NativeExecutable:
                               f"({ABI_PROBLEM}); use backend='interpreter'")
         verify(graph, "lowering")
         self.graph = graph
-        self.name = name or graph.name
+        self.name = printable(name or graph.name)     # shown in every error message
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Plan(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level

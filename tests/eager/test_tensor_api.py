@@ -486,6 +486,42 @@ def test_getitem_masks_and_index_tensors():
     assert x[1, 2].item() == -6.0 and x[1, 2].shape == ()
 
 
+# PyTorch 2.x (torch oracle, run once): a 0-d bool index is an advanced index that adds
+# a dim of size 1 (True) or 0 (False), broadcast with the other advanced indices
+ZERO_D_BOOL_SHAPES = {
+    "b": {True: (1, 2, 3), False: (0, 2, 3)},
+    "b, 1": {True: (1, 3), False: (0, 3)},
+    "1, b": {True: (1, 3), False: (0, 3)},
+    "b, None": {True: (1, 1, 2, 3), False: (0, 1, 2, 3)},
+    "..., b": {True: (2, 3, 1), False: (2, 3, 0)},
+    "None, b": {True: (1, 1, 2, 3), False: (1, 0, 2, 3)},
+    "b, b": {True: (1, 2, 3), False: (0, 2, 3)},
+    "b, [0]": {True: (1, 3), False: (0, 3)},
+    ":, b, [0, 2]": {True: (2, 2), False: IndexError},      # shapes [0] and [2]
+    "[[0], [1]], b, [0, 2]": {True: (2, 2), False: IndexError},
+}
+
+
+@pytest.mark.parametrize("key", list(ZERO_D_BOOL_SHAPES))
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("kind", ["tensor", "python", "numpy"])
+def test_getitem_zero_d_bool_matches_torch(key, value, kind):
+    x = eager.arange(6.0).reshape(2, 3).requires_grad_()
+    b = {"tensor": eager.tensor(value), "python": value, "numpy": np.array(value)}[kind]
+    want = ZERO_D_BOOL_SHAPES[key][value]
+    if want is IndexError:
+        with pytest.raises(IndexError, match="shape mismatch: indexing"):
+            eval(f"x[{key}]", {"x": x, "b": b})
+        return
+    y = eval(f"x[{key}]", {"x": x, "b": b})
+    assert tuple(y.shape) == want
+    ids = np.arange(6).reshape(2, 3)
+    picked = eval(f"ids[{key}]", {"ids": ids, "b": value})
+    close(y.detach(), picked.astype(np.float32))
+    (y * 2).sum().backward()           # 2 for every time an element was picked
+    close(x.grad, 2 * np.bincount(picked.ravel(), minlength=6).reshape(2, 3).astype(np.float32))
+
+
 def test_setitem_like_the_seed():
     h = t(A)
     grad_h = t(B).clone()
@@ -630,3 +666,15 @@ def test_method_gradients_spot_checks():
     x.grad = None
     x[x > 0].sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), (a > 0).astype(np.float64))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_setitem_errors_have_torchs_types(requires_grad):
+    """PyTorch: IndexError for a bad index (mask shape, out of range), RuntimeError for a
+    value that does not broadcast; eager gave RuntimeError, or ValueError when recording."""
+    y = eager.ones(3, 3, requires_grad=requires_grad) * 1
+    for key in (t([True, False]), 5, t([5])):
+        with pytest.raises(IndexError, match="index"):
+            y[key] = 0.0
+    with pytest.raises(RuntimeError, match="could not broadcast"):
+        y[0] = eager.ones(4)

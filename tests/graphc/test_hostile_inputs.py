@@ -11,7 +11,12 @@ Sections (add cases to the section they belong to):
    shapes, wrong types, random mutations of valid documents.
 3. Disk cache entries.  Tampered, foreign, FIFO or symlinked entries are clean
    misses, and only our own regular files are ever removed or replaced.
-4. Native entry and planner (spoofed array types, size overflows).
+4. Native entry and planner (spoofed array types, size overflows).  Also
+   covered elsewhere, not repeated here: objects faking ``__class__``, int
+   subclasses and ndarray subclasses at the native entry
+   (test_native_safety.py), huge expands, arenas and constants
+   (test_size_limits.py), huge ``--args`` of the CLI (test_cli.py), bool
+   indices whose shape depends on values (test_api_robustness.py).
 
 Cases that could crash or hang the interpreter run in a subprocess
 (:func:`run_isolated`), which must exit normally, never by a signal.
@@ -866,3 +871,75 @@ def test_a_graph_file_declaring_huge_shapes_is_refused_through_the_public_entry(
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert all(o in ("GraphFormatError", "TooBigError", "GraphVerificationError") for o in out), out
+
+
+CHANGED_AFTER_A_CALL = """
+    import json, warnings
+    from unittest import mock
+    import numpy as np
+    import eager, graphc
+
+    results = {}
+
+    def attempt(name, fn, want):
+        try:
+            out = fn()
+            results[name] = "ok" if np.array_equal(np.asarray(out), want) else "WRONG"
+        except Exception as e:
+            results[name] = type(e).__name__
+
+    for backend in ("native", "interpreter"):
+        f = graphc.compile(lambda x: (x * 2).sum(0), backend=backend)
+        a = np.arange(6.0)
+        f(a)
+        a.shape = (2, 3)                       # reassigned in place: same buffer
+        attempt(f"shape/{backend}", lambda: f(a), (a * 2).sum(0))
+        b = np.arange(6.0)
+        f(b)
+        b.dtype = np.float32                   # the same bytes, 12 float32s
+        attempt(f"dtype/{backend}", lambda: f(b), (b * 2).sum(0))
+        c = np.arange(12.0)
+        v = c[:6]
+        f(v)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            v.strides = (16,)                  # every other element of c
+        attempt(f"strides/{backend}", lambda: f(v), (v * 2).sum(0))
+        d = np.arange(1000.0)
+        f(d)
+        d.resize((3,), refcheck=False)         # a smaller buffer: 3 elements to read
+        attempt(f"resize/{backend}", lambda: f(d), (d * 2).sum(0))
+        t = eager.arange(6.0)
+        f(t)
+        t.data = eager.ones(2)                 # another buffer of another shape
+        attempt(f"tensor_data/{backend}", lambda: f(t).numpy(), np.full(1, 4.0).sum(0))
+        w = eager.ones(3, requires_grad=True)
+        w.grad = eager.ones(3)
+        f(w.detach())
+        w.grad._data = mock.MagicMock(spec=np.ndarray)      # a spoofed .grad buffer
+        g = graphc.compile(lambda x: (x * 2).sum(), backend=backend)
+        attempt(f"spoofed_grad/{backend}", lambda: g(w).detach().numpy(), 6.0)
+        for where, box in (("list", lambda m: [m]), ("dict", lambda m: {"a": m}),
+                           ("tuple", lambda m: (np.ones(3), m))):
+            for name, make in (("mock", lambda: mock.MagicMock(spec=np.ndarray)),
+                               ("mock_tensor", lambda: mock.MagicMock(spec=eager.Tensor))):
+                attempt(f"{where}_{name}/{backend}", lambda: f(box(make())), None)
+    print(json.dumps(results))
+"""
+
+
+def test_arrays_changed_after_a_call_and_spoofs_inside_containers():
+    """A cached signature never trusts an array's old shape, dtype, strides or buffer
+    (each call reads them again: a new signature, or the layout check of the entry),
+    and a spoof nested in a container or behind a Tensor never reaches native code."""
+    r = run_isolated(CHANGED_AFTER_A_CALL)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for backend in ("native", "interpreter"):
+        for name in ("shape", "dtype", "strides", "resize", "tensor_data"):
+            assert res[f"{name}/{backend}"] == "ok", (name, backend, res)
+        assert res[f"spoofed_grad/{backend}"] in ("GraphcError", "SignatureError",
+                                                  "ValueError", "TypeError"), res
+        for where in ("list", "dict", "tuple"):
+            for name in ("mock", "mock_tensor"):
+                assert res[f"{where}_{name}/{backend}"] == "SignatureError", res
