@@ -136,6 +136,34 @@ def _code_names(code: Any) -> set:
     return names
 
 
+def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
+    """The path of module ``target`` from the modules ``fn`` reaches (``self.layers.2``)."""
+    roots = []
+    if _is_module(fn):
+        roots.append(("self", fn))
+    elif _is_module(getattr(fn, "__self__", None)):
+        roots.append(("self", fn.__self__))
+    roots += [("self" if i == 0 else f"args[{i}]", a) for i, a in enumerate(args)
+              if _is_module(a)]
+    code_fn = getattr(fn, "__func__", fn)
+    code = getattr(code_fn, "__code__", None)
+    if code is not None:
+        for var, cell in zip(code.co_freevars, getattr(code_fn, "__closure__", None) or ()):
+            try:
+                if _is_module(cell.cell_contents):
+                    roots.append((var, cell.cell_contents))
+            except ValueError:
+                continue
+        glob = getattr(code_fn, "__globals__", {})
+        roots += [(v, glob[v]) for v in sorted(_code_names(code))
+                  if v in glob and _is_module(glob[v])]
+    for name, root in roots:
+        for sub, m in root.named_modules():
+            if m is target:
+                return f"{name}.{sub}" if sub else name
+    return None
+
+
 def find(fn: Callable, args: tuple) -> dict:
     """``id(tensor) -> Captured`` for every eager tensor ``fn`` can reach by name."""
     found: dict = {}

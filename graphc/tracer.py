@@ -895,6 +895,19 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
     return kept_caps
 
 
+def _name_the_module(e: Exception, fn: Callable, args: tuple) -> None:
+    """Add the module the error came through (``in module self.layers.2 (Linear)``) to
+    its message, for a model the user compiles."""
+    from eager.nn import CALLS
+    from .capture import module_path
+    if not CALLS.tracing or not e.args or not isinstance(e.args[0], str):
+        return
+    mod = CALLS.tracing[0]
+    path = module_path(fn, args, mod)
+    if path is not None and "[in module " not in e.args[0]:
+        e.args = (f"{e.args[0]}  [in module {path} ({type(mod).__name__})]",) + e.args[1:]
+
+
 def _global_random_states() -> tuple:
     import random
     return random.getstate(), np.random.get_state(legacy=False)
@@ -1060,7 +1073,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
     swapped = []
     from eager.tensor import RANDOM
-    outer_hook = RANDOM.hook
+    from eager.nn import CALLS
+    outer_hook, outer_calls = RANDOM.hook, CALLS.tracing
     py_state, np_state = _global_random_states()
     try:
         try:
@@ -1068,8 +1082,13 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 if cap.place is not None:     # tensor: self.weight.t() is traced
                     swapped.append((cap, cap.swap(args, t)))
             RANDOM.hook = ctx.random      # eager.randn & co. give traced draws
+            CALLS.tracing = []            # which module an error came through
             out = fn(*call_args)
+        except Exception as e:
+            _name_the_module(e, fn, args)
+            raise
         finally:
+            CALLS.tracing = outer_calls
             RANDOM.hook = outer_hook
             for cap, old in reversed(swapped):
                 cap.swap(args, old)

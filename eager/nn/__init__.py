@@ -17,6 +17,7 @@ the only visible difference is that a parameter prints as a plain tensor
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, NamedTuple, Optional
@@ -92,6 +93,15 @@ def _addindent(s: str, num_spaces: int) -> str:
     return lines[0] + "\n" + "\n".join(" " * num_spaces + line for line in lines[1:])
 
 
+class _Calls(threading.local):
+    """While a compiler traces on this thread (``tracing`` is a list), the innermost
+    module an exception passed through is recorded there, so the error can name it."""
+    tracing: Optional[list] = None
+
+
+CALLS = _Calls()
+
+
 class Module:
     """Base class of every layer: holds parameters, buffers and sub-modules by name."""
 
@@ -109,7 +119,14 @@ class Module:
                                   '"forward" function')
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        if CALLS.tracing is None:
+            return self.forward(*args, **kwargs)
+        try:
+            return self.forward(*args, **kwargs)
+        except BaseException:
+            if CALLS.tracing == []:      # the innermost module the error came through
+                CALLS.tracing.append(self)
+            raise
 
     # --- registration ----------------------------------------------------------------
     def _check_init(self, what: str) -> None:

@@ -231,3 +231,24 @@ def test_explain_says_what_is_an_input_and_what_a_constant():
         in text, text
     assert "random draws per call: 1" in text
     assert "constants captured at trace time: 1 array(s)" in text
+
+
+class _Branchy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:                 # Python control flow on a traced value
+            return x
+        return -x
+
+
+def test_an_uncompilable_submodule_is_named_by_its_path():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), _Branchy()))
+    x = eager.ones(2, 3)
+    with pytest.raises(graphc.TracerBoolConversionError,
+                       match=r"test_models\.py:\d+.*\[in module self\.1\.1 \(_Branchy\)\]"):
+        graphc.compile(model)(x)
+
+    def step(x):
+        return model(x).sum()
+    with pytest.raises(graphc.TracerBoolConversionError, match=r"in module model\.1\.1"):
+        graphc.compile(step)(x)
+    assert model(x).shape == (2, 3)     # eagerly it runs
