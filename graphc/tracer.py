@@ -606,7 +606,11 @@ def _place(out: Tracer, op: str, operands: tuple, attrs: dict, src: str) -> None
         out._lay = lay
         out._stor = x._stor
         out._gen = x._stor.gen
-        out._view = (x, op, attrs, None if _GRAD.enabled else "no_grad", ())
+        # how the view was made: a view of an unbind output, or of a view made under
+        # no_grad(), is one too (eager's _creation, PyTorch's propagated creation_meta)
+        creation = "no_grad" if not _GRAD.enabled else (
+            x._view[3] if x._view is not None else None)
+        out._view = (x, op, attrs, creation, ())
         if op == "detach":
             out._rg = False
         elif op == "reshape":
@@ -687,9 +691,15 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
                 "eager changes its data but not its gradient history, which a compiled graph "
                 "cannot express. Update the tensor itself under eager.no_grad() instead.")
         u = parent
-    if not recording:
-        return
     creation = t._view[3]
+    if not recording:
+        if creation == "no_grad" and u._rg and _ROLE[0] == "forward" and \
+                eager.is_grad_enabled():
+            # PyTorch refuses this; eager's no_grad views do not require grad, so eager
+            # writes without recording and its gradient ignores the write, which a graph
+            # cannot reproduce (it would drop the gradient through the whole view)
+            raise RuntimeError(f"{NO_GRAD_VIEW_INPLACE} (traced at {src})")
+        return
     if creation == "no_grad":
         raise RuntimeError(f"{NO_GRAD_VIEW_INPLACE} (traced at {src})")
     if creation is not None:

@@ -205,7 +205,8 @@ def _check_assigned(op: str, v: Meta, x: Meta, idx: tuple, index: tuple) -> None
     """``x[index] = v`` must be well formed: the index valid for ``x`` and ``v``
     broadcastable to what it selects (as numpy requires), so the code that assigns never
     reads ``v`` with strides it does not have.  A boolean mask selects a data-dependent
-    number of elements; numpy checks those when it runs."""
+    number of elements; numpy checks those when it runs.  RuntimeError, as eager and
+    PyTorch raise for the value of ``x[i] = v``."""
     if any(it[0] == "t" and idx[it[1]].dtype.kind == "b" for it in index):
         return
     sel = _getitem_shape(x, *idx, index=index).shape
@@ -214,8 +215,8 @@ def _check_assigned(op: str, v: Meta, x: Meta, idx: tuple, index: tuple) -> None
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"{op}: shape mismatch: value array of shape {list(v.shape)} could "
-                         f"not be broadcast to indexing result of shape {list(sel)}")
+        raise RuntimeError(f"{op}: shape mismatch: value array of shape {list(v.shape)} "
+                           f"could not be broadcast to indexing result of shape {list(sel)}")
 
 
 def _getitem_samples():

@@ -37,8 +37,14 @@ def _samples():
             ([r.uniform(-2, 2, size=(1, 3))], {"axis": (0,), "keepdim": False})]
 
 
+def _np_axis(x, axis: tuple) -> tuple:
+    """numpy's axes for ``axis``: PyTorch accepts dim 0 (or -1) of a 0-d tensor, which
+    names the tensor itself, where numpy has no axis to reduce."""
+    return axis if x.ndim else ()
+
+
 def _sum(x, axis, keepdim):
-    return _add_reduce(x, axis=axis, keepdims=keepdim)    # np.sum without its Python wrapper
+    return _add_reduce(x, axis=_np_axis(x, axis), keepdims=keepdim)   # np.sum, no wrapper
 
 
 _add_reduce = np.add.reduce
@@ -69,12 +75,12 @@ def _mean_dtype(d: np.dtype) -> np.dtype:
 def _mean(x, axis, keepdim):
     _mean_dtype(x.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.mean(x, axis=axis, keepdims=keepdim, dtype=x.dtype)
+        return np.mean(x, axis=_np_axis(x, axis), keepdims=keepdim, dtype=x.dtype)
 
 
 def _mean_vjp(g, out, x, axis, keepdim):
     n = 1
-    for a in axis:
+    for a in _np_axis(x, axis):
         n *= x.shape[a]
     return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
 
@@ -87,8 +93,9 @@ def _check_nonempty(name: str, shape: tuple, axes: tuple, full_error: type) -> N
     """PyTorch's errors for an extremum over a zero-size dim (there is no identity to
     return).  Over non-empty dims of an empty tensor the result is simply empty.  A
     reduction over every dim raises ``full_error`` with the message of a call without
-    ``dim`` (RuntimeError for max/min, IndexError for argmax/argmin)."""
-    for a in axes:
+    ``dim`` (RuntimeError for max/min, IndexError for argmax/argmin).  A 0-d tensor
+    holds one element."""
+    for a in axes if shape else ():
         if shape[a] == 0:
             if len(axes) == len(shape):
                 hint = " Specify the reduction dim with the 'dim' argument." \
@@ -110,7 +117,7 @@ def _minmax_forward(fn, name):
     def forward(x, axis, keepdim):
         if x.size == 0:
             _check_nonempty(name, x.shape, axis, RuntimeError)
-        return fn(x, axis=axis, keepdims=keepdim)
+        return fn(x, axis=_np_axis(x, axis), keepdims=keepdim)
     forward.__name__ = name
     return forward
 
@@ -216,7 +223,7 @@ defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape("arg
 
 def _bool_reduce(fn):
     def forward(x, axis, keepdim):
-        return fn(x, axis=axis, keepdims=keepdim)
+        return fn(x, axis=_np_axis(x, axis), keepdims=keepdim)
     return forward
 
 

@@ -955,6 +955,10 @@ class KernelBuilder:
             memo: dict = {}
             # loads through merged views: build per-node access strides lazily
             self._compute_merged(computed_roots, idx, memo, remap, space)
+            # every load of the iteration comes before its first store: an output written
+            # over an input (plan.inplace) must not be read back by a reduction or another
+            # store of the same iteration as if it were that input
+            stored = []
             for n, dest in kern.stores:
                 dt = np.dtype(g.nx.nodes[n]["dtype"])
                 if dest == n and n in plan.copies:
@@ -968,11 +972,14 @@ class KernelBuilder:
                     v = memo[n]
                 else:
                     v = self._merged_leaf(n, idx, memo, remap, space)
+                stored.append((dest, dt, v))
+            reduced = [self._merged_leaf(g.nx.nodes[r]["operands"][0], idx, memo, remap, space)
+                       for r in kern.reduces]
+            for dest, dt, v in stored:
                 self.store(dest, dt, self.offset(0, remap(cstrides(space)), idx), v)
-            for r in kern.reduces:
+            for r, v in zip(kern.reduces, reduced):
                 d = g.nx.nodes[r]
                 src = d["operands"][0]
-                v = memo[src] if src in memo else self._merged_leaf(src, idx, memo, remap, space)
                 sdt = np.dtype(g.nx.nodes[src]["dtype"])
                 dt = np.dtype(d["dtype"])
                 acc_t, _ = _reduce_acc(d["op"], dt)

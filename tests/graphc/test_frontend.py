@@ -476,6 +476,20 @@ def test_masked_assignment_is_functionalized_into_where():
                                   np.maximum(X, 0))
 
 
+def test_an_assigned_value_that_does_not_broadcast_is_a_runtime_error_both_ways():
+    """PyTorch's type, as eager raises it; tracing raised ValueError (found by the fuzzer)."""
+    def assign(x, v):
+        y = x * 1
+        y[0:2] = v
+        return y
+
+    x, v = np.zeros((2, 2)), np.zeros((3, 2, 2))
+    with pytest.raises(RuntimeError, match="broadcast"):
+        assign(eager.from_numpy(x), eager.from_numpy(v))
+    with pytest.raises(RuntimeError, match=r"setitem: shape mismatch.*\[while tracing"):
+        graphc.compile(assign)(x, v)
+
+
 def test_tracer_metadata_is_static():
     seen = {}
 

@@ -291,6 +291,30 @@ def test_extrema_over_an_empty_dim_raise_pytorchs_error(case):
         graphc.compile(fn)(x)
 
 
+# PyTorch accepts dim 0 or -1 of a 0-d tensor in a reduction (the tensor itself); eager
+# passed it to numpy, which raised AxisError, and tracing max(0) raised IndexError
+# (found by the fuzzer, seeds 254 and 259)
+ZERO_D_REDUCTIONS = ["x.sum(0)", "x.sum(-1, keepdim=True)", "x.mean(0)", "x.amax(0)",
+                     "x.amin(-1, keepdim=True)", "x.max(0).values",
+                     "x.min(-1, keepdim=True)[0]", "x.sum((0,))"]
+
+
+@pytest.mark.parametrize("src", ZERO_D_REDUCTIONS)
+def test_a_reduction_over_dim_0_of_a_0d_tensor_is_the_tensor(src):
+    fn = eval("lambda x: " + src)
+    x = eager.tensor(2.5, dtype=eager.float64, requires_grad=True)
+    y = fn(x)
+    assert y.shape == () and float(y) == 2.5
+    (gx,) = eager.autograd.grad(y * 3, x)
+    assert float(gx) == 3.0
+    for lvl in (0, 2):
+        assert graphc.compile(fn, opt_level=lvl)(np.array(2.5)) == 2.5
+        assert graphc.compile(graphc.grad(lambda a: fn(a) * 3), opt_level=lvl)(
+            np.array(2.5)) == 3.0
+    idx = x.detach().max(0).indices if "max" in src else x.detach().argmin(-1)
+    assert idx.shape == () and int(idx) == 0
+
+
 # ---------------------------------------------------------------------------------------
 # random composite programs: every opt level gives the same results
 

@@ -250,6 +250,28 @@ def test_mutated_arguments_follow_numpy_semantics(case):
                                                     "overlap_back") else 1)
 
 
+def _overwrite_after_reading(x, y):
+    s = x.sum()
+    m = x.amax()
+    z = y * 1
+    x.copy_(-1.5)                        # the new value does not read x
+    y.fill_(2.0)
+    return s.exp(), m, z
+
+
+@pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
+def test_an_update_written_over_an_argument_is_not_read_back_as_the_argument(opt_level):
+    """The fuzzer (seed 231) found opt_level 1 fusing ``sum(x)`` into the loop that writes
+    ``x``'s update straight into its memory, and loading x after the store: the sum saw
+    the new values.  Every load of an iteration now comes before its stores."""
+    x, y = np.array([3.0, 1.0, 2.0]), np.array([[4.0, 5.0, 6.0]])
+    s, m, z = graphc.compile(_overwrite_after_reading, opt_level=opt_level)(x, y)
+    assert s == np.exp(np.float64(6.0)) and m == 3.0
+    np.testing.assert_array_equal(z, [[4.0, 5.0, 6.0]])
+    np.testing.assert_array_equal(x, [-1.5, -1.5, -1.5])
+    np.testing.assert_array_equal(y, [[2.0, 2.0, 2.0]])
+
+
 # ---------------------------------------------------------------------------------------
 # index checks
 
