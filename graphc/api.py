@@ -442,27 +442,12 @@ class CompiledFunction:
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
-        if tr.tensor_io and not tr.mutated_inputs and not tr.grad_writes and \
-                eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
+        if tr.tensor_io and not tr.grad_writes and eager.is_grad_enabled() and \
+                any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
-        if tr.captured and any(i >= tr.n_args for i, _ in tr.mutated_inputs) and \
-                eager.is_grad_enabled() and any(a.__class__ is Tensor and a._rg for a in dyn):
-            names = [tr.captured[i - tr.n_args].name for i, _ in tr.mutated_inputs
-                     if i >= tr.n_args]
-            raise GraphcError(
-                f"{self.__name__}: it updates {', '.join(names)} in place and reads tensors "
-                "that require grad; graphc cannot yet give its outputs a gradient and write "
-                "those updates back in one call. Call it under eager.no_grad() (inference), "
-                "or return the new values and assign them outside the compiled function.")
         outs = entry.run(_arrays(dyn, tr.in_specs))
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
-        for idx, out_pos in tr.mutated_inputs:
-            target = dyn[idx]
-            data = target._data if isinstance(target, Tensor) else target
-            if outs[out_pos] is not data:          # not already written in place
-                np.copyto(data, outs[out_pos], casting="same_kind")
-            if isinstance(target, Tensor):
-                target._version[0] += 1
+        _write_back(tr, dyn, outs)
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
             if target._grad is None:
@@ -812,9 +797,36 @@ def _graph_inputs(tr, primals) -> list:
     return out
 
 
+def _write_back(tr, dyn: list, outs: tuple) -> None:
+    """Arguments and lifted tensors the function wrote in place get their new values
+    (unless the backend already wrote them into the caller's buffer)."""
+    for idx, out_pos in tr.mutated_inputs:
+        target = dyn[idx]
+        data = target._data if isinstance(target, Tensor) else target
+        if outs[out_pos] is not data:          # not already written in place
+            np.copyto(data, outs[out_pos], casting="same_kind")
+        if isinstance(target, Tensor):
+            target._version[0] += 1
+
+
 def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
     """Call with eager tensors that require grad: outputs get a CompiledFunctionBackward
-    node whose backward runs the compiled gradient graph (eager autograd flows through)."""
+    node whose backward runs the compiled gradient graph (eager autograd flows through).
+    Tensors the function updates in place (a buffer's running statistics, an argument)
+    get their new values; the backward differentiates the function at the values it was
+    called with."""
+    tr = entry.trace
+    for idx, _ in tr.mutated_inputs:
+        if dyn[idx].__class__ is Tensor and dyn[idx]._rg:
+            from .tracer import _graph_input_pos
+            name = (tr.captured[idx - tr.n_args].name if idx >= tr.n_args else "argument " +
+                    tr.graph.input_names[_graph_input_pos(tr.in_specs, idx)])
+            raise GraphcError(
+                f"{cf.__name__}: it updates {name}, which requires grad, in place (under "
+                "no_grad()) and its outputs need gradients: eager differentiates with "
+                "respect to the tensor after the update, which the compiled graph cannot "
+                "express. Update it outside the compiled function (e.g. with an optimizer "
+                "step), or call the function under eager.no_grad().")
     outs = _CompiledAutograd.apply(cf, entry, *dyn)
     if not isinstance(outs, tuple):
         outs = (outs,)
@@ -861,10 +873,17 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
 
 def _make_autograd_function():
     def forward(ctx, cf, entry, *tensors):
-        outs = entry.run(_arrays(tensors, entry.trace.in_specs))
+        tr = entry.trace
+        saved = list(tensors)
+        for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
+            t = tensors[idx]
+            saved[idx] = Tensor._make(np.array(t._data if t.__class__ is Tensor else t))
+        outs = entry.run(_arrays(tensors, tr.in_specs))
+        _write_back(tr, tensors, outs)
         ctx.cf, ctx.entry = cf, entry
-        ctx.save_for_backward(*tensors)
-        return tuple(Tensor._make(o) for o in outs)
+        ctx.save_for_backward(*saved)
+        n_user = len(outs) - len(tr.mutated_inputs)
+        return tuple(Tensor._make(o) for o in outs[:n_user])
 
     def backward(ctx, *gouts):
         tensors = ctx.saved_tensors
