@@ -51,7 +51,7 @@ class _Entry:
 
     # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
     __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call",
-                 "mem_ok")
+                 "mem_ok", "sibling")
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
         self.trace = trace
@@ -66,6 +66,7 @@ class _Entry:
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
         self.mem_ok = ()        # weakrefs to the arrays of the last call found not to overlap
+        self.sibling: Optional["_Entry"] = None   # this signature traced in the other grad mode
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
@@ -181,6 +182,10 @@ def _describe_key_item(item) -> str:
 
 class CompiledFunction:
     """A function compiled per input signature.  Call it like the original."""
+
+    # every float output has a gradient history when an input requires grad (set for the
+    # compiled gradient functions of the autograd bridge); else eager's rule per output
+    _outputs_differentiable = False
 
     def __init__(self, fn: Callable, static_argnums: Sequence[int] = (), opt_level: int = 2,
                  recompile_limit: int = 8, backend: str = "native",
@@ -436,6 +441,9 @@ class CompiledFunction:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         tr = entry.trace
+        if tr.tensor_io and tr.grad_on is not eager.is_grad_enabled():
+            entry = self._other_grad_mode(entry, args)
+            tr = entry.trace
         if tr.captured or tr.randoms:
             entry, dyn = self._with_captured(entry, args, dyn)
             tr = entry.trace
@@ -456,7 +464,26 @@ class CompiledFunction:
                 if outs[out_pos] is not target._grad._data:
                     np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
                 target._grad._version[0] += 1
-        return self._wrap_outputs(tr, outs[:n_user])
+        res = self._wrap_outputs(tr, outs[:n_user])
+        if tr.tensor_io and n_user:
+            _note_no_grad(self, tr, res)
+        return res
+
+    def _other_grad_mode(self, entry: _Entry, args: tuple) -> _Entry:
+        """The trace of this signature made in the current grad mode.  Grad mode decides
+        which values have a gradient history (``no_grad()`` blocks inside the function,
+        writes to leaves), so a trace made under ``no_grad()`` must not give gradients."""
+        sib = entry.sibling
+        if sib is None or sib.trace.grad_on is not eager.is_grad_enabled():
+            with self._lock:
+                self._misses += 1
+                mode = "on" if eager.is_grad_enabled() else "off (no_grad)"
+                self.recompile_reasons.append(
+                    f"traced {self.__name__} again: called with grad mode {mode}, traced with "
+                    "the other")
+                sib = self._build(args, entry.key)
+                entry.sibling, sib.sibling = sib, entry
+        return sib
 
     def _with_captured(self, entry: _Entry, args: tuple, dyn: list) -> tuple:
         """The call's dynamic leaves followed by the tensors the function reads by name
@@ -809,6 +836,62 @@ def _write_back(tr, dyn: list, outs: tuple) -> None:
             target._version[0] += 1
 
 
+# The last compiled call that returned tensors without a gradient history: (function,
+# trace, grad mode then, weak references to those outputs), for the hint below.
+_NO_GRAD_NOTE: list = [None]
+
+
+def _note_no_grad(cf: CompiledFunction, tr, res: Any) -> None:
+    leaves = (res,) if res.__class__ is Tensor else tree.flatten(res)[0]
+    outs = [weakref.ref(t) for t in leaves
+            if t.__class__ is Tensor and not t._rg and t._data.dtype.kind == "f"]
+    if outs:
+        _NO_GRAD_NOTE[0] = (cf, tr, eager.is_grad_enabled(), outs)
+
+
+def _why_no_grad(t: Tensor) -> Optional[str]:
+    """Why an output of a compiled call has no gradient history (eager's backward() adds
+    this to its refusal): called under no_grad(), nothing it read requires grad (the
+    parameters are frozen), or the output does not depend on what does."""
+    note = _NO_GRAD_NOTE[0]
+    if note is None:
+        return None
+    cf, tr, grad_on, outs = note
+    mine = any(r() is t for r in outs)
+    name = cf.__name__
+    if not grad_on:
+        why = f"compiled {name} was called under no_grad()"
+    else:
+        rg = [n for n, spec in zip(_input_names(tr), tr.in_specs) if spec.requires_grad]
+        if rg:
+            why = (f"that output of compiled {name} does not depend on what requires grad "
+                   f"({', '.join(rg[:6])}) through differentiable ops (it was computed under "
+                   "no_grad(), through .detach(), or is a comparison or integer result)")
+        else:
+            frozen = [c.name for c in tr.captured][:6]
+            why = (f"nothing compiled {name} read requires grad: " +
+                   (f"the parameters it reads ({', '.join(frozen)}) have requires_grad=False "
+                    "and " if frozen else "") +
+                   "its tensor arguments do not require grad; set requires_grad=True on what "
+                   "you want gradients for (e.g. p.requires_grad_() for p in "
+                   "model.parameters())")
+    if mine:
+        return f"(it is an output of compiled {name}: {why})."
+    return (f"(if it was computed from the last outputs of compiled {name} without a "
+            f"gradient history: {why}).")
+
+
+def _input_names(tr) -> list:
+    """Readable names of a trace's dynamic leaves, in order: arguments, then lifted tensors."""
+    from .tracer import _graph_input_pos
+    names = [tr.graph.input_names[_graph_input_pos(tr.in_specs, i)]
+             for i in range(tr.n_args)]
+    return names + [c.name for c in tr.captured]
+
+
+eager.autograd.engine.NO_GRAD_HINTS.append(_why_no_grad)
+
+
 def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
     """Call with eager tensors that require grad: outputs get a CompiledFunctionBackward
     node whose backward runs the compiled gradient graph (eager autograd flows through).
@@ -831,7 +914,10 @@ def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
     if not isinstance(outs, tuple):
         outs = (outs,)
     it = iter(outs)
-    return cf._wrap_outputs(entry.trace, list(outs), make=lambda v: next(it))
+    res = cf._wrap_outputs(entry.trace, list(outs), make=lambda v: next(it))
+    if not (cf._outputs_differentiable or entry.trace.all_out_rg):
+        _note_no_grad(cf, entry.trace, res)
+    return res
 
 
 def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
@@ -867,6 +953,9 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
         if vjp_cf is None:
             vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
                                       disk_cache=cf.disk_cache)
+            # gradients are differentiable functions of the primals (double backward),
+            # although graph autodiff, not the traced Python, made them
+            vjp_cf._outputs_differentiable = True
             entry.stages["_vjp_fn"] = vjp_cf
     return vjp_cf
 
@@ -874,16 +963,23 @@ def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
 def _make_autograd_function():
     def forward(ctx, cf, entry, *tensors):
         tr = entry.trace
-        saved = list(tensors)
-        for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
-            t = tensors[idx]
-            saved[idx] = Tensor._make(np.array(t._data if t.__class__ is Tensor else t))
+        saved = tensors
+        if tr.mutated_inputs:
+            saved = list(tensors)
+            for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
+                t = tensors[idx]
+                saved[idx] = Tensor._make(np.array(t._data if t.__class__ is Tensor else t))
         outs = entry.run(_arrays(tensors, tr.in_specs))
-        _write_back(tr, tensors, outs)
+        if tr.mutated_inputs:
+            _write_back(tr, tensors, outs)
         ctx.cf, ctx.entry = cf, entry
         ctx.save_for_backward(*saved)
         n_user = len(outs) - len(tr.mutated_inputs)
-        return tuple(Tensor._make(o) for o in outs[:n_user])
+        res = tuple(Tensor._make(o) for o in outs[:n_user])
+        # an output eager gives no gradient history to has none here either
+        if not (cf._outputs_differentiable or tr.all_out_rg):
+            ctx.mark_non_differentiable(*[o for o, rg in zip(res, tr.out_rg) if not rg])
+        return res
 
     def backward(ctx, *gouts):
         tensors = ctx.saved_tensors

@@ -833,6 +833,11 @@ class TraceResult:
         self.n_args = len(in_specs) - len(self.captured) - len(self.randoms)
         # dynamic leaves written in place (their memory is compared with the others')
         self.written = tuple(i for i, _ in self.mutated_inputs)
+        # grad mode while tracing (it decides which values have a gradient history: a call
+        # in the other mode needs a trace of its own), and per user output whether it has one
+        self.grad_on = True
+        self.out_rg: list = []
+        self.all_out_rg = True
 
 
 def _graph_input_pos(specs: list, idx: int) -> int:
@@ -1109,16 +1114,20 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         _warn_if_global_random_used(fname, py_state, np_state)
         out_leaves, out_tree = tree.flatten(out)
         out_static = {}
+        out_rg = []                           # does eager give each output a grad_fn?
         for k, leaf in enumerate(out_leaves):
             if isinstance(leaf, Tracer):
                 if leaf._ctx is not ctx:
                     _check_live(leaf, "returning a value")
                     raise TracerError(f"{fname} returned a tracer of another trace")
                 g.outputs.append(leaf.node)
+                out_rg.append(bool(leaf._rg))
             elif isinstance(leaf, Tensor):
                 g.outputs.append(ctx.const(leaf._data))
+                out_rg.append(False)
             elif isinstance(leaf, (np.ndarray, np.generic)):
                 g.outputs.append(ctx.const(np.asarray(leaf)))
+                out_rg.append(False)
             elif isinstance(leaf, (bool, int, float)) or leaf is None:
                 out_static[k] = leaf
             else:
@@ -1161,8 +1170,12 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                                 for _, s1, g1, s2, g2 in ctx.layout_uses) else [])
     finally:
         ctx.active = False
-    return TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
-                       grad_writes, layout_inputs, captured, ctx.randoms)
+    res = TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
+                      grad_writes, layout_inputs, captured, ctx.randoms)
+    res.grad_on = ctx.grad_on
+    res.out_rg = out_rg
+    res.all_out_rg = all(out_rg)
+    return res
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:

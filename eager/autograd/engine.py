@@ -67,12 +67,26 @@ def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tupl
     return grads, owned
 
 
+# Explanations of why a tensor has no gradient history, from the code that made it
+# (graphc adds one for the outputs of compiled calls): each is called with the tensor
+# when backward() refuses it and returns a sentence or None.
+NO_GRAD_HINTS: list = []
+
+
+def _no_grad_hint(t) -> str:
+    for hint in NO_GRAD_HINTS:
+        said = hint(t)
+        if said:
+            return " " + said
+    return ""
+
+
 def _roots(outputs: tuple) -> list:
     roots = []
     for i, out in enumerate(outputs):
         if not out._rg:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
-                               "a grad_fn")
+                               "a grad_fn" + _no_grad_hint(out))
         roots.append(_edge(out))
     return roots
 

@@ -317,3 +317,67 @@ def test_an_uncompilable_submodule_is_named_by_its_path():
     with pytest.raises(graphc.TracerBoolConversionError, match=r"in module model\.1\.1"):
         graphc.compile(step)(x)
     assert model(x).shape == (2, 3)     # eagerly it runs
+
+
+def test_a_trace_made_under_no_grad_is_not_reused_for_gradients():
+    def f(x, w):
+        with eager.no_grad():
+            s = (x * w).sum()
+        return x * w * s
+
+    x = eager.ones(3)
+    cf = graphc.compile(f)
+    w = eager.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with eager.no_grad():                           # first traced with grad mode off
+        assert not cf(x, w).requires_grad
+    cf(x, w).sum().backward()
+    ew = eager.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    f(x, ew).sum().backward()
+    assert w.grad.tolist() == ew.grad.tolist() == [6.0, 6.0, 6.0]
+    assert "grad mode on" in cf.recompile_reasons[-1]
+    w.grad = None                                   # the signature of the first calls
+    with eager.no_grad():                           # both traces are kept
+        cf(x, w)
+    cf(x, w)
+    assert cf.cache_info().traces == 2
+
+
+def test_outputs_have_a_gradient_history_exactly_where_eager_gives_one():
+    lin = nn.Linear(3, 1)
+
+    def f(x):
+        y = lin(x)
+        return y.detach() * 2, y, (y > 0), y.sum()
+
+    x = eager.ones(2, 3)
+    got = graphc.compile(f)(x)
+    want = f(x)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == \
+        [False, True, False, True]
+    assert [t.grad_fn is None for t in got] == [True, False, True, False]
+
+
+def test_backward_on_an_output_without_history_says_why():
+    frozen = nn.Linear(3, 1)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    cm = graphc.compile(frozen)
+    with pytest.raises(RuntimeError, match=r"does not have a grad_fn .*self.weight, "
+                       r"self.bias\) have requires_grad=False"):
+        cm(eager.ones(2, 3)).sum().backward()
+
+    live = graphc.compile(nn.Linear(3, 1))
+    with eager.no_grad():
+        y = live(eager.ones(2, 3))
+    with pytest.raises(RuntimeError, match=r"it is an output of compiled Linear: compiled "
+                       r"Linear was called under no_grad\(\)"):
+        y.backward(eager.ones(2, 1))
+
+    lin = nn.Linear(3, 1)
+
+    def f(x):
+        return lin(x).detach()
+
+    with pytest.raises(RuntimeError, match=r"does not depend on what requires grad "
+                       r"\(lin.weight, lin.bias\)"):
+        graphc.compile(f)(eager.ones(2, 3)).sum().backward()
