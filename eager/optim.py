@@ -17,7 +17,7 @@ import numpy as np
 
 from .autograd.grad_mode import enable_grad
 from .nn import _typename, _zero_grad
-from .tensor import Tensor
+from .tensor import RANDOM, Tensor
 
 
 class Optimizer:
@@ -73,6 +73,7 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        _not_while_traced(self, "zero_grad")
         for group in self.param_groups:
             for p in group["params"]:
                 _zero_grad(p, set_to_none)
@@ -135,11 +136,27 @@ class Optimizer:
 
     def _grads(self, group: dict):
         """(param, param array, grad array) for every parameter of the group that has a grad."""
+        _not_while_traced(self, "step")
         for p in group["params"]:
             g = p._grad
             if g is None:
                 continue
             yield p, p._data, g._data
+
+
+def _not_while_traced(opt: Optimizer, what: str) -> None:
+    """An optimizer updates the buffers of the eager tensors it holds, directly.  Inside a
+    function a compiler is tracing (``RANDOM.hook`` is set on this thread), that update
+    would happen once, while tracing, from whatever .grad the eager tensors had then, and
+    never be part of the compiled code: refuse it."""
+    if RANDOM.hook is not None:
+        raise RuntimeError(
+            f"{type(opt).__name__}.{what}() was called inside a function being compiled: "
+            "eager optimizers update the eager tensors' buffers directly, which the compiled "
+            "code would not contain. Call optimizer.zero_grad() and optimizer.step() outside "
+            "the compiled function (compile the model or the loss: its outputs carry "
+            "gradients to the parameters), or write the update on the tensors the function "
+            "reads (`p -= lr * p.grad` under no_grad() for p in model.parameters()).")
 
 
 def _cast_state(key: str, value: Any, p: Tensor) -> Any:

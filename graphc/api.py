@@ -61,7 +61,7 @@ class _Entry:
         # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
         # write back -- decided once per signature so the call does no extra checks
         self.fast = (not trace.tensor_io and not trace.mutated_inputs and
-                     not trace.grad_writes and not trace.randoms and not trace.layout_inputs and
+                     not trace.grad_writes and not trace.grad_clears and not trace.randoms and not trace.layout_inputs and
                      all(_plain_array_item(it) for it in key))
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
@@ -450,7 +450,8 @@ class CompiledFunction:
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
-        if tr.tensor_io and not tr.grad_writes and eager.is_grad_enabled() and \
+        if tr.tensor_io and not tr.grad_writes and not tr.grad_clears and \
+                eager.is_grad_enabled() and \
                 any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
         outs = entry.run(_arrays(dyn, tr.in_specs))
@@ -464,6 +465,8 @@ class CompiledFunction:
                 if outs[out_pos] is not target._grad._data:
                     np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
                 target._grad._version[0] += 1
+        for idx in tr.grad_clears:
+            dyn[idx]._grad = None
         res = self._wrap_outputs(tr, outs[:n_user])
         if tr.tensor_io and n_user:
             _note_no_grad(self, tr, res)
@@ -503,6 +506,10 @@ class CompiledFunction:
                         reason = f"{cap.name} is now a {type(t).__name__}"
                     break
                 d = t._data
+                if tr.grads_used and t._rg and (t._grad is not None) != spec.has_grad:
+                    reason = (f"{cap.name}.grad is now " +
+                              ("set" if t._grad is not None else "None"))
+                    break
                 if d.shape != spec.shape or d.dtype != spec.dtype or t._rg != spec.requires_grad:
                     reason = (f"{cap.name}: {_describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
                               f" -> {_describe_key_item(('T', d.shape, d.dtype, t._rg))}")

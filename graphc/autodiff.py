@@ -114,6 +114,7 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
     """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves."""
     ctx = loss._ctx
     T._check_live(loss, "backward")
+    ctx.grads_used = True
     if gradient is None:
         if loss.numel() != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -129,9 +130,11 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
             srcs = ", ".join(sorted({ctx.closed_rg[n] for n in used}))
             raise TracerError(
                 f"backward() while tracing {ctx.fn_name}: the loss depends on tensors that require "
-                f"grad but are not arguments of the function (used at {srcs}; e.g. a module's "
-                "parameters). graphc captures them as constants and cannot fill their .grad; pass "
-                "them as arguments (a list or dict of tensors works) and update those.")
+                f"grad which graphc could not make inputs of the function (used at {srcs}): "
+                "they are reached through an object graphc does not look into (only arguments, "
+                "nn.Modules, closures, globals, defaults and lists/dicts of those are), so they "
+                "were read as constants and their .grad cannot be filled. Pass them as arguments "
+                "(a list or dict of tensors works) or keep them in an nn.Module.")
     if not loss._rg:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a "
                            "grad_fn")

@@ -60,6 +60,9 @@ class TraceContext:
         self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
         self.lifted_nodes: dict = {}     # id(lifted tracer) -> its input node
         self.randoms: list = []          # (kind, shape, dtype, params) of each random input
+        # did the function read or write a .grad, or call backward()?  If not, whether a
+        # lifted parameter has a .grad does not matter to the trace
+        self.grads_used = False
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
@@ -343,10 +346,12 @@ class Tracer(TensorOps):
     # --- autograd inside a trace: see graphc.autodiff (issue: compiled training step) -----------
     @property
     def grad(self):
+        self._ctx.grads_used = True
         return self._grad
 
     @grad.setter
     def grad(self, value) -> None:
+        self._ctx.grads_used = True
         self._grad = value
 
     @property
@@ -836,6 +841,8 @@ class TraceResult:
         # grad mode while tracing (it decides which values have a gradient history: a call
         # in the other mode needs a trace of its own), and per user output whether it has one
         self.grad_on = True
+        self.grad_clears: list = []           # input indices whose .grad it set to None
+        self.grads_used = False               # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
 
@@ -867,10 +874,17 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
         ctx.input_paths[nid] = cap.name
         tr = Tracer(ctx, nid, shape, d, c_layout(shape) if t._data.flags.c_contiguous else None)
         tr._rg = t._rg
-        if t._rg:
-            ctx.closed_rg[nid] = cap.name     # backward() inside cannot fill its .grad
+        spec = LeafSpec("tensor", shape, d, requires_grad=t._rg,
+                        has_grad=t._rg and t._grad is not None)
+        if t._rg:                             # backward() inside fills its .grad
+            ctx.leaves.append(tr)
+            if spec.has_grad:                 # accumulating into the .grad it has now
+                gid = ctx.graph.add_input(f"{nm}_grad", shape, d)
+                ctx.input_paths[gid] = f"{cap.name}.grad"
+                tr._grad = Tracer(ctx, gid, shape, d, c_layout(shape))
+                spec.grad_node = gid
         ctx._input_of[id(tr)] = len(specs)
-        specs.append(LeafSpec("tensor", shape, d, requires_grad=t._rg))
+        specs.append(spec)
         inputs.append(tr)
         watched.append((t, cap.name, t._version[0], t._grad, t._rg))
         ctx.lifted_nodes[id(tr)] = nid
@@ -886,21 +900,32 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
     for i, (cap, t) in enumerate(lifted):
         nid = ctx.lifted_nodes[id(t)]
         idx = n_args + i
-        if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations:
+        grad_node = specs[idx].grad_node
+        grad_changed = (t._grad is not None) != (grad_node is not None) or (
+            grad_node is not None and (not isinstance(t._grad, Tracer) or
+                                       t._grad.node != grad_node))
+        if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations or grad_changed:
             keep.append((i, nid, t))
             kept_caps.append(cap)
-    drop = [ctx.lifted_nodes[id(t)] for i, (_, t) in enumerate(lifted)
-            if i not in {k for k, _, _ in keep}]
+    drop = []
+    kept = {k for k, _, _ in keep}
+    for i, (_, t) in enumerate(lifted):
+        spec = specs[n_args + i]
+        if i not in kept:
+            drop.append(ctx.lifted_nodes[id(t)])
+        if spec.grad_node is not None and (i not in kept or not ctx.grads_used):
+            drop.append(spec.grad_node)       # a .grad the function never looked at
+            spec.has_grad, spec.grad_node = False, None
+            t._grad = None
     for nid in drop:
         g.nx.remove_node(nid)
         g.inputs.remove(nid)
         ctx.input_paths.pop(nid, None)
         ctx.closed_rg.pop(nid, None)
     remap = {n_args + i: n_args + j for j, (i, _, _) in enumerate(keep)}
+    kept_specs = [specs[n_args + i] for i, _, _ in keep]
     del specs[n_args:]
-    for i, _, t in keep:
-        specs.append(LeafSpec("tensor", t._meta_shape, t._meta_dtype,
-                              requires_grad=lifted[i][0].tensor._rg))
+    specs.extend(kept_specs)
     for _, t in lifted:
         old = ctx._input_of.pop(id(t), None)
         if old in remap:
@@ -1150,12 +1175,16 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             if t.node != g.inputs[_graph_input_pos(specs, idx)]:
                 mutated.append((idx, len(g.outputs)))
                 g.outputs.append(t.node)
-        grad_writes = []
+        grad_writes, grad_clears = [], []
         for t in ctx.leaves:
             idx = ctx._input_of.get(id(t))
             gr = t._grad
-            if gr is None or idx is None or not specs[idx].requires_grad:
+            if idx is None or not specs[idx].requires_grad:
                 continue      # .grad of a leaf made inside the function stays inside it
+            if gr is None:
+                if specs[idx].has_grad:       # set to None (zero_grad()): so is the tensor's
+                    grad_clears.append(idx)
+                continue
             if not isinstance(gr, Tracer) or gr._ctx is not ctx:
                 raise TracerError(f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "
                                   "to something that is not a traced value")
@@ -1173,6 +1202,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     res = TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
                       grad_writes, layout_inputs, captured, ctx.randoms)
     res.grad_on = ctx.grad_on
+    res.grad_clears = grad_clears
+    res.grads_used = ctx.grads_used
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
     return res

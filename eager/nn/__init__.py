@@ -504,12 +504,13 @@ def _remove_from(name: str, *containers: Any) -> None:
 
 
 def _zero_grad(p: Tensor, set_to_none: bool) -> None:
-    """Shared by Module.zero_grad and Optimizer.zero_grad."""
-    g = p._grad
+    """Shared by Module.zero_grad and Optimizer.zero_grad (through ``.grad``: a compiler
+    tracing a model sees the access)."""
+    g = p.grad
     if g is None:
         return
     if set_to_none:
-        p._grad = None
+        p.grad = None
         return
     if g.grad_fn is not None:
         g.detach_()

@@ -381,3 +381,80 @@ def test_backward_on_an_output_without_history_says_why():
     with pytest.raises(RuntimeError, match=r"does not depend on what requires grad "
                        r"\(lin.weight, lin.bias\)"):
         graphc.compile(f)(eager.ones(2, 3)).sum().backward()
+
+
+def _train_step(model, zero: bool = True):
+    def step(x, y):
+        if zero:
+            model.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        with eager.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+        return loss
+    return step
+
+
+def test_backward_inside_a_compiled_step_fills_the_grad_of_lifted_parameters():
+    eager.manual_seed(0)
+    a = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    b = copy.deepcopy(a)
+    x, y = eager.randn(8, 3), eager.randn(8, 1)
+    sa, sb = _train_step(a), graphc.compile(_train_step(b))
+    for _ in range(5):
+        la, lb = sa(x, y), sb(x, y)
+        np.testing.assert_allclose(lb.item(), la.item(), rtol=1e-6)
+        for p, q in zip(a.parameters(), b.parameters()):
+            np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), atol=1e-6)
+            np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), atol=1e-6)
+    # the first call found no .grad, the next ones one to zero: two traces, then none
+    assert sb.cache_info().traces == 2
+    assert sb.recompile_reasons == ["re-traced step: model.0.weight.grad is now set"]
+
+
+def test_backward_inside_accumulates_into_grad_and_zero_grad_inside_clears_it():
+    eager.manual_seed(1)
+    a = nn.Linear(3, 2)
+    b = copy.deepcopy(a)
+    x = eager.randn(4, 3)
+
+    def acc(model):
+        def f(x):
+            model(x).sum().backward()
+        return f
+
+    fa, fb = acc(a), graphc.compile(acc(b))
+    for _ in range(3):
+        fa(x)
+        fb(x)
+    np.testing.assert_allclose(b.weight.grad.numpy(), a.weight.grad.numpy(), rtol=1e-6)
+
+    def clear(model):
+        def f(x):
+            out = model(x).sum()
+            model.zero_grad()
+            return out
+        return f
+
+    clear(a)(x)
+    graphc.compile(clear(b))(x)
+    assert a.weight.grad is None and b.weight.grad is None and b.bias.grad is None
+
+
+@pytest.mark.parametrize("where", ["zero_grad", "step"])
+def test_an_eager_optimizer_inside_a_compiled_function_is_refused(where):
+    w = eager.ones(3, 1, requires_grad=True)
+    opt = eager.optim.SGD([w], lr=0.1)
+    x = eager.ones(4, 3)
+
+    def step(x):
+        if where == "zero_grad":
+            opt.zero_grad()
+        (x @ w).sum().backward()
+        opt.step()
+
+    with pytest.raises(RuntimeError, match=rf"SGD.{where}\(\) was called inside a function "
+                       "being compiled"):
+        graphc.compile(step)(x)
+    assert w.detach().numpy().tolist() == [[1.0], [1.0], [1.0]]   # nothing happened eagerly
