@@ -63,6 +63,7 @@ class TraceContext:
         # did the function read or write a .grad, or call backward()?  If not, whether a
         # lifted parameter has a .grad does not matter to the trace
         self.grads_used = False
+        self.nonleaf_args: set = set()   # input nodes of arguments that have a grad_fn
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
@@ -384,6 +385,13 @@ class Tracer(TensorOps):
                     "no_grad().")
         if self._view is None:
             if self._rg and self.is_leaf and recording:
+                if self._node in self._ctx.nonleaf_args:
+                    raise TracerError(
+                        f"in-place write at {src} to argument "
+                        f"{self._ctx.input_paths[self._node]}, which requires grad and has a "
+                        "grad_fn: eager would add the write to that tensor's history, which a "
+                        "compiled function cannot give back to the caller's tensor. Write to "
+                        "a .clone() of it, or return the new value.")
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation. (traced at {src})")
         else:
@@ -1103,6 +1111,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             if spec.kind == "tensor":
                 watched.append((leaf, f"argument {path}", leaf._version[0], leaf._grad,
                                 leaf._rg))
+                if leaf.grad_fn is not None:
+                    ctx.nonleaf_args.add(nid)
             arg_leaves.append((leaf, path, spec))
         call_args.append(tree.unflatten(td, new_leaves))
     members = _alias_inputs(ctx, aliases, inputs)

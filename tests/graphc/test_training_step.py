@@ -435,3 +435,18 @@ def test_backward_through_closed_over_parameters_fills_their_grad():
     xe = x.detach().clone().requires_grad_(True)
     model(xe).sum().backward()
     np.testing.assert_allclose(gx.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_in_place_write_to_a_non_leaf_argument_is_refused_by_its_name():
+    """eager extends the written tensor's history; a compiled call cannot hand that back."""
+    w = eager.tensor([1.0, 2.0, 3.0], requires_grad=True)
+
+    def f(h, w):
+        h.add_(1)
+        return (h * w).sum()
+
+    h = w * 1
+    f(h, w).backward()                               # fine in eager
+    with pytest.raises(graphc.TracerError, match="to argument h, which requires grad and has "
+                                                 "a grad_fn.*clone"):
+        graphc.compile(f)(w * 1, w)
