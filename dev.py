@@ -48,11 +48,9 @@ def main(argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     ensure_venv()
     if cmd == "demo":
-        # one BLAS thread per pool (numpy's and graphc's): a fair, stable comparison even
-        # on a small shared machine where two multi-threaded pools fight for the cores
-        env = dict(os.environ)
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        return subprocess.call([str(BIN / "graphc"), "demo", *rest], cwd=ROOT, env=env)
+        # the user's environment as it is: graphc runs its loops and products on one
+        # pool of its own, so no thread variable is needed for it to be fast
+        return subprocess.call([str(BIN / "graphc"), "demo", *rest], cwd=ROOT)
     if cmd == "test":
         return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
     if cmd == "bench":

@@ -51,11 +51,11 @@ def _optional(name: str):
         mod = __import__(name)
     except Exception:
         return None
-    if name == "torch":
-        # PyTorch's own thread pool runs its matrix products: give it the BLAS thread
-        # count of this run (the reference figures: "1 BLAS thread where settable")
+    if name == "torch" and os.environ.get("OPENBLAS_NUM_THREADS"):
+        # PyTorch's own thread pool runs its matrix products: pinned as numpy's is, when
+        # the run pins it (--blas-threads); else PyTorch's default, as a user has it
         try:
-            mod.set_num_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", "1")))
+            mod.set_num_threads(int(os.environ["OPENBLAS_NUM_THREADS"]))
         except Exception:
             pass
     return mod
@@ -328,15 +328,12 @@ def environment() -> dict:
     from .backend import blas
     info = {"python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count()}
-    try:
-        info["graphc BLAS threads"] = blas.get_num_threads()
-    except Exception as e:  # BLAS missing: say so
-        info["graphc BLAS threads"] = f"n/a ({e})"
-    try:
-        from .runtime import parallel
-        info["graphc loop threads"] = parallel.get_num_threads()
-    except Exception:
-        info["graphc loop threads"] = 1
+    from .runtime import parallel
+    info["graphc threads"] = (f"{parallel.get_num_threads()} (loops and matrix products; "
+                              "its BLAS single-threaded in each share)")
+    if not blas.available():
+        info["graphc BLAS"] = f"n/a ({blas.unavailable_reason()})"
+    info["numpy BLAS threads"] = _numpy_blas_threads()
     try:
         cfg = np.show_config(mode="dicts")
         info["numpy BLAS"] = cfg.get("Build Dependencies", {}).get("blas", {}).get("name", "?")
@@ -346,6 +343,19 @@ def environment() -> dict:
         if os.environ.get(k):
             info[k] = os.environ[k]
     return info
+
+
+def _numpy_blas_threads() -> str:
+    """numpy's BLAS pool as this process has it (threadpoolctl when installed)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        env = os.environ.get("OPENBLAS_NUM_THREADS")
+        return env if env else f"default (OpenBLAS: {os.cpu_count()} cores)"
+    for pool in threadpoolctl.threadpool_info():
+        if pool.get("user_api") == "blas" and "numpy" in pool.get("filepath", ""):
+            return str(pool.get("num_threads"))
+    return "?"
 
 
 def run(quick: bool = False, only: Optional[list] = None,

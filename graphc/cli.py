@@ -500,19 +500,19 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         raise CompileFailed(f"graphc.bench is not available: {e}") from None
     if ns.threads is not None and ns.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {ns.threads}")
-    if ns.blas_threads < 1:
+    if ns.blas_threads is not None and ns.blas_threads < 1:
         raise UsageError(f"--blas-threads must be a positive integer, got {ns.blas_threads}")
-    want = str(ns.blas_threads)
-    if os.environ.get("OPENBLAS_NUM_THREADS") != want and not os.environ.get("GRAPHC_BENCH_CHILD"):
+    want = None if ns.blas_threads is None else str(ns.blas_threads)
+    if want is not None and os.environ.get("OPENBLAS_NUM_THREADS") != want and \
+            not os.environ.get("GRAPHC_BENCH_CHILD"):
         # numpy's OpenBLAS reads its thread count when numpy loads: run the benchmark in a
-        # child process where both pools (numpy's and graphc's) get the same count
+        # child process where numpy's pool (and PyTorch's) gets that count
         args = [sys.executable, "-m", "graphc", "bench", "--blas-threads", want]
         args += ["--json"] if ns.json else []
         args += ["--quick"] if ns.quick else []
         args += ["--threads", str(ns.threads)] if ns.threads is not None else []
         args += ["--only", *ns.only] if ns.only else []
         env = dict(os.environ, OPENBLAS_NUM_THREADS=want, GRAPHC_BENCH_CHILD="1")
-        env.pop("GRAPHC_BLAS_THREADS", None)
         return subprocess.call(args, env=env)
     params = inspect.signature(bench.run).parameters
     kwargs: dict = {"quick": ns.quick}
@@ -601,11 +601,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print JSON instead of tables")
     b.add_argument("--quick", action="store_true", help="fewer repeats")
     b.add_argument("--threads", type=int, metavar="N",
-                   help="threads for graphc's parallel loops and BLAS")
+                   help="threads for graphc's parallel loops and matrix products")
     b.add_argument("--only", nargs="+", metavar="ID", help="only these workloads, e.g. W1 W3")
-    b.add_argument("--blas-threads", type=int, default=1, metavar="N",
-                   help="threads for both BLAS pools, numpy's and graphc's (default 1, as "
-                   "the reference figures were measured)")
+    b.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                   help="threads of numpy's (and PyTorch's) BLAS pool, e.g. 1 to compare "
+                   "with the reference figures; default: the environment as it is")
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -1,9 +1,10 @@
 """Test-session setup.
 
-BLAS thread pools: numpy and graphc each load an OpenBLAS; on a small shared
-machine (CI has 2 cores) two multi-threaded pools oversubscribe the cores and
-a 64x1000x100 product can take 50x longer.  Tests pin BLAS to one thread
-before numpy loads (the loop-parallel tests set their own thread counts).
+numpy's BLAS pool: tests compare graphc with eager, whose products numpy's
+OpenBLAS computes; one thread makes its rounding the same as graphc's at one
+thread and keeps the suite steady on a small shared machine (CI has 2 cores).
+graphc needs no variable (its own OpenBLAS is always single-threaded inside its
+one pool); tests that compare bit for bit pin graphc's thread count themselves.
 """
 import os
 

@@ -172,14 +172,13 @@ def _open() -> _Blas:
         DGEMM_SYMBOL: ctypes.cast(dgemm, ctypes.c_void_p).value,
     }
     _register_symbols(state.addresses)
-    # Thread count: OpenBLAS reads OPENBLAS_NUM_THREADS (default: every core) exactly as
-    # numpy's own OpenBLAS does, so both pools are configured the same way.  Two
-    # multi-threaded pools on a small, busy machine oversubscribe its cores (a 64x1000x100
-    # product can run 10-50x slower); set OPENBLAS_NUM_THREADS=1 there, or override
-    # graphc's pool alone with GRAPHC_BLAS_THREADS / graphc.set_num_threads(n).
-    env = os.environ.get("GRAPHC_BLAS_THREADS")
-    if set_threads is not None and env and env.isdigit() and int(env) > 0:
-        set_threads[1](int(env))
+    # One thread: graphc shares a big product out among its own worker pool (rows or
+    # columns of the result, each share one single-threaded gemm, see backend/lower.py),
+    # so its loops and its products never have two pools spinning against each other on
+    # the same cores.  This OpenBLAS is graphc's own copy (prefixed symbols): numpy's BLAS
+    # pool in the same process is the user's and keeps its settings.
+    if set_threads is not None:
+        set_threads[1](1)
     return state
 
 

@@ -1,4 +1,4 @@
-"""Thread count for graphc's parallel loops and its BLAS calls (one setting for both).
+"""Thread count for graphc's parallel loops and matrix products (one pool for both).
 
 Large fused loops are split into chunks that the calling thread and graphc's
 persistent worker threads (``graphc/runtime/pool.py``) run; small ones run on the
@@ -35,33 +35,43 @@ class _State:
         NATIVE.value = n
 
 
-STATE = _State(max(1, min(os.cpu_count() or 1, MAX_THREADS)))
+def _cores() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _default() -> int:
+    """``GRAPHC_NUM_THREADS`` when set, else every CPU this process may use.  The planner
+    decides per loop and per product whether to share it out at all (only above
+    ``PARALLEL_MIN`` elements / ``GEMM_PARALLEL_MIN`` multiply-adds, backend/lower.py), so
+    small work stays on the calling thread whatever the count."""
+    env = os.environ.get("GRAPHC_NUM_THREADS")
+    if env is None or env == "":
+        return max(1, min(_cores(), MAX_THREADS))
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"GRAPHC_NUM_THREADS must be a positive integer, got {env!r}")
+    return min(n, MAX_THREADS)
+
+
+STATE = _State(_default())
 
 
 def get_num_threads() -> int:
+    """Threads graphc's compiled code may use for its big loops and matrix products."""
     return STATE.n
 
 
 def set_num_threads(n: int) -> None:
-    """Threads for parallel loops and for BLAS (1 = sequential, bit-reproducible)."""
+    """Threads for graphc's big loops and matrix products (1 = sequential and
+    bit-reproducible).  Its BLAS always runs single-threaded inside each thread's share;
+    numpy's own BLAS pool is not graphc's and is left alone."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"thread count must be a positive int, got {n!r}")
     STATE.n = min(n, MAX_THREADS)
-    from ..backend import blas
-    if blas.available():
-        blas.set_num_threads(_blas_threads(STATE.n))
-
-
-def _blas_threads(n: int) -> int:
-    return n          # an explicit setting applies to both (see backend/blas.py for the default)
-
-
-def init_blas_threads() -> None:
-    """Apply GRAPHC_NUM_THREADS (if set) to loops and BLAS once, at first use."""
-    env = os.environ.get("GRAPHC_NUM_THREADS")
-    if env:
-        try:
-            set_num_threads(int(env))
-        except ValueError:
-            raise ValueError(f"GRAPHC_NUM_THREADS must be a positive integer, got {env!r}") \
-                from None

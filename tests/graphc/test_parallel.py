@@ -17,14 +17,10 @@ def w2(x, w, b):
 
 @pytest.fixture
 def threads():
-    """set_num_threads for the test; restores the loop and the BLAS thread counts after
-    (set_num_threads sets both, and other tests rely on the BLAS count, e.g. bit-for-bit
-    eager/compiled agreement, which needs both BLAS pools alike)."""
-    from graphc.backend import blas
-    before, blas_before = parallel.get_num_threads(), blas.get_num_threads()
+    """set_num_threads for the test; restores graphc's thread count after."""
+    before = parallel.get_num_threads()
     yield parallel.set_num_threads
     parallel.set_num_threads(before)
-    blas.set_num_threads(blas_before)
 
 
 def _inputs():

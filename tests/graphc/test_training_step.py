@@ -72,8 +72,21 @@ def seed_step(x, y, w1, w2):
     return loss
 
 
+@pytest.fixture
+def one_thread():
+    """graphc's products on one thread, blocked as numpy's one-thread BLAS blocks eager's:
+    a 500-step float32 run that converges from a loss of 1e6 to 1e-4 amplifies any
+    rounding difference (products shared out by rows round differently, as numpy's own
+    threaded BLAS does: its 2-thread run differs from its 1-thread run as much)."""
+    from graphc.runtime import parallel
+    before = parallel.get_num_threads()
+    parallel.set_num_threads(1)
+    yield
+    parallel.set_num_threads(before)
+
+
 @pytest.mark.slow
-def test_seed_step_500_steps_compiled_equals_eager():
+def test_seed_step_500_steps_compiled_equals_eager(one_thread):
     x, y, w1, w2 = _seed_data()
     c1, c2 = _clone(w1), _clone(w2)
     x0, y0 = x.numpy().copy(), y.numpy().copy()
@@ -95,6 +108,25 @@ def test_seed_step_500_steps_compiled_equals_eager():
     assert (info.hits, info.misses, info.traces, info.entries) == (498, 2, 2, 2)
     assert step.recompile_reasons == [
         "re-traced seed_step: argument w1: .grad None -> set; argument w2: .grad None -> set"]
+
+
+def test_seed_step_with_products_shared_by_two_threads_follows_eager():
+    """Two threads: the products are shared out by rows and the SGD update runs inside
+    each share (backend/lower.py: epilogues); 50 steps agree with eager to float32."""
+    from graphc.runtime import parallel
+    before = parallel.get_num_threads()
+    parallel.set_num_threads(2)
+    try:
+        x, y, w1, w2 = _seed_data()
+        c1, c2 = _clone(w1), _clone(w2)
+        step = graphc.compile(seed_step)
+        for t in range(50):
+            le = seed_step(x, y, w1, w2)
+            lc = step(x, y, c1, c2)
+            assert float(lc) == pytest.approx(float(le), rel=1e-4), f"step {t}"
+            assert_same_state([w1, w2], [c1, c2], f"after step {t}")
+    finally:
+        parallel.set_num_threads(before)
 
 
 def test_seed_step_graph_contents():
