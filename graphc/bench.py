@@ -29,9 +29,20 @@ N, D_IN, H, D_OUT = 64, 1000, 100, 10
 LR = 1e-6
 
 
+# Each implementation runs this long before it is timed, so it is timed in its own
+# steady state: numpy's OpenBLAS keeps its worker threads spinning for about 0.1 s after
+# its last product, and an implementation timed right after a numpy one would share
+# the cores with them (the compiled W1 step on two threads: ~265 us instead of ~148 us
+# for the first 0.1 s; see docs/backend.md "Threads").
+WARMUP_SECONDS = 0.15
+
+
 def _median_time(fn: Callable, quick: bool, min_time: float = 0.02) -> float:
     """Median seconds per call: calls are batched so one sample lasts >= min_time."""
     fn()
+    end = time.perf_counter() + WARMUP_SECONDS
+    while time.perf_counter() < end:
+        fn()
     t0 = time.perf_counter()
     fn()
     one = max(time.perf_counter() - t0, 1e-7)
