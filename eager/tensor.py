@@ -1217,7 +1217,9 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False) -> Tensor:
-    if high is None:
+    if isinstance(high, (tuple, list)):          # randint(high, size), as PyTorch allows
+        low, high, size = 0, low, high
+    elif high is None:
         low, high = 0, low
     if RANDOM.hook is not None:
         return RANDOM.hook("integers", tuple(size), _dt(dtype, np.dtype(np.int64)),

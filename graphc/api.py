@@ -516,9 +516,9 @@ class CompiledFunction:
                     break
                 now.append(t)
             if reason is None:
-                if tr.randoms:                   # fresh draws for this call
+                if tr.randoms:                   # this call's counters of the stream
                     from .runtime import rng
-                    now += [Tensor._make(a) for a in rng.draw(tr.randoms)]
+                    now.append(Tensor._make(rng.advance(tr.rng_count)))
                 return entry, now
             with self._lock:
                 self._misses += 1
@@ -716,7 +716,8 @@ class CompiledFunction:
                 lines.append("  tensors read by name (graph inputs, read at every call): " +
                              ", ".join(c.name for c in tr.captured))
             if tr.randoms:
-                lines.append(f"  random draws per call: {len(tr.randoms)}")
+                lines.append(f"  random draws per call: {len(tr.randoms)} "
+                             f"({tr.rng_count} numbers, generated natively by Philox 4x32-10)")
             consts = [n for n in tr.graph.node_ids() if tr.graph[n]["op"] == "const" and
                       tr.graph[n]["attrs"]["value"].size > 1]
             if consts:

@@ -202,6 +202,10 @@ _ATTR_CHECKS = {
     "max": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
     "index": lambda v: isinstance(v, tuple) and all(_index_item_ok(x) for x in v),
     "name": lambda v: isinstance(v, str),
+    "dist": lambda v: isinstance(v, str),
+    "low": lambda v: _is_int(v),
+    "high": lambda v: _is_int(v),
+    "offset": lambda v: _is_int(v) and v >= 0,
 }
 
 

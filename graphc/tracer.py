@@ -19,11 +19,13 @@ import numpy as np
 import eager
 from eager import _dtype as D
 from eager._surface import Size, TensorOps, decode_index
+from eager.ops.registry import check_size
 from eager.tensor import PINNED, Tensor
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
-                     TracerArrayConversionError, TracerBoolConversionError, TracerError)
+                     TooBigError, TracerArrayConversionError, TracerBoolConversionError,
+                     TracerError)
 from .ir import Graph, type_str
 from .layout import (Layout, c_layout, c_strides, expand_layout, index_layout, makes_c_output,
                      reshape_layout, transpose_layout)
@@ -59,7 +61,9 @@ class TraceContext:
         self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
         self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
         self.lifted_nodes: dict = {}     # id(lifted tracer) -> its input node
-        self.randoms: list = []          # (kind, shape, dtype, params) of each random input
+        self.randoms: list = []          # (kind, shape, dtype, params) of each random draw
+        self.rng_state = None            # tracer of the generator-state input, once drawn
+        self.rng_count = 0               # counters (elements) the draws take per call
         # did the function read or write a .grad, or call backward()?  If not, whether a
         # lifted parameter has a .grad does not matter to the trace
         self.grads_used = False
@@ -70,15 +74,35 @@ class TraceContext:
         self.grad_on = _GRAD.enabled
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
-        """A random draw inside the trace: a graph input the call fills from graphc's
-        stream (graphc.runtime.rng), so each call draws fresh numbers."""
+        """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the
+        call's generator state, an input the call fills from graphc's stream
+        (graphc.runtime.rng) with a fresh counter, so each call draws fresh numbers.
+        Each draw takes its own range of counters: ``offset`` is the elements drawn
+        before it in the same call."""
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in shape)
-        k = len(self.randoms)
-        nid = self.graph.add_input(f"random_{k}", shape, dtype)
-        self.input_paths[nid] = f"random draw {k} ({kind}, at {user_src(3)})"
+        check_size(shape, dtype, kind, TooBigError)
+        if self.rng_state is None:
+            nid = self.graph.add_input("rng_state", (2,), np.dtype(np.int64))
+            self.input_paths[nid] = "graphc's random stream (key, counter)"
+            self.rng_state = Tracer(self, nid, (2,), np.dtype(np.int64), c_layout((2,)))
+        if kind == "integers":
+            draw = dtype if dtype in (np.int64, np.int32) else np.dtype(np.int64)
+            low, high = int(params["low"]), int(params["high"])
+            if not low < high:
+                raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got "
+                                   f"from={low} >= to={high}")
+        else:
+            draw = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
+            low, high = 0, 1
+        n = 1
+        for d in shape:
+            n *= d
+        out = self.rng_state._op("philox", None, dist=kind, shape=shape, dtype=draw.name,
+                                 low=low, high=high, offset=self.rng_count)
+        self.rng_count += n
         self.randoms.append((kind, shape, dtype.name, dict(params)))
-        return Tracer(self, nid, shape, dtype, c_layout(shape))
+        return out if draw == dtype else out.to(dtype)
 
     def const(self, value: Any, src: str = "") -> int:
         if isinstance(value, np.ndarray):
@@ -841,9 +865,11 @@ class TraceResult:
         # eager tensors the function reads by name (graphc.capture): graph inputs after the
         # arguments' (their LeafSpecs end in_specs), read again at every call
         self.captured = list(captured)
-        # random draws (graphc.runtime.rng): the last inputs, filled by each call
+        # random draws (graphc.runtime.rng): one last input, the generator state, filled
+        # by each call with a fresh counter range of rng_count elements
         self.randoms = list(randoms)
-        self.n_args = len(in_specs) - len(self.captured) - len(self.randoms)
+        self.rng_count = 0
+        self.n_args = len(in_specs) - len(self.captured) - (1 if self.randoms else 0)
         # dynamic leaves written in place (their memory is compared with the others')
         self.written = tuple(i for i, _ in self.mutated_inputs)
         # grad mode while tracing (it decides which values have a gradient history: a call
@@ -1176,7 +1202,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                     "does not write that back to the eager tensor. Set requires_grad before "
                     "calling the compiled function.")
         captured = _prune_lifted(ctx, lifted, n_args, specs)
-        specs.extend(LeafSpec("array", shape, np.dtype(dt)) for _, shape, dt, _ in ctx.randoms)
+        if ctx.rng_state is not None:             # the generator state: the last input
+            specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         for idx, t in members:                # written through another argument's memory
             if t._gen != 0 or t._stor.gen != 0:
                 ctx.mutations[idx] = t
@@ -1204,7 +1231,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 g.outputs.append(gr.node)
         # arguments whose C layout decided a reshape's view-or-copy that a write then made
         # observable: the call checks them (eager would decide differently on others)
-        layout_inputs = (list(range(len(specs) - len(ctx.randoms)))
+        layout_inputs = (list(range(len(specs) - (ctx.rng_state is not None)))
                          if any(s1.gen > g1 or s2.gen > g2
                                 for _, s1, g1, s2, g2 in ctx.layout_uses) else [])
     finally:
@@ -1212,6 +1239,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     res = TraceResult(g, specs, out_tree, out_static, mutated, tensor_io or bool(captured),
                       grad_writes, layout_inputs, captured, ctx.randoms)
     res.grad_on = ctx.grad_on
+    res.rng_count = ctx.rng_count
     res.grad_clears = grad_clears
     res.grads_used = ctx.grads_used
     res.out_rg = out_rg

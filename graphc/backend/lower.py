@@ -36,6 +36,8 @@ from llvmlite import ir
 
 from ..errors import TooBigError, UnsupportedOpError
 from ..ir import Graph, describe
+from eager.ops import random as random_op
+
 from . import blas, irtext, vecmath
 from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,
                    numel)
@@ -561,6 +563,8 @@ class Lowerer:
             kb.getitem_grad_kernel(kern.node)
         elif kern.kind == "setitem":
             kb.setitem_kernel(kern.node)
+        elif kern.kind == "philox":
+            kb.philox_kernel(kern.node)
         else:
             raise UnsupportedOpError(f"no lowering for kernel kind {kern.kind}")
         kb.finish()
@@ -1254,6 +1258,81 @@ class KernelBuilder:
 
         self.loop(list(batch) + [M, N], outer, name="mn")
 
+    # --- random draws ------------------------------------------------------------------
+    def philox_kernel(self, n: int) -> None:
+        """Element i of a ``philox`` node: Philox 4x32-10 of counter ``counter + offset + i``
+        and the state's key (eager/ops/random.py says how words become numbers).  Straight
+        integer code per element, so LLVM vectorizes the loop; a pure function of i, so
+        any split among threads gives the same numbers."""
+        b, g = self.b, self.g
+        d = g.nx.nodes[n]
+        a = d["attrs"]
+        dt = np.dtype(d["dtype"])
+        total = numel(d["shape"])
+        if total == 0:
+            return
+        sv = self.plan.views[d["operands"][0]]
+        i64t = np.dtype(np.int64)
+        key = self.load(sv.buf, i64t, ir.Constant(I64, sv.offset), name="key")
+        base = self.load(sv.buf, i64t, ir.Constant(I64, sv.offset + sv.strides[0]),
+                         name="counter")
+        off = int(a["offset"]) % 2 ** 64
+        base = b.add(base, ir.Constant(I64, off - 2 ** 64 if off >= 2 ** 63 else off))
+        k0, k1 = b.trunc(key, I32), b.trunc(b.lshr(key, ir.Constant(I64, 32)), I32)
+        def c64(v: int) -> ir.Constant:        # two's complement: bits, not a value
+            v %= 2 ** 64
+            return ir.Constant(I64, v - 2 ** 64 if v >= 2 ** 63 else v)
+
+        def c32(v: int) -> ir.Constant:
+            v %= 2 ** 32
+            return ir.Constant(I32, v - 2 ** 32 if v >= 2 ** 31 else v)
+
+        def u64(lo, hi):              # a float64 in [0, 1) from 27 + 26 bits of two words
+            x = b.uitofp(b.lshr(lo, c32(5)), F64)
+            y = b.uitofp(b.lshr(hi, c32(6)), F64)
+            return b.fmul(b.fadd(b.fmul(x, ir.Constant(F64, 67108864.0)), y),
+                          ir.Constant(F64, 2.0 ** -53))
+
+        def body(idx):
+            ctr = b.add(base, idx[0])
+            w = [b.trunc(ctr, I32), b.trunc(b.lshr(ctr, c64(32)), I32), c32(0), c32(0)]
+            kk = [k0, k1]
+            for r in range(random_op.ROUNDS):
+                p0 = b.mul(b.zext(w[0], I64), c64(random_op.M0))
+                p1 = b.mul(b.zext(w[2], I64), c64(random_op.M1))
+                w = [b.xor(b.xor(b.trunc(b.lshr(p1, c64(32)), I32), w[1]), kk[0]),
+                     b.trunc(p1, I32),
+                     b.xor(b.xor(b.trunc(b.lshr(p0, c64(32)), I32), w[3]), kk[1]),
+                     b.trunc(p0, I32)]
+                if r + 1 < random_op.ROUNDS:
+                    kk = [b.add(kk[0], c32(random_op.W0)), b.add(kk[1], c32(random_op.W1))]
+            dist = a["dist"]
+            if dist == "uniform" and dt == np.float32:
+                v = b.fmul(b.uitofp(b.lshr(w[0], c32(8)), F32), ir.Constant(F32, 2.0 ** -24))
+            elif dist == "uniform":
+                v = u64(w[0], w[1])
+            elif dist == "normal":
+                u1 = b.fsub(ir.Constant(F64, 1.0), u64(w[0], w[1]))
+                u2 = u64(w[2], w[3])
+                rad = self.math("sqrt", F64, b.fmul(ir.Constant(F64, -2.0),
+                                                    self.math("log", F64, u1)))
+                ang = b.fmul(ir.Constant(F64, 2.0 * np.pi), u2)
+                v = b.fmul(rad, self.math("cos", F64, ang))
+                if dt == np.float32:
+                    v = b.fptrunc(v, F32)
+            else:
+                bits = b.or_(b.zext(w[0], I64), b.shl(b.zext(w[1], I64), c64(32)))
+                v = b.add(b.urem(bits, c64(int(a["high"]) - int(a["low"]))), c64(int(a["low"])))
+                if dt == np.int32:
+                    v = b.trunc(v, I32)
+            self.store(n, dt, idx[0], v)
+
+        if self.par is not None:
+            self.outer_size = total
+            self.loop([total], body, name="r", outer_range=(self.par[0], self.par[1]))
+        else:
+            self.loop([total], body, name="r")
+
     # --- argmax / argmin ------------------------------------------------------------------
     def argreduce_kernel(self, n: int) -> None:
         plan, g, b = self.plan, self.g, self.b
@@ -1472,6 +1551,8 @@ def parallel_ok(plan: Plan, kern: Kernel) -> bool:
         gd = gemm_dims(plan, kern.node)
         return (gd.blas and gd.split_size >= 2 and
                 numel(gd.batch + (gd.M, gd.K, gd.N)) >= GEMM_PARALLEL_MIN)
+    if kern.kind == "philox":
+        return numel(kern.space) >= PARALLEL_MIN
     if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
         return False
     for r in kern.reduces:

@@ -28,7 +28,7 @@ ELEMENTWISE = frozenset({
 REDUCE = frozenset({"sum", "mean", "max", "min", "max_dim", "min_dim", "all", "any"})
 ARGREDUCE = frozenset({"argmax", "argmin"})
 VIEW_OPS = frozenset({"reshape", "transpose", "expand"})
-SPECIAL = frozenset({"getitem_grad", "setitem"})
+SPECIAL = frozenset({"getitem_grad", "setitem", "philox"})
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
 
@@ -143,7 +143,7 @@ class Kernel:
     """One unit of generated code, run in order by the entry point."""
 
     def __init__(self, kind: str, space: tuple = (), node: Optional[int] = None) -> None:
-        self.kind = kind          # loop | matmul | argreduce | getitem | getitem_grad | setitem | copy
+        self.kind = kind          # loop | matmul | argreduce | getitem | getitem_grad | setitem | philox | copy
         self.space = tuple(space)
         self.node = node          # the node of a non-loop kernel
         self.stores: list = []    # [(node, dest buffer)] elementwise results stored over space

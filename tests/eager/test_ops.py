@@ -25,7 +25,9 @@ from eager.tensor import Tensor
 
 # Ops whose outputs carry no gradient (comparisons, logic, index-valued reductions, and
 # graphc's stop-gradient ``detach``, the one with a float output).
-STOP_GRADIENT = {"detach"}
+# float outputs with no gradient: detach (stop_gradient) and random draws, whose only
+# operand is the integer generator state
+STOP_GRADIENT = {"detach", "philox"}
 NON_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
                       "logical_not", "argmax", "argmin", "all", "any"} | STOP_GRADIENT
 # Beyond kind == "elementwise", the structural ops whose second derivatives we check.

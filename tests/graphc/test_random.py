@@ -1,7 +1,8 @@
 """Random numbers inside compiled code: drawn at every call, reproducible by seed.
 
-Draws are graph inputs the call fills from graphc's Philox stream (graphc.runtime.rng);
-the mask of a dropout is one of them, so its gradient is the same mask, not a new one.
+Draws are ``philox`` nodes generated in native code from the call's generator state
+(graphc.runtime.rng): the backward recomputes a dropout's mask from the same state, so
+its gradient is the same mask, not a new one.
 """
 from __future__ import annotations
 
@@ -76,21 +77,76 @@ def test_dropout_respects_train_and_eval():
 
 
 def test_the_numbers_do_not_depend_on_the_thread_count():
-    from graphc.backend import blas
+    from graphc.backend import lower
     from graphc.runtime import parallel
-    f = graphc.compile(lambda x: (x + eager.rand_like(x)).exp())
-    x = np.zeros(1 << 19)
+    f = graphc.compile(lambda x: (x + eager.rand_like(x)).exp() + eager.randn(x.shape[0]))
+    x = np.zeros(1 << 19)                  # above PARALLEL_MIN: the draws are shared out
     outs = []
-    old, old_blas = parallel.get_num_threads(), blas.get_num_threads()
+    old = parallel.get_num_threads()
     try:
-        for n in (1, 2):
+        for n in (1, 2, 3):
             parallel.set_num_threads(n)
             eager.manual_seed(11)
             outs.append(f(x))
-    finally:                    # (set_num_threads sets BLAS's count too: both restored)
+    finally:
         parallel.set_num_threads(old)
-        blas.set_num_threads(old_blas)
     np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+    plan = next(iter(f._cache.values())).stages["_executable"].plan
+    assert any(k.kind == "philox" and lower.parallel_ok(plan, k) for k in plan.kernels)
+
+
+def test_philox_matches_the_published_known_answers():
+    """Random123's known-answer vectors for Philox 4x32-10 (kat_vectors)."""
+    from eager.ops.random import philox4x32
+
+    def run(ctr, key):
+        words = philox4x32(*[np.array([c], np.uint64) for c in ctr], *key)
+        return [int(w[0]) for w in words]
+
+    assert run((0, 0, 0, 0), (0, 0)) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    f = 0xFFFFFFFF
+    assert run((f, f, f, f), (f, f)) == [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
+    assert run((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0)) == \
+        [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+
+
+@pytest.mark.parametrize("dist,dtype", [("uniform", "float32"), ("uniform", "float64"),
+                                        ("integers", "int64"), ("integers", "int32"),
+                                        ("normal", "float32"), ("normal", "float64")])
+@pytest.mark.parametrize("shape", [(), (0,), (3, 5), (1 << 18 | 3,)])
+def test_native_draws_are_the_interpreters(dist, dtype, shape):
+    """The native kernel and the numpy forward (graphc's interpreter) give the same bits;
+    a float64 normal may differ in its last bit (log and cos are not libm's)."""
+    from eager.ops import OPS
+    state = np.array([-0x0123456789ABCDEF, 2 ** 63 - 5], np.int64)   # counters wrap
+    high = 2 ** 40 if dtype == "int64" else 1000
+    attrs = dict(dist=dist, shape=shape, dtype=dtype, low=-7, high=high, offset=3)
+    want = OPS["philox"].forward(state, **attrs)
+    got = graphc.compile(lambda s: s._op("philox", None, **attrs))(state)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if dist == "normal" and dtype == "float64":
+        np.testing.assert_allclose(got, want, rtol=4e-16, atol=4e-16)
+    else:
+        np.testing.assert_array_equal(got, want)
+    if dist == "integers" and want.size:
+        assert want.min() >= -7 and want.max() < high
+
+
+def test_a_graph_with_random_draws_round_trips_through_json():
+    from graphc.serialize import from_json, to_json
+    g = graphc.trace(lambda x: x + eager.randn(3) * eager.rand(3), np.zeros(3))
+    text = to_json(g)
+    assert to_json(from_json(text)) == text
+    assert [g.nx.nodes[n]["attrs"]["offset"] for n in g.nx.nodes
+            if g.nx.nodes[n]["op"] == "philox"] == [0, 3]
+
+
+def test_draws_of_zero_dimensional_and_empty_shapes():
+    f = graphc.compile(lambda x: (eager.randn(()) + x, eager.rand(0, 4), eager.randint(3, (0,))))
+    a, b, c = f(np.zeros(()))
+    assert a.shape == () and np.isfinite(a)
+    assert b.shape == (0, 4) and c.shape == (0,) and c.dtype == np.int64
 
 
 def test_eager_keeps_its_own_stream():
