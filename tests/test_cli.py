@@ -322,3 +322,16 @@ def test_bench_quick():
     assert [w["id"] for w in d["workloads"]] == ["W0", "W3"]
     r = run("bench", "--threads", "0")
     assert_usage_error(r, "--threads")
+    env = d["environment"]
+    assert env["graphc threads"].split()[0].isdigit() and "numpy BLAS threads" in env
+
+
+def test_bench_verdicts_against_pytorch_eager_and_the_products():
+    from graphc.bench import _verdict
+    times = {"numpy": 2.0, "matmuls only": 1.0, "eager": 3.0, "compiled": 1.2,
+             "torch eager": 3.3}
+    assert _verdict("<=t", 1.0, times, "eager") == "target <= 1.0x torch eager (0.91x): met"
+    assert _verdict("<=m", 1.3, times, "compiled") == \
+        "target <= 1.3x matmuls only (1.20x): met"
+    del times["torch eager"]
+    assert "not measured" in _verdict("<=t", 1.0, times, "eager")
