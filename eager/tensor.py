@@ -20,7 +20,7 @@ from .autograd import function as _function_mod
 from .autograd import grad_mode
 from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
 from .ops.movement import broadcast_view as _broadcast_view
-from .ops.registry import OPS
+from .ops.registry import OPS, Meta
 
 _STATE = grad_mode.STATE
 _ndarray = np.ndarray
@@ -640,6 +640,11 @@ class Tensor(TensorOps):
         _check_view_of_leaf(self)
         if self.grad_fn is None and self._rg:
             raise RuntimeError(LEAF_INPLACE)
+        from .ops.movement import assigned_shape
+        want = assigned_shape(v._data.shape, Meta(self._data.shape, self._data.dtype),
+                              tuple(Meta(a._data.shape, a._data.dtype) for a in arrays), spec)
+        if want != v._data.shape:
+            v = v.reshape(want)                  # leading size-1 dims dropped, as numpy does
         snap = Tensor._make(self._data)
         snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
         res = snap._op("setitem", gname, v, *arrays, index=spec)

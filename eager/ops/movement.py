@@ -201,6 +201,19 @@ def _getitem_grad_shape(g: Meta, *idx: Meta, index, shape) -> Meta:
     return Meta(tuple(shape), g.dtype)
 
 
+def assigned_shape(v_shape: tuple, x: Meta, idx: tuple, index: tuple) -> tuple:
+    """The shape ``x[index] = v`` assigns ``v`` as: numpy and PyTorch drop leading size-1
+    dims of a value with more dims than the selection (``a[..., :1] = ones(1, 1)`` for a
+    1-D ``a``).  Callers reshape the value to it before making a ``setitem``."""
+    v_shape = tuple(v_shape)
+    if any(it[0] == "t" and idx[it[1]].dtype.kind == "b" for it in index):
+        return v_shape
+    sel = _getitem_shape(x, *idx, index=index).shape
+    while len(v_shape) > len(sel) and v_shape[0] == 1:
+        v_shape = v_shape[1:]
+    return v_shape
+
+
 def _check_assigned(op: str, v: Meta, x: Meta, idx: tuple, index: tuple) -> None:
     """``x[index] = v`` must be well formed: the index valid for ``x`` and ``v``
     broadcastable to what it selects (as numpy requires), so the code that assigns never

@@ -558,3 +558,25 @@ def test_contiguous_copies_exactly_when_eager_and_pytorch_do():
         return x, y, z
     _same(f, np.arange(6.0).reshape(2, 3))
     assert f(eager.tensor(np.arange(6.0).reshape(2, 3)))[0].numpy()[1, 0] == 3.0
+
+
+def test_an_assigned_value_with_extra_leading_ones_is_accepted_as_numpy_does():
+    """``a[..., :1] = v`` with ``v`` of shape (1, 1) into a 1-D ``a``: numpy and PyTorch
+    drop the value's leading size-1 dims; eager with and without grad, and the compiled
+    function, agree (found by the fuzzer, seed 5523)."""
+    def f(x):
+        v = (x > 0).all(-2).to(x.dtype)
+        v[..., :1] = x[..., :1]
+        return v
+
+    x = np.array([[0.5, -1.0, 2.0, 0.0]], np.float32)
+    want = np.array([0.5, 0.0, 1.0, 0.0], np.float32)
+    np.testing.assert_array_equal(f(eager.tensor(x)).numpy(), want)
+    np.testing.assert_array_equal(graphc.compile(f)(x), want)
+    w = eager.tensor(x, requires_grad=True)
+    out = f(w * 1)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.detach().numpy(), want)
+    np.testing.assert_array_equal(w.grad.numpy(), [[1.0, 0.0, 0.0, 0.0]])
+    gw = graphc.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_array_equal(gw, [[1.0, 0.0, 0.0, 0.0]])
