@@ -510,9 +510,9 @@ class Tracer(TensorOps):
             value = value.to(self._meta_dtype)
         from eager.ops.movement import assigned_shape
         from eager.ops.registry import Meta
-        want = assigned_shape(value._meta_shape, Meta(self._meta_shape, self._meta_dtype),
-                              tuple(Meta(a._meta_shape, a._meta_dtype) for a in arrays), spec)
-        if want != tuple(value._meta_shape):
+        want = assigned_shape(tuple(value.shape), Meta(self._meta_shape, self._meta_dtype),
+                              tuple(Meta(tuple(a.shape), a._npdtype) for a in arrays), spec)
+        if want != tuple(value.shape):
             value = value.reshape(want)       # leading size-1 dims dropped, as numpy does
         if spec == (("t", 0),) and arrays[0]._npdtype.kind == "b":
             out = _masked_assignment(self, arrays[0], value)
