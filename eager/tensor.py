@@ -1186,6 +1186,26 @@ class _RandomHook(threading.local):
 RANDOM = _RandomHook()
 
 
+class _FactoryHook(threading.local):
+    """While a tracing compiler (graphc) traces on this thread, the tensors the factories
+    make (``zeros``, ``ones``, ``full``, ``empty``, ``arange``, ``linspace``, ``eye`` and
+    the ``_like`` forms) are asked of it: ``hook(array, requires_grad)`` gives a traced
+    constant, so writing traced values into one in place (``out = zeros(T, H);
+    out[t] = h``) is traced too instead of failing on an eager tensor."""
+    hook = None
+
+
+FACTORY = _FactoryHook()
+
+
+def _factory(arr: np.ndarray, requires_grad: bool, device_=None):
+    if FACTORY.hook is not None:
+        if device_ is not None:
+            _check_device(device_)
+        return FACTORY.hook(arr, requires_grad)
+    return _finish(arr, requires_grad, device_)
+
+
 def manual_seed(seed: int):
     """Seed eager's generator and compiled code's (numbers differ from PyTorch's, and
     eager's from compiled code's; each sequence is reproducible)."""
@@ -1249,22 +1269,22 @@ def bernoulli(input: Tensor, p: Optional[float] = None, generator=None) -> Tenso
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.zeros(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+    return _factory(np.zeros(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.ones(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+    return _factory(np.ones(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _finish(np.empty(_shape(size), dtype=_dt(dtype)), requires_grad, device)
+    return _factory(np.empty(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     if dtype is None:
         dtype = D.infer_np_dtype(fill_value) if not isinstance(fill_value, builtins.float) \
             else D.DEFAULT_FLOAT
-    return _finish(np.full(_shape((size,)), fill_value, dtype=_dt(dtype)), requires_grad, device)
+    return _factory(np.full(_shape((size,)), fill_value, dtype=_dt(dtype)), requires_grad, device)
 
 
 def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -1294,15 +1314,15 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         npd = D.to_np(dtype)
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
-    return _finish(np.arange(start, end, step).astype(npd), requires_grad, device)
+    return _factory(np.arange(start, end, step).astype(npd), requires_grad, device)
 
 
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.linspace(start, end, steps).astype(_dt(dtype)), requires_grad, device)
+    return _factory(np.linspace(start, end, steps).astype(_dt(dtype)), requires_grad, device)
 
 
 def eye(n: int, m: Optional[int] = None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)
+    return _factory(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)
 
 
 def _typed_ctor(npd):

@@ -20,7 +20,7 @@ import eager
 from eager import _dtype as D
 from eager._surface import Size, TensorOps, decode_index
 from eager.ops.registry import check_size
-from eager.tensor import PINNED, Tensor
+from eager.tensor import FACTORY, PINNED, Tensor
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
@@ -103,6 +103,16 @@ class TraceContext:
         self.rng_count += n
         self.randoms.append((kind, shape, dtype.name, dict(params)))
         return out if draw == dtype else out.to(dtype)
+
+    def factory(self, arr: np.ndarray, requires_grad: bool) -> "Tracer":
+        """A tensor made by an eager factory while tracing (``eager.zeros`` & co.): a
+        constant of the graph, traced so that in-place writes into it are traced."""
+        arr = np.asarray(arr)
+        nid = self.graph.add_const(arr, src=user_src(3))
+        t = Tracer(self, nid, arr.shape, arr.dtype, c_layout(arr.shape))
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
 
     def const(self, value: Any, src: str = "") -> int:
         if isinstance(value, np.ndarray):
@@ -1156,7 +1166,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     swapped = []
     from eager.tensor import RANDOM
     from eager.nn import CALLS
-    outer_hook, outer_calls = RANDOM.hook, CALLS.tracing
+    outer_hook, outer_calls, outer_factory = RANDOM.hook, CALLS.tracing, FACTORY.hook
     py_state, np_state = _global_random_states()
     try:
         try:
@@ -1164,6 +1174,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 if cap.place is not None:     # tensor: self.weight.t() is traced
                     swapped.append((cap, cap.swap(args, t)))
             RANDOM.hook = ctx.random      # eager.randn & co. give traced draws
+            FACTORY.hook = ctx.factory    # eager.zeros & co. give traced constants
             CALLS.tracing = []            # which module an error came through
             out = fn(*call_args)
         except Exception as e:
@@ -1172,6 +1183,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         finally:
             CALLS.tracing = outer_calls
             RANDOM.hook = outer_hook
+            FACTORY.hook = outer_factory
             for cap, old in reversed(swapped):
                 cap.swap(args, old)
             for t in pinned:

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import _dtype as D
 from ..autograd.grad_mode import no_grad
+from .._surface import TensorOps
 from ..tensor import Tensor, empty, rand
 from . import functional as F
 
@@ -59,6 +60,12 @@ class Parameter(metaclass=_ParameterMeta):
         if data is None:
             data = empty(0)
         if not isinstance(data, Tensor):
+            if isinstance(data, TensorOps):     # a traced value: made while compiling
+                raise TypeError(
+                    "Parameter(): a parameter (or a module) cannot be created inside a "
+                    "function a compiler is tracing: its data is a traced value. Create the "
+                    "module outside the compiled function (e.g. in __init__) and call it "
+                    "inside.")
             raise TypeError(f"Parameter(): expected a Tensor as data, got {type(data).__name__}")
         t = data.detach()
         t.requires_grad_(requires_grad)

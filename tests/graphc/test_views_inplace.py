@@ -580,3 +580,37 @@ def test_an_assigned_value_with_extra_leading_ones_is_accepted_as_numpy_does():
     np.testing.assert_array_equal(w.grad.numpy(), [[1.0, 0.0, 0.0, 0.0]])
     gw = graphc.grad(lambda x: f(x).sum())(x)
     np.testing.assert_array_equal(gw, [[1.0, 0.0, 0.0, 0.0]])
+
+
+def test_tensors_made_by_factories_inside_a_compiled_function_take_traced_writes():
+    """``out = torch.zeros(T, H); out[t] = h`` (an RNN's buffer), ``zeros_like(x).add_(x)``:
+    factories called while tracing give traced constants, so the in-place writes are
+    traced (they failed: an eager tensor cannot hold a traced value)."""
+    def rnn_buffer(x):
+        out = eager.zeros(3, 2)
+        h = x
+        for t in range(3):
+            h = (h * 0.5 + 1.0).tanh()
+            out[t] = h
+        z = eager.zeros_like(x)
+        z.add_(x)
+        return out, z + eager.arange(2) + eager.ones(2) + eager.full((2,), 2.0)
+
+    x = np.array([0.3, -1.2])
+    want = [t.numpy() for t in rnn_buffer(eager.tensor(x))]
+    got = graphc.compile(rnn_buffer)(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    loss = lambda x: rnn_buffer(x)[0].sum()          # noqa: E731
+    xe = eager.tensor(x, requires_grad=True)
+    loss(xe).backward()
+    np.testing.assert_allclose(graphc.grad(loss)(x), xe.grad.numpy(), rtol=1e-12)
+
+
+def test_a_module_created_inside_a_compiled_function_is_refused_clearly():
+    def f(x):
+        return eager.nn.Linear(2, 3)(x)
+
+    with pytest.raises(TypeError, match="cannot be created inside a function a compiler is "
+                                        "tracing"):
+        graphc.compile(f)(np.ones(2, np.float32))
