@@ -140,3 +140,26 @@ def test_thread_counts_agree_to_rounding(threads):
         outs.append(graphc.compile(lambda x, w: (x @ w).tanh())(x, w))
     for o in outs[1:]:
         np.testing.assert_allclose(o, outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_python_threads_sharing_a_compiled_product_get_right_results(threads):
+    """Four Python threads call one compiled product with a fused epilogue at once: a
+    call that finds the pool busy runs its shares itself."""
+    import threading
+    threads(2)
+    a, b = _rand(64, 1000), _rand(1000, 100, seed=11)
+    f = graphc.compile(lambda a, b: (a @ b).clip(0) * 2)
+    want = np.maximum(_ref(a, b), 0) * 2
+    bad = []
+
+    def work():
+        for _ in range(50):
+            if not np.allclose(f(a, b), want, rtol=2e-4, atol=2e-3):
+                bad.append(1)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
