@@ -17,7 +17,7 @@ import numpy as np
 
 from .autograd.grad_mode import enable_grad
 from .nn import _typename, _zero_grad
-from .tensor import RANDOM, Tensor
+from .tensor import TRACING, Tensor
 
 
 class Optimizer:
@@ -146,10 +146,10 @@ class Optimizer:
 
 def _not_while_traced(opt: Optimizer, what: str) -> None:
     """An optimizer updates the buffers of the eager tensors it holds, directly.  Inside a
-    function a compiler is tracing (``RANDOM.hook`` is set on this thread), that update
+    function a compiler is tracing (``TRACING.tracer`` is set on this thread), that update
     would happen once, while tracing, from whatever .grad the eager tensors had then, and
     never be part of the compiled code: refuse it."""
-    if RANDOM.hook is not None:
+    if TRACING.tracer is not None:
         raise RuntimeError(
             f"{type(opt).__name__}.{what}() was called inside a function being compiled: "
             "eager optimizers update the eager tensors' buffers directly, which the compiled "

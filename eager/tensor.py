@@ -1177,32 +1177,27 @@ _gen = np.random.default_rng()
 SEED = [None, 0]
 
 
-class _RandomHook(threading.local):
-    """While a tracing compiler (graphc) traces on this thread, random factories ask it for
-    a traced draw instead of drawing now: ``hook(kind, shape, dtype, params)``."""
-    hook = None
+class _Tracing(threading.local):
+    """What a tracing compiler (graphc) asks of eager while it traces on this thread
+    (``tracer`` is None otherwise): random draws (``randn`` & co.) and the tensors the
+    factories make (``zeros``, ``ones``, ``full``, ``empty``, ``arange``, ``linspace``,
+    ``eye`` and the ``_like`` forms) come from ``tracer.random(kind, shape, dtype,
+    params)`` and ``tracer.factory(array, requires_grad)`` as traced values, so fresh
+    draws are made at every call and writing traced values into a factory's tensor in
+    place (``out = zeros(T, H); out[t] = h``) is traced too; code that must not run
+    while tracing (an optimizer's step) checks it."""
+    tracer = None
 
 
-RANDOM = _RandomHook()
-
-
-class _FactoryHook(threading.local):
-    """While a tracing compiler (graphc) traces on this thread, the tensors the factories
-    make (``zeros``, ``ones``, ``full``, ``empty``, ``arange``, ``linspace``, ``eye`` and
-    the ``_like`` forms) are asked of it: ``hook(array, requires_grad)`` gives a traced
-    constant, so writing traced values into one in place (``out = zeros(T, H);
-    out[t] = h``) is traced too instead of failing on an eager tensor."""
-    hook = None
-
-
-FACTORY = _FactoryHook()
+TRACING = _Tracing()
 
 
 def _factory(arr: np.ndarray, requires_grad: bool, device_=None):
-    if FACTORY.hook is not None:
+    tracer = TRACING.tracer
+    if tracer is not None:
         if device_ is not None:
             _check_device(device_)
-        return FACTORY.hook(arr, requires_grad)
+        return tracer.factory(arr, requires_grad)
     return _finish(arr, requires_grad, device_)
 
 
@@ -1226,8 +1221,8 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
     npd = _dt(dtype)
     if npd.kind != "f":
         raise RuntimeError(f"randn: expected a floating point dtype, got {D.from_np(npd)}")
-    if RANDOM.hook is not None and generator is None:
-        return RANDOM.hook("normal", _shape(size), npd, {})
+    if TRACING.tracer is not None and generator is None:
+        return TRACING.tracer.random("normal", _shape(size), npd, {})
     arr = g.standard_normal(_shape(size), dtype=npd if npd != np.float16 else np.float32)
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
@@ -1235,8 +1230,8 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
 def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
     g = generator if generator is not None else _gen
     npd = _dt(dtype)
-    if RANDOM.hook is not None and generator is None:
-        return RANDOM.hook("uniform", _shape(size), npd, {})
+    if TRACING.tracer is not None and generator is None:
+        return TRACING.tracer.random("uniform", _shape(size), npd, {})
     arr = g.random(_shape(size), dtype=npd if npd in (np.float32, np.float64) else np.float64)
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
@@ -1246,8 +1241,8 @@ def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=Fals
         low, high, size = 0, low, high
     elif high is None:
         low, high = 0, low
-    if RANDOM.hook is not None:
-        return RANDOM.hook("integers", tuple(size), _dt(dtype, np.dtype(np.int64)),
+    if TRACING.tracer is not None:
+        return TRACING.tracer.random("integers", tuple(size), _dt(dtype, np.dtype(np.int64)),
                            {"low": builtins.int(low), "high": builtins.int(high)})
     arr = _gen.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
     return _finish(arr, requires_grad, device)

@@ -441,7 +441,8 @@ class CompiledFunction:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         tr = entry.trace
-        if tr.tensor_io and tr.grad_on is not eager.is_grad_enabled():
+        grad_on = eager.is_grad_enabled()
+        if tr.tensor_io and tr.grad_on is not grad_on:
             entry = self._other_grad_mode(entry, args)
             tr = entry.trace
         if tr.captured or tr.randoms:
@@ -450,8 +451,7 @@ class CompiledFunction:
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
-        if tr.tensor_io and not tr.grad_writes and not tr.grad_clears and \
-                eager.is_grad_enabled() and \
+        if grad_on and tr.tensor_io and not tr.grad_writes and not tr.grad_clears and \
                 any(a.__class__ is Tensor and a._rg for a in dyn):
             return _run_differentiable(self, entry, dyn)
         outs = entry.run(_arrays(dyn, tr.in_specs))
@@ -909,9 +909,8 @@ def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
     tr = entry.trace
     for idx, _ in tr.mutated_inputs:
         if dyn[idx].__class__ is Tensor and dyn[idx]._rg:
-            from .tracer import _graph_input_pos
-            name = (tr.captured[idx - tr.n_args].name if idx >= tr.n_args else "argument " +
-                    tr.graph.input_names[_graph_input_pos(tr.in_specs, idx)])
+            name = _input_names(tr)[idx]
+            name = name if idx >= tr.n_args else f"argument {name}"
             raise GraphcError(
                 f"{cf.__name__}: it updates {name}, which requires grad, in place (under "
                 "no_grad()) and its outputs need gradients: eager differentiates with "

@@ -9,6 +9,7 @@ the argument the value depends on and the source line.
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import re
 import sys
@@ -20,7 +21,7 @@ import eager
 from eager import _dtype as D
 from eager._surface import Size, TensorOps, decode_index
 from eager.ops.registry import check_size
-from eager.tensor import FACTORY, PINNED, Tensor
+from eager.tensor import PINNED, TRACING, Tensor
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
@@ -95,9 +96,7 @@ class TraceContext:
         else:
             draw = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
             low, high = 0, 1
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         out = self.rng_state._op("philox", None, dist=kind, shape=shape, dtype=draw.name,
                                  low=low, high=high, offset=self.rng_count)
         self.rng_count += n
@@ -1164,17 +1163,15 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     for t, path, *_ in watched:
         PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
     swapped = []
-    from eager.tensor import RANDOM
     from eager.nn import CALLS
-    outer_hook, outer_calls, outer_factory = RANDOM.hook, CALLS.tracing, FACTORY.hook
+    outer_tracer, outer_calls = TRACING.tracer, CALLS.tracing
     py_state, np_state = _global_random_states()
     try:
         try:
             for cap, t in lifted:         # the function reads the tracer where it reads the
                 if cap.place is not None:     # tensor: self.weight.t() is traced
                     swapped.append((cap, cap.swap(args, t)))
-            RANDOM.hook = ctx.random      # eager.randn & co. give traced draws
-            FACTORY.hook = ctx.factory    # eager.zeros & co. give traced constants
+            TRACING.tracer = ctx          # eager.randn, eager.zeros & co. give traced values
             CALLS.tracing = []            # which module an error came through
             out = fn(*call_args)
         except Exception as e:
@@ -1182,8 +1179,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             raise
         finally:
             CALLS.tracing = outer_calls
-            RANDOM.hook = outer_hook
-            FACTORY.hook = outer_factory
+            TRACING.tracer = outer_tracer
             for cap, old in reversed(swapped):
                 cap.swap(args, old)
             for t in pinned:

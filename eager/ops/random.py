@@ -22,6 +22,8 @@ Per element, one Philox block gives four 32-bit words w0..w3:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .registry import Meta, check_size, defop
@@ -51,9 +53,7 @@ def _uniform64(a, b):
 
 def _philox(state, dist, shape, dtype, low, high, offset):
     dt = np.dtype(dtype)
-    n = 1
-    for d in shape:
-        n *= int(d)
+    n = math.prod(int(d) for d in shape)
     st = np.ascontiguousarray(state, dtype=np.int64).view(np.uint64)
     key, base = int(st[0]), int(st[1])
     with np.errstate(over="ignore"):

@@ -73,16 +73,21 @@ def seed_step(x, y, w1, w2):
 
 
 @pytest.fixture
-def one_thread():
+def threads():
+    """graphc.set_num_threads for the test; the count is restored after."""
+    from graphc.runtime import parallel
+    before = parallel.get_num_threads()
+    yield parallel.set_num_threads
+    parallel.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread(threads):
     """graphc's products on one thread, blocked as numpy's one-thread BLAS blocks eager's:
     a 500-step float32 run that converges from a loss of 1e6 to 1e-4 amplifies any
     rounding difference (products shared out by rows round differently, as numpy's own
     threaded BLAS does: its 2-thread run differs from its 1-thread run as much)."""
-    from graphc.runtime import parallel
-    before = parallel.get_num_threads()
-    parallel.set_num_threads(1)
-    yield
-    parallel.set_num_threads(before)
+    threads(1)
 
 
 @pytest.mark.slow
@@ -110,23 +115,24 @@ def test_seed_step_500_steps_compiled_equals_eager(one_thread):
         "re-traced seed_step: argument w1: .grad None -> set; argument w2: .grad None -> set"]
 
 
-def test_seed_step_with_products_shared_by_two_threads_follows_eager():
+def test_seed_step_with_products_shared_by_two_threads_follows_eager(threads):
     """Two threads: the products are shared out by rows and the SGD update runs inside
     each share (backend/lower.py: epilogues); 50 steps agree with eager to float32."""
-    from graphc.runtime import parallel
-    before = parallel.get_num_threads()
-    parallel.set_num_threads(2)
-    try:
-        x, y, w1, w2 = _seed_data()
-        c1, c2 = _clone(w1), _clone(w2)
-        step = graphc.compile(seed_step)
-        for t in range(50):
-            le = seed_step(x, y, w1, w2)
-            lc = step(x, y, c1, c2)
-            assert float(lc) == pytest.approx(float(le), rel=1e-4), f"step {t}"
-            assert_same_state([w1, w2], [c1, c2], f"after step {t}")
-    finally:
-        parallel.set_num_threads(before)
+    threads(2)
+    _compiled_follows_eager(seed_step, _seed_data(), steps=50)
+
+
+def _compiled_follows_eager(step, data, steps: int) -> None:
+    """Run ``step`` eagerly and compiled from the same weights: same loss and state
+    (weights and .grad) after every step."""
+    x, y, w1, w2 = data
+    c1, c2 = _clone(w1), _clone(w2)
+    cstep = graphc.compile(step)
+    for t in range(steps):
+        le = step(x, y, w1, w2)
+        lc = cstep(x, y, c1, c2)
+        assert float(lc) == pytest.approx(float(le), rel=1e-4), f"step {t}"
+        assert_same_state([w1, w2], [c1, c2], f"after step {t}")
 
 
 def test_seed_step_graph_contents():
@@ -207,14 +213,7 @@ def test_step_that_sets_grad_to_none_first():
             w2 -= 1e-3 * w2.grad
         return loss
 
-    x, y, w1, w2 = _seed_data(n=8, d_in=5, h=6, d_out=2, seed=3)
-    c1, c2 = _clone(w1), _clone(w2)
-    cstep = graphc.compile(step)
-    for t in range(10):
-        le = step(x, y, w1, w2)
-        lc = cstep(x, y, c1, c2)
-        assert float(lc) == pytest.approx(float(le), rel=1e-4), f"step {t}"
-        assert_same_state([w1, w2], [c1, c2], f"after step {t}")
+    _compiled_follows_eager(step, _seed_data(n=8, d_in=5, h=6, d_out=2, seed=3), steps=10)
 
 
 def test_functional_step_with_graphc_grad_matches_the_seed():
