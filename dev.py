@@ -7,6 +7,7 @@ installed into .venv from the package index on first use.
     python3 dev.py demo      # eager vs compiled on the seeds' MLP
     python3 dev.py test      # the test suite (extra args go to pytest)
     python3 dev.py bench     # the benchmark tables
+    python3 dev.py docs      # regenerate docs/ir.md's op table from the op records
 """
 from __future__ import annotations
 
@@ -41,6 +42,22 @@ def ensure_venv() -> None:
     marker.write_text(_stamp())
 
 
+OP_TABLE = ("<!-- op-table: begin -->\n", "<!-- op-table: end -->")
+
+
+def write_op_table() -> int:
+    """Rewrite the generated op table of docs/ir.md from the op records."""
+    table = subprocess.run([str(PY), "-c", "import eager; from eager.ops.registry import "
+                            "op_table; print(op_table(), end='')"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout
+    doc = ROOT / "docs" / "ir.md"
+    text = doc.read_text(encoding="utf-8")
+    begin, end = text.index(OP_TABLE[0]) + len(OP_TABLE[0]), text.index(OP_TABLE[1])
+    doc.write_text(text[:begin] + table + text[end:], encoding="utf-8")
+    print(f"dev.py: wrote the op table of {doc.relative_to(ROOT)}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -55,9 +72,12 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
     if cmd == "bench":
         return subprocess.call([str(BIN / "graphc"), "bench", *rest], cwd=ROOT)
+    if cmd == "docs":
+        return write_op_table()
     if cmd == "setup":
         return 0
-    print(f"dev.py: unknown command {cmd!r}; use demo, test, bench or setup", file=sys.stderr)
+    print(f"dev.py: unknown command {cmd!r}; use demo, test, bench, docs or setup",
+          file=sys.stderr)
     return 2
 
 

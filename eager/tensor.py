@@ -20,7 +20,7 @@ from .autograd import function as _function_mod
 from .autograd import grad_mode
 from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
 from .ops.movement import broadcast_view as _broadcast_view
-from .ops.registry import OPS, Meta
+from .ops.registry import OPS, Meta, ops_of
 
 _STATE = grad_mode.STATE
 _ndarray = np.ndarray
@@ -122,14 +122,14 @@ class Tensor(TensorOps):
         if len(operands) == 1:
             x = operands[0]
             out = _make(opdef.forward(x._data, **attrs))
-            if opdef.kind == "movement":
+            if op in _LINKS_VIEWS:
                 _link_view(out, operands, op, attrs)
             if x._rg and _STATE.enabled and opdef.vjp is not None:
                 _record1(out, opdef, gname, x, attrs)
             return out
         arrays = [o._data if o.__class__ is Tensor else o for o in operands]
         out = _make(opdef.forward(*arrays, **attrs))
-        if opdef.kind == "movement":
+        if op in _LINKS_VIEWS:
             _link_view(out, operands, op, attrs)
         if _STATE.enabled and opdef.vjp is not None:
             _record(out, opdef, gname, operands, attrs)
@@ -704,7 +704,10 @@ _function_mod._sum_to = _surface_mod.sum_to
 # PyTorch, such a view shares its base's version counter (so an in-place write through
 # either invalidates tensors the graph saved), and an in-place op recorded on a view
 # gives its base a new history (CopySlices) instead of silently bypassing it.
-_VIEW_OPS = ("reshape", "transpose", "getitem")
+# the ops whose numpy forward may return a view (declared by their records), and the ops
+# whose result may share memory with an operand (the view and index families)
+_VIEW_OPS = frozenset(name for name, op in OPS.items() if op.view)
+_LINKS_VIEWS = ops_of("view", "index")
 VIEW_OF_LEAF_INPLACE = ("a view of a leaf Variable that requires grad is being used in an "
                         "in-place operation.")
 # How a view was made (``_view[4]``, PyTorch's CreationMeta): None for an ordinary view,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from eager._dtype import FROM_NP
-from eager.ops.registry import OPS
+from eager.ops.registry import ATTR_TYPES, OPS
 
 from .errors import GraphFormatError, GraphVerificationError
 from .ir import Graph, verify
@@ -189,23 +189,28 @@ def _dec(v: Any, where: str, depth: int = 0) -> Any:
     _fail(f"unexpected attribute value {_show(v)}", where)
 
 
-_ATTR_CHECKS = {
-    "axis": lambda v: v is None or _is_int(v) or (
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# one check per attribute type of the op records (eager.ops.registry.ATTR_TYPES): an op's
+# record declares each attribute's type, so a new op's attributes are checked here with no
+# new line (tests/graphc/test_ir_json.py fails when a type has no check)
+TYPE_CHECKS = {
+    "axes": lambda v: v is None or _is_int(v) or (
         isinstance(v, tuple) and all(_is_int(x) for x in v)),
-    "keepdim": lambda v: isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: _is_int(v),
+    "count": lambda v: _is_int(v) and v >= 0,
+    "float": _number,
+    "number?": lambda v: v is None or _number(v),
+    "scalar": lambda v: isinstance(v, (int, float, bool)) or isinstance(v, np.ndarray),
     "shape": lambda v: isinstance(v, tuple) and len(v) <= MAX_RANK and all(
         _is_int(x) and 0 <= x <= MAX_DIM for x in v) and math.prod(v) <= sys.maxsize,
     "perm": lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v),
     "dtype": lambda v: isinstance(v, str) and v in _DTYPES,
-    "value": lambda v: isinstance(v, (int, float, bool)) or isinstance(v, np.ndarray),
-    "min": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
-    "max": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "str": lambda v: isinstance(v, str),
     "index": lambda v: isinstance(v, tuple) and all(_index_item_ok(x) for x in v),
-    "name": lambda v: isinstance(v, str),
-    "dist": lambda v: isinstance(v, str),
-    "low": lambda v: _is_int(v),
-    "high": lambda v: _is_int(v),
-    "offset": lambda v: _is_int(v) and v >= 0,
 }
 
 
@@ -301,9 +306,10 @@ def from_json(text: str) -> Graph:
             if set(attrs) != set(opdef.attrs):
                 _fail(f"{op} takes attrs {sorted(opdef.attrs)}, got {sorted(attrs)}", where)
             for key, v in attrs.items():
-                check = _ATTR_CHECKS.get(key)
-                if check is None or not check(v):
-                    _fail(f"attr {key}={_show(v)} has the wrong type for {op}", where)
+                kind = opdef.attr_types[key]
+                if not TYPE_CHECKS[kind](v):
+                    _fail(f"attr {key}={_show(v)} has the wrong type for {op} (expected "
+                          f"{ATTR_TYPES[kind]})", where)
             try:
                 m = g.infer(op, operands, attrs)
             except Exception as e:  # the shape rule rejected the operands/attrs

@@ -20,7 +20,7 @@ import numpy as np
 import eager
 from eager import _dtype as D
 from eager._surface import Size, TensorOps, decode_index
-from eager.ops.registry import check_size
+from eager.ops.registry import OPS, check_size
 from eager.tensor import PINNED, TRACING, Tensor
 
 from . import tree
@@ -608,7 +608,9 @@ def _check_live(t: Tracer, what: str) -> None:
 # operand) still computes correctly; only a reshape of it that is later written, or whose
 # base is, is refused, since view or copy would then change the result.
 
-_VIEW_OPS = ("getitem", "reshape", "transpose", "expand", "detach")
+# the ops the records declare as views, and detach (the op record copies, but eager's
+# Tensor.detach() shares its tensor's memory)
+_VIEW_OPS = frozenset(name for name, op in OPS.items() if op.view) | {"detach"}
 
 
 class _Storage:

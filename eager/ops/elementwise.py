@@ -193,7 +193,7 @@ def _clamp_samples():
 
 
 defop("clamp", forward=_clamp, shape=_clamp_shape, arity=1,
-      attrs=("min", "max"), saves=(0,),
+      attrs={"min": "number?", "max": "number?"}, saves=(0,),
       vjp=(_clamp_vjp,), samples=_clamp_samples)
 
 # --- binary -------------------------------------------------------------------
@@ -425,7 +425,7 @@ def _cast(x, dtype):
 
 
 defop("cast", forward=_cast, shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)), arity=1,
-      attrs=("dtype",), saves=(), vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
+      attrs={"dtype": "dtype"}, saves=(), vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
       samples=lambda: [([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"}),
                        ([_rng().uniform(-2, 2, size=())], {"dtype": "float64"}),
                        ([_rng().uniform(-2, 2, size=(1, 0))], {"dtype": "float32"})])
@@ -449,7 +449,7 @@ def _fill_shape(x: Meta, value) -> Meta:
 
 
 defop("fill", forward=_fill, shape=_fill_shape, arity=1,
-      attrs=("value",), saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
+      attrs={"value": "scalar"}, saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
       samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0}),
                        ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),
                        ([_rng().uniform(-2, 2, size=(0, 1))], {"value": 0.0})])

@@ -64,5 +64,5 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
-defop("matmul", forward=_matmul, shape=_matmul_shape, arity=2, kind="linalg",
+defop("matmul", forward=_matmul, shape=_matmul_shape, arity=2, family="matmul",
       vjp=(_vjp_a, _vjp_b), reads=((1,), (0,)), samples=_samples)

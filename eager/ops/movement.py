@@ -24,7 +24,7 @@ def _reshape_shape(x: Meta, shape) -> Meta:
 
 
 defop("reshape", forward=lambda x, shape: x.reshape(shape), shape=_reshape_shape, arity=1,
-      attrs=("shape",), saves=(), kind="movement",
+      attrs={"shape": "shape"}, saves=(), family="view", view=True,
       vjp=(lambda g, out, x, shape: g.reshape(x.shape),),
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"shape": (2, 6)}),
                        ([_rng().uniform(-1, 1, size=())], {"shape": (1, 1)}),
@@ -46,7 +46,7 @@ def _transpose_shape(x: Meta, perm) -> Meta:
 
 
 defop("transpose", forward=lambda x, perm: x.transpose(perm), shape=_transpose_shape, arity=1,
-      attrs=("perm",), saves=(), kind="movement",
+      attrs={"perm": "perm"}, saves=(), family="view", view=True,
       vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
                        ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)}),
@@ -96,7 +96,7 @@ def _expand(x, shape):
 
 
 defop("expand", forward=_expand, shape=_expand_shape, arity=1,
-      attrs=("shape",), saves=(), kind="movement",
+      attrs={"shape": "shape"}, saves=(), family="view", view=True,
       vjp=(lambda g, out, x, shape: g,),          # sum_to(g, x.shape) is applied by the caller
       samples=lambda: [([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),
                        ([_rng().uniform(-1, 1, size=())], {"shape": (2,)}),
@@ -244,8 +244,8 @@ def _getitem_samples():
              {"index": (("i", 0), ("t", 0))})]
 
 
-defop("getitem", forward=_getitem, shape=_getitem_shape, arity=None, attrs=("index",),
-      saves=_INDEX_OPERANDS, kind="movement", vjp=(_getitem_vjp,), samples=_getitem_samples)
+defop("getitem", forward=_getitem, shape=_getitem_shape, arity=None, attrs={"index": "index"},
+      saves=_INDEX_OPERANDS, family="index", view=True, vjp=(_getitem_vjp,), samples=_getitem_samples)
 
 
 def _getitem_grad_samples():
@@ -256,7 +256,7 @@ def _getitem_grad_samples():
 
 
 defop("getitem_grad", forward=_getitem_grad, shape=_getitem_grad_shape, arity=None,
-      attrs=("index", "shape"), saves=_INDEX_OPERANDS, kind="movement",
+      attrs={"index": "index", "shape": "shape"}, saves=_INDEX_OPERANDS, family="index",
       vjp=(lambda g, out, gy, *idx, index, shape: g._op("getitem", "IndexBackward0", *idx,
                                                          index=index),),
       samples=_getitem_grad_samples)
@@ -307,6 +307,6 @@ def _setitem_samples():
              {"index": (("s", None, None, None),)})]
 
 
-defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs=("index",),
-      saves=_INDEX_OPERANDS[1:], kind="movement", vjp=(_setitem_vjp_x, _setitem_vjp_v),
+defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs={"index": "index"},
+      saves=_INDEX_OPERANDS[1:], family="index", vjp=(_setitem_vjp_x, _setitem_vjp_v),
       samples=_setitem_samples)

@@ -115,6 +115,7 @@ def _samples() -> list:
 
 
 defop("philox", forward=_philox, shape=_philox_shape, arity=1,
-      attrs=("dist", "shape", "dtype", "low", "high", "offset"), vjp=None, kind="other",
+      attrs={"dist": "str", "shape": "shape", "dtype": "dtype", "low": "int", "high": "int",
+             "offset": "count"}, vjp=None, family="random",
       samples=_samples,
       doc="random draws: Philox 4x32-10 of (key, counter + offset + element index)")

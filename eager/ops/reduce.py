@@ -60,8 +60,8 @@ def _sum_dtype(d: np.dtype) -> np.dtype:
     return d
 
 
-defop("sum", forward=_sum, shape=_reduce_shape(_sum_dtype), arity=1, attrs=("axis", "keepdim"),
-      saves=(), kind="reduce", samples=_samples,
+defop("sum", forward=_sum, shape=_reduce_shape(_sum_dtype), arity=1, attrs={"axis": "axes", "keepdim": "bool"},
+      saves=(), family="reduce", samples=_samples,
       vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),))
 
 
@@ -85,8 +85,8 @@ def _mean_vjp(g, out, x, axis, keepdim):
     return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
 
 
-defop("mean", forward=_mean, shape=_reduce_shape(_mean_dtype), arity=1, attrs=("axis", "keepdim"),
-      saves=(), kind="reduce", samples=_samples, vjp=(_mean_vjp,))
+defop("mean", forward=_mean, shape=_reduce_shape(_mean_dtype), arity=1, attrs={"axis": "axes", "keepdim": "bool"},
+      saves=(), family="reduce", samples=_samples, vjp=(_mean_vjp,))
 
 
 def _check_nonempty(name: str, shape: tuple, axes: tuple, full_error: type) -> None:
@@ -139,11 +139,11 @@ def _nonempty_samples():
 
 
 defop("max", forward=_minmax_forward(np.max, "max"), shape=_minmax_shape("max"), arity=1,
-      attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
+      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), saves_out=True, family="reduce",
       samples=_nonempty_samples, vjp=(_minmax_vjp,))
 
 defop("min", forward=_minmax_forward(np.min, "min"), shape=_minmax_shape("min"), arity=1,
-      attrs=("axis", "keepdim"), saves=(0,), saves_out=True, kind="reduce",
+      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), saves_out=True, family="reduce",
       samples=_nonempty_samples, vjp=(_minmax_vjp,))
 
 
@@ -183,11 +183,11 @@ def _dim_samples():
 
 
 defop("max_dim", forward=_minmax_forward(np.max, "max"), shape=_dim_shape("max"), arity=1,
-      attrs=("axis", "keepdim"), saves=(0,), kind="reduce", samples=_dim_samples,
+      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), family="reduce", samples=_dim_samples,
       vjp=(_dim_vjp("argmax"),))
 
 defop("min_dim", forward=_minmax_forward(np.min, "min"), shape=_dim_shape("min"), arity=1,
-      attrs=("axis", "keepdim"), saves=(0,), kind="reduce", samples=_dim_samples,
+      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), family="reduce", samples=_dim_samples,
       vjp=(_dim_vjp("argmin"),))
 
 
@@ -216,9 +216,9 @@ def _arg_samples():
 
 
 defop("argmax", forward=_arg_forward(np.argmax, "argmax"), shape=_arg_shape("argmax"), arity=1,
-      attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
+      attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="argreduce", samples=_arg_samples)
 defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape("argmin"), arity=1,
-      attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_arg_samples)
+      attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="argreduce", samples=_arg_samples)
 
 
 def _bool_reduce(fn):
@@ -228,6 +228,6 @@ def _bool_reduce(fn):
 
 
 defop("all", forward=_bool_reduce(np.all), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
-      arity=1, attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_samples)
+      arity=1, attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="reduce", samples=_samples)
 defop("any", forward=_bool_reduce(np.any), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
-      arity=1, attrs=("axis", "keepdim"), vjp=None, kind="reduce", samples=_samples)
+      arity=1, attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="reduce", samples=_samples)

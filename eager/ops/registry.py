@@ -68,7 +68,12 @@ class OpDef:
     # Optional, per input: the input positions its VJP rule reads.  eager then keeps only
     # what the rules of the inputs that need a gradient read (as PyTorch does for x * c).
     reads: Optional[tuple] = None
-    kind: str = "elementwise"      # elementwise | reduce | movement | linalg | other
+    family: str = "elementwise"    # one of FAMILIES: how every layer treats the op
+    # the static attributes' types, by name (keys of ATTR_TYPES); ``attrs`` is their names
+    attr_types: dict = field(default_factory=dict, compare=False)
+    # numpy's forward may return a view of operand 0 (eager links it to its base, graphc's
+    # tracer follows the layout it shares)
+    view: bool = False
     doc: str = ""
     samples: Callable[[], list] = field(default=lambda: [], compare=False)
 
@@ -79,19 +84,72 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
+#: How each layer treats an op of a family.  eager: ``view`` and ``index`` results may share
+#: their operand's memory (eager links views to their base).  graphc's backend:
+#: ``elementwise`` ops are fused into loops (one scalar lowering each), ``reduce`` ops
+#: accumulate in loops, ``view`` ops only change strides (no code), the others get a
+#: kernel of their own.
+FAMILIES = {
+    "elementwise": "one output element from the same-index elements of the (broadcast) "
+                   "operands",
+    "reduce": "combines elements along axes (sum, max, all...)",
+    "argreduce": "the index of the extreme element along an axis",
+    "view": "rearranges elements without computing any (reshape, transpose, expand)",
+    "index": "reads or writes elements selected by an index (getitem, setitem)",
+    "matmul": "matrix products",
+    "random": "random numbers from a generator state",
+}
 
-def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Sequence[str] = (),
+#: The types a static attribute may have; an op declares each attribute's type, and the
+#: JSON reader (graphc.serialize) checks a loaded attribute against it.
+ATTR_TYPES = {
+    "axes": "None, an int or a tuple of ints: dimensions",
+    "bool": "True or False",
+    "int": "an int",
+    "count": "an int >= 0",
+    "float": "an int or a float (not a bool)",
+    "number?": "None, an int or a float (not a bool)",
+    "scalar": "an int, a float, a bool or a 0-d numpy array",
+    "shape": "a tuple of ints >= 0",
+    "perm": "a tuple of ints: a permutation of the dimensions",
+    "dtype": "the name of a numpy dtype eager supports",
+    "str": "a short string",
+    "index": "an encoded index: a tuple of ('i', k), ('s', start, stop, step), ('n',), "
+             "('e',) or ('t', operand) items",
+}
+
+
+def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Optional[dict] = None,
           saves: Optional[Sequence[int]] = None, saves_out: bool = False,
-          kind: str = "elementwise", doc: str = "", samples=None, reads=None) -> OpDef:
-    """Register a primitive.  Names are unique: a second definition is a bug."""
+          family: str = "elementwise", view: bool = False, doc: str = "", samples=None,
+          reads=None) -> OpDef:
+    """Register a primitive.  Names are unique: a second definition is a bug.
+
+    ``attrs`` maps each static attribute's name to its type (a key of :data:`ATTR_TYPES`),
+    ``family`` is a key of :data:`FAMILIES`."""
     if name in OPS:
         raise ValueError(f"op {name!r} is defined twice")
+    if family not in FAMILIES:
+        raise ValueError(f"op {name!r}: unknown family {family!r}; one of {sorted(FAMILIES)}")
+    attrs = dict(attrs or {})
+    for a, t in attrs.items():
+        if t not in ATTR_TYPES:
+            raise ValueError(f"op {name!r}: attribute {a!r} has unknown type {t!r}; one of "
+                             f"{sorted(ATTR_TYPES)}")
     op = OpDef(name=name, forward=forward, shape=shape, vjp=None if vjp is None else tuple(vjp),
                arity=arity, attrs=tuple(attrs), saves=None if saves is None else tuple(saves),
-               saves_out=saves_out, reads=reads, kind=kind, doc=doc,
-               samples=samples if samples is not None else (lambda: []))
+               saves_out=saves_out, reads=reads, family=family, attr_types=attrs, view=view,
+               doc=doc, samples=samples if samples is not None else (lambda: []))
     OPS[name] = op
     return op
+
+
+def ops_of(*families: str) -> frozenset:
+    """Names of the registered ops of these families."""
+    for f in families:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}")
+    return frozenset(n for n, op in OPS.items() if op.family in families)
 
 
 def get(name: str) -> OpDef:
@@ -176,3 +234,21 @@ def reduced_shape(shape: tuple, axes: tuple, keepdim: bool) -> tuple:
     if keepdim:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def op_table() -> str:
+    """The registry as a markdown table (docs/ir.md embeds it; tests/test_docs.py checks it
+    is current, ``python3 dev.py docs`` rewrites it): one row per op, by family."""
+    rows = ["| family | op | operands | attrs (type) | differentiable |", "|---|---|---|---|---|"]
+    for fam in FAMILIES:
+        for name in sorted(n for n, op in OPS.items() if op.family == fam):
+            op = OPS[name]
+            operands = "variadic" if op.arity is None else str(op.arity)
+            attrs = ", ".join(f"`{a}` ({t})" for a, t in op.attr_types.items()) or "none"
+            rows.append(f"| {fam} | `{name}` | {operands} | {attrs} | "
+                        f"{'yes' if op.differentiable else 'no'} |")
+    types = ["", "| attribute type | values |", "|---|---|"]
+    types += [f"| {t} | {what} |" for t, what in ATTR_TYPES.items()]
+    fams = ["", "| family | what its ops do |", "|---|---|"]
+    fams += [f"| {f} | {what} |" for f, what in FAMILIES.items()]
+    return "\n".join(rows + types + fams) + "\n"

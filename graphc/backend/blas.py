@@ -173,7 +173,7 @@ def _open() -> _Blas:
     }
     _register_symbols(state.addresses)
     # One thread: graphc shares a big product out among its own worker pool (rows or
-    # columns of the result, each share one single-threaded gemm, see backend/lower.py),
+    # columns of the result, each share one single-threaded gemm, see backend/parallel_policy.py),
     # so its loops and its products never have two pools spinning against each other on
     # the same cores.  This OpenBLAS is graphc's own copy (prefixed symbols): numpy's BLAS
     # pool in the same process is the user's and keeps its settings.

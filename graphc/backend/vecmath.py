@@ -33,7 +33,7 @@ Methods (all classic, see fdlibm / Cephes):
   number within about one ulp of ``x``), and for ``|x| >= 2**51`` the result is
   NaN.  Compiled programs never see those results: a loop kernel that meets an
   argument beyond ``TRIG_ACCURATE_LIMIT`` runs again with libm's ``sin``/``cos``
-  (a full reduction, as numpy's), see ``lower.KernelBuilder.loop_kernel``.
+  (a full reduction, as numpy's), see ``kernel_builder.KernelBuilder.loop_kernel``.
 * pow (f64): ``exp(y * log|x|)`` evaluated in double-double: ``log`` with a
   5-interval select-based second reduction and an error-free split of the
   result, ``y * log`` with Dekker's exact product, ``exp`` taking the low part

@@ -20,7 +20,9 @@ import numpy as np
 from llvmlite import binding as llvm
 
 from ..backend import irtext
+from ..backend import abi
 from ..backend import lower as L
+from ..backend import parallel_policy
 from ..backend.plan import Plan
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
@@ -51,25 +53,25 @@ def _check_abi() -> Optional[str]:
     the generated code expects."""
     try:
         a = np.zeros((4, 4))
-        data = ctypes.c_void_p.from_address(id(a) + L.DATA_OFFSET).value
+        data = ctypes.c_void_p.from_address(id(a) + abi.DATA_OFFSET).value
         if data != a.__array_interface__["data"][0]:
             return "data pointer offset differs"
-        flags = ctypes.c_int.from_address(id(a) + L.FLAGS_OFFSET).value
-        want = L.NPY_C_CONTIGUOUS | L.NPY_ALIGNED
+        flags = ctypes.c_int.from_address(id(a) + abi.FLAGS_OFFSET).value
+        want = abi.NPY_C_CONTIGUOUS | abi.NPY_ALIGNED
         if flags & want != want:
             return "flags offset differs"
         t = a.T
-        tflags = ctypes.c_int.from_address(id(t) + L.FLAGS_OFFSET).value
-        if tflags & L.NPY_C_CONTIGUOUS:
+        tflags = ctypes.c_int.from_address(id(t) + abi.FLAGS_OFFSET).value
+        if tflags & abi.NPY_C_CONTIGUOUS:
             return "flags offset differs (transposed array reads as C-contiguous)"
         tup = (a, t)
-        items = [ctypes.c_void_p.from_address(id(tup) + L.TUPLE_ITEMS_OFFSET + 8 * i).value
+        items = [ctypes.c_void_p.from_address(id(tup) + abi.TUPLE_ITEMS_OFFSET + 8 * i).value
                  for i in range(2)]
         if items != [id(a), id(t)]:
             return "tuple item offset differs"
-        if ctypes.c_void_p.from_address(id(tup) + L.OB_TYPE_OFFSET).value != id(tuple):
+        if ctypes.c_void_p.from_address(id(tup) + abi.OB_TYPE_OFFSET).value != id(tuple):
             return "object type offset differs"
-        if ctypes.c_ssize_t.from_address(id(tup) + L.OB_SIZE_OFFSET).value != 2:
+        if ctypes.c_ssize_t.from_address(id(tup) + abi.OB_SIZE_OFFSET).value != 2:
             return "tuple size offset differs"
         table = _numpy_api_table()
         if table[_PyArray_Type_SLOT] != id(np.ndarray):
@@ -104,8 +106,8 @@ def _register_symbols() -> None:
     addrs["graphc_PyArray_New"] = _numpy_api_table()[_PyArray_New_SLOT]
     addrs["graphc_PyArray_Type"] = id(np.ndarray)
     addrs["graphc_PyTuple_Type"] = id(tuple)
-    addrs[L.NUM_THREADS] = ctypes.addressof(parallel.NATIVE)
-    assert set(addrs) == set(L.PY_SYMBOLS) | set(L.PY_TYPES) | {L.NUM_THREADS}
+    addrs[abi.NUM_THREADS] = ctypes.addressof(parallel.NATIVE)
+    assert set(addrs) == set(abi.PY_SYMBOLS) | set(abi.PY_TYPES) | {abi.NUM_THREADS}
     with jit.LLVM_LOCK:
         for name, addr in addrs.items():
             llvm.add_symbol(name, addr)
@@ -152,7 +154,7 @@ class NativeExecutable:
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Plan(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
-        if L.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
+        if parallel_policy.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
             pool.ensure()
         self._inspect = None            # a JIT module with IR text, for code from disk
         key = None
@@ -181,8 +183,8 @@ class NativeExecutable:
         self.in_specs = [(tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"]))
                          for i in g.inputs]
         # small graphs keep the GIL (cheaper call); big ones release it while running
-        self.releases_gil = L.releases_gil(self.plan)
-        self._native = _builtin(self.jit, L.ENTRY)
+        self.releases_gil = parallel_policy.releases_gil(self.plan)
+        self._native = _builtin(self.jit, abi.ENTRY)
         self._inplace = dict(self.plan.inplace)
 
     @property
@@ -231,8 +233,8 @@ class NativeExecutable:
         return outs
 
     def _slow(self, arrays: tuple, rc: int) -> tuple:
-        """A call that returned a code instead of the outputs (``rc`` of lower.py)."""
-        if rc in (L.RC_LAYOUT, L.RC_TYPE):
+        """A call that returned a code instead of the outputs (``rc``: graphc.backend.abi RC_*)."""
+        if rc in (abi.RC_LAYOUT, abi.RC_TYPE):
             fixed = []
             for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
                 if type(a) is not np.ndarray:
@@ -245,13 +247,13 @@ class NativeExecutable:
             if outs.__class__ is not int:
                 return outs
             rc = outs
-        if rc == L.RC_INDEX:
+        if rc == abi.RC_INDEX:
             raise IndexError(f"{self.name}: an index tensor holds a value out of range for the "
                              "dimension it indexes")
-        if rc == L.RC_NOMEM:
+        if rc == abi.RC_NOMEM:
             raise MemoryError(f"{self.name}: could not allocate {self.plan.arena_bytes} bytes for "
                               "intermediates")
-        if rc == L.RC_ARGS:
+        if rc == abi.RC_ARGS:
             raise GraphcError(f"{self.name}: the native entry takes a tuple of {self.n_in} "
                               f"arrays, got {type(arrays).__name__} of {len(arrays)}")
         raise GraphcError(f"{self.name}: native call failed with code {rc}")
@@ -278,7 +280,7 @@ class NativeExecutable:
         """
         lines = [f"{mark} graphc: {irtext.escape(self.graph.name)}: {len(self.plan.kernels)} "
                  f"kernel(s), arena {self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be "
-                 f"inlined into {L.ENTRY}"]
+                 f"inlined into {abi.ENTRY}"]
         for i, k in enumerate(self.plan.kernels):
             nodes = {n for n, _ in k.stores} | set(k.reduces)
             if k.node is not None:

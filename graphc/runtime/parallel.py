@@ -46,7 +46,7 @@ def _cores() -> int:
 def _default() -> int:
     """``GRAPHC_NUM_THREADS`` when set, else every CPU this process may use.  The planner
     decides per loop and per product whether to share it out at all (only above
-    ``PARALLEL_MIN`` elements / ``GEMM_PARALLEL_MIN`` multiply-adds, backend/lower.py), so
+    ``PARALLEL_MIN`` elements / ``GEMM_PARALLEL_MIN`` multiply-adds, backend/abi.py), so
     small work stays on the calling thread whatever the count."""
     env = os.environ.get("GRAPHC_NUM_THREADS")
     if env is None or env == "":

@@ -58,7 +58,7 @@ import time
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..backend.lower import CHUNK_FN, POOL_RUN as RUN_SYMBOL, POOL_RUN_FN as RUN_FN
+from ..backend.abi import CHUNK_FN, POOL_RUN as RUN_SYMBOL, POOL_RUN_FN as RUN_FN
 from . import jit
 
 #: the most workers the pool starts (a job uses at most nthreads - 1 of them)

@@ -21,6 +21,7 @@ import eager
 from eager._surface import _dispatch
 from eager.autograd import GradcheckError, gradcheck, gradgradcheck
 from eager.ops import OPS, Meta, OpDef
+from eager.ops.registry import ATTR_TYPES, FAMILIES
 from eager.tensor import Tensor
 
 # Ops whose outputs carry no gradient (comparisons, logic, index-valued reductions, and
@@ -32,7 +33,6 @@ NON_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logica
                       "logical_not", "argmax", "argmin", "all", "any"} | STOP_GRADIENT
 # Beyond kind == "elementwise", the structural ops whose second derivatives we check.
 GRADGRAD_EXTRA = {"matmul", "sum", "mean", "reshape", "transpose", "expand", "getitem"}
-KINDS = {"elementwise", "reduce", "movement", "linalg", "other"}
 
 ALL_OPS = sorted(OPS)
 
@@ -80,8 +80,13 @@ def registry_problems(op: OpDef) -> list:
         problems.append("no numpy forward")
     if not callable(op.shape):
         problems.append("no shape/dtype rule")
-    if op.kind not in KINDS:
-        problems.append(f"unknown kind {op.kind!r}")
+    if op.family not in FAMILIES:
+        problems.append(f"unknown family {op.family!r}")
+    if set(op.attr_types) != set(op.attrs):
+        problems.append(f"attribute types {sorted(op.attr_types)} do not match attrs {op.attrs}")
+    for a, t in op.attr_types.items():
+        if t not in ATTR_TYPES:
+            problems.append(f"attribute {a!r} has unknown type {t!r}")
     samples = op.samples() if callable(op.samples) else []
     if not samples:
         problems.append("no samples")
@@ -224,7 +229,7 @@ def test_gradcheck_op(name, k):
 
 
 def _gradgrad_op(op: OpDef) -> bool:
-    return op.differentiable and (op.kind == "elementwise" or op.name in GRADGRAD_EXTRA)
+    return op.differentiable and (op.family == "elementwise" or op.name in GRADGRAD_EXTRA)
 
 
 @pytest.mark.parametrize("name, k", _sample_cases(_gradgrad_op))

@@ -384,3 +384,26 @@ def test_loading_never_unpickles_or_evaluates(monkeypatch):
         for n in doc["nodes"]:
             if n["op"] == "const":
                 assert n["attrs"]["value"]["$array"]["dtype"] in serialize._DTYPES
+
+
+def test_every_attribute_type_has_a_json_check():
+    """The JSON reader checks an op's attributes by the types its record declares: every
+    type of the registry has a check, and a value of the wrong type is refused, naming the
+    attribute and the type expected."""
+    from eager.ops.registry import ATTR_TYPES, OPS
+    from graphc.serialize import TYPE_CHECKS
+    assert set(TYPE_CHECKS) == set(ATTR_TYPES)
+    for name, op in OPS.items():
+        assert set(op.attr_types) == set(op.attrs), name
+        assert set(op.attr_types.values()) <= set(TYPE_CHECKS), name
+
+
+def test_attribute_of_the_wrong_type_is_refused():
+    import json as _json
+    g = graphc.trace(lambda x: x.sum(0, keepdim=True), np.ones((2, 3)))
+    doc = _json.loads(g.to_json())
+    for n in doc["nodes"]:
+        if n["op"] == "sum":
+            n["attrs"]["keepdim"] = 1
+    with pytest.raises(graphc.GraphFormatError, match=r"keepdim=1 .*True or False"):
+        graphc.Graph.from_json(_json.dumps(doc))

@@ -232,7 +232,7 @@ def test_broadcast_and_degenerate_shapes(sx, sy, dtype):
 def test_a_reduction_to_one_element_in_a_parallel_loop(fn):
     """(N, 1) reduced over dim 0 with N above PARALLEL_MIN: the loop is split across
     threads and its reduction, shaped (1,), is a full one (lowering raised KeyError)."""
-    from graphc.backend.lower import PARALLEL_MIN
+    from graphc.backend.abi import PARALLEL_MIN
     x = np.random.default_rng(0).normal(size=(PARALLEL_MIN + 37, 1))
     three_way(fn, x)
 
@@ -439,12 +439,24 @@ def test_llvm_ir_and_asm_name_kernels_and_nodes():
 
 
 def test_every_op_has_a_native_lowering():
-    lowered = P.ELEMENTWISE | P.REDUCE | P.ARGREDUCE | P.VIEW_OPS | P.SPECIAL | \
-        {"getitem", "matmul"}
-    missing = sorted(set(OPS) - lowered)
-    assert not missing, f"ops without a native lowering: {missing}"
-    stale = sorted(lowered - set(OPS))
-    assert not stale, f"native lowerings of ops the registry does not define: {stale}"
+    """Every op record has exactly the lowering entry its family needs (a scalar lowering,
+    a reduction, a view or a kernel), and no entry lowers an op no record defines."""
+    from graphc.backend import lowering
+    assert lowering.problems() == []
+    for name, op in OPS.items():
+        low = lowering.LOWERINGS[name]
+        if op.family == "elementwise":
+            assert name in P.ELEMENTWISE and low.scalar is not None
+        elif op.family == "view":
+            assert name in P.VIEW_OPS and low.view is not None
+
+
+def test_lowering_table_refuses_what_is_not_an_op():
+    from graphc.backend.lowering import table
+    with pytest.raises(ValueError, match="no op record defines"):
+        table.register("no_such_op", scalar=lambda kb, e: None)
+    with pytest.raises(ValueError, match="two lowerings"):
+        table.register("add", scalar=lambda kb, e: None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -778,7 +790,7 @@ def test_an_output_numpy_cannot_allocate_raises_its_memory_error():
 
 
 def test_native_entry_checks_its_argument_tuple():
-    from graphc.backend import lower as L
+    from graphc.backend import abi as L
     from graphc.errors import GraphcError
     cf = graphc.compile(lambda x, y: x * y)
     x = np.ones(3)

@@ -448,7 +448,7 @@ def test_objects_faking_ndarray_never_reach_native_code():
     lines = r.stdout.split()
     assert lines[-1] == "SURVIVED", r.stdout + r.stderr
     res = dict(line.split(":", 2)[:2] for line in lines[:-1])
-    from graphc.backend.lower import RC_TYPE
+    from graphc.backend.abi import RC_TYPE
     for name in ("evil_int", "faker", "mock", "int"):
         # the generated entry refuses anything whose ob_type is not ndarray, before reading
         assert f"{name}/entry:ok:{RC_TYPE}" in lines, name

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 import graphc
-from graphc.backend import lower
+from graphc.backend import parallel_policy
 from graphc.runtime import parallel
 
-N = 1 << 19          # above lower.PARALLEL_MIN, so the loops below are split
+N = 1 << 19          # above abi.PARALLEL_MIN, so the loops below are split
 
 
 def w2(x, w, b):
@@ -57,7 +57,7 @@ def test_one_thread_is_bit_identical_to_the_serial_kernel(threads, monkeypatch):
     x, w, b = _inputs()
     threads(1)
     par = graphc.compile(w2)(x, w, b)
-    monkeypatch.setattr(lower, "PARALLEL_MIN", 1 << 62)       # no split: the serial kernel
+    monkeypatch.setattr(parallel_policy, "PARALLEL_MIN", 1 << 62)       # no split: the serial kernel
     serial_fn = graphc.compile(w2)
     serial = serial_fn(x, w, b)
     assert "graphc_pool_run" not in serial_fn.llvm_ir(x, w, b)

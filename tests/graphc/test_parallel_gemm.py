@@ -1,10 +1,10 @@
 """Matrix products shared out among graphc's threads, and loops run inside the shares.
 
 One pool runs graphc's loops and its products: a product with at least
-``lower.GEMM_PARALLEL_MIN`` multiply-adds is split by rows of the result (or by
+``abi.GEMM_PARALLEL_MIN`` multiply-adds is split by rows of the result (or by
 columns when it has too few rows), each thread calling a single-threaded gemm on its
 share; an elementwise loop over the product's rows that follows it (an SGD update,
-a ReLU) runs inside each share (``lower.epilogues``).  Results must equal numpy's
+a ReLU) runs inside each share (``parallel_policy.epilogues``).  Results must equal numpy's
 product to float rounding for every thread count, layout and odd size.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import graphc
-from graphc.backend import blas, lower
+from graphc.backend import blas, parallel_policy
 from graphc.runtime import parallel
 
 pytestmark = pytest.mark.skipif(not blas.available(), reason="OpenBLAS wheel not installed: "
@@ -64,8 +64,8 @@ def test_a_shared_product_equals_numpys(threads, nt, what, sa, sb, layout):
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-3)
     plan = _plan_of(f)
     k = [kk for kk in plan.kernels if kk.kind == "matmul"][0]
-    assert lower.parallel_ok(plan, k)
-    assert lower.gemm_dims(plan, k.node).split == ("cols" if "columns" in what else "rows")
+    assert parallel_policy.parallel_ok(plan, k)
+    assert parallel_policy.gemm_dims(plan, k.node).split == ("cols" if "columns" in what else "rows")
 
 
 @pytest.mark.parametrize("nt", [1, 2])
@@ -81,7 +81,7 @@ def test_small_products_are_not_shared():
     f = graphc.compile(lambda a, b: a @ b)
     f(a, b)
     plan = _plan_of(f)
-    assert not any(lower.parallel_ok(plan, k) for k in plan.kernels)
+    assert not any(parallel_policy.parallel_ok(plan, k) for k in plan.kernels)
 
 
 @pytest.mark.parametrize("nt", [1, 2, 3])
@@ -101,7 +101,7 @@ def test_an_sgd_update_runs_inside_the_shares_and_is_written_in_place(threads, n
     want = w0.astype(np.float64) - 0.01 * _ref(x.T, g)
     np.testing.assert_allclose(w.numpy(), want, rtol=1e-5, atol=1e-4)
     plan = _plan_of(f)
-    assert lower.epilogues(plan), plan.describe()
+    assert parallel_policy.epilogues(plan), plan.describe()
 
 
 def test_a_loop_that_writes_what_the_product_reads_is_not_run_inside_it(threads):
@@ -119,7 +119,7 @@ def test_a_loop_that_writes_what_the_product_reads_is_not_run_inside_it(threads)
     cf(w, eager.tensor(m))
     np.testing.assert_allclose(w.numpy(), w0 - _ref(w0, m), rtol=1e-4, atol=1e-4)
     plan = _plan_of(cf)
-    assert plan.inplace and not lower.epilogues(plan)
+    assert plan.inplace and not parallel_policy.epilogues(plan)
 
 
 def test_a_relu_after_a_product_runs_inside_it(threads):
@@ -129,7 +129,7 @@ def test_a_relu_after_a_product_runs_inside_it(threads):
     import eager
     got = f(eager.tensor(x), eager.tensor(w)).numpy()
     np.testing.assert_allclose(got, np.maximum(_ref(x, w), 0), rtol=2e-4, atol=2e-3)
-    assert lower.epilogues(_plan_of(f))
+    assert parallel_policy.epilogues(_plan_of(f))
 
 
 def test_thread_counts_agree_to_rounding(threads):

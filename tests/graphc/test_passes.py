@@ -1044,7 +1044,7 @@ def test_bisect_reports_a_crashing_pass_and_a_graph_the_verifier_rejects(broken_
 def test_bisect_blames_the_pass_whose_output_native_code_gets_wrong(monkeypatch):
     """A backend bug on ``neg`` shows only after simplify turned x*(-1) into neg(x): the
     interpreter still agrees, native code does not, and the report says which."""
-    from graphc.backend import lower as L
+    from graphc.backend import kernel_builder as L
     emit = L.KernelBuilder.emit_op
 
     def broken_neg(self, n, vals, in_dtypes):

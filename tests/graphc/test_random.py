@@ -77,7 +77,7 @@ def test_dropout_respects_train_and_eval():
 
 
 def test_the_numbers_do_not_depend_on_the_thread_count():
-    from graphc.backend import lower
+    from graphc.backend import parallel_policy
     from graphc.runtime import parallel
     f = graphc.compile(lambda x: (x + eager.rand_like(x)).exp() + eager.randn(x.shape[0]))
     x = np.zeros(1 << 19)                  # above PARALLEL_MIN: the draws are shared out
@@ -93,7 +93,7 @@ def test_the_numbers_do_not_depend_on_the_thread_count():
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], outs[2])
     plan = next(iter(f._cache.values())).stages["_executable"].plan
-    assert any(k.kind == "philox" and lower.parallel_ok(plan, k) for k in plan.kernels)
+    assert any(k.kind == "philox" and parallel_policy.parallel_ok(plan, k) for k in plan.kernels)
 
 
 def test_philox_matches_the_published_known_answers():

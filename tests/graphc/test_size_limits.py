@@ -19,7 +19,7 @@ import pytest
 
 import eager
 import graphc
-from graphc.backend import lower as L
+from graphc.backend import abi as L
 from graphc.backend.plan import Plan
 from graphc.errors import TooBigError
 from graphc.ir import Graph

@@ -241,7 +241,7 @@ def test_sin_cos_of_huge_arguments_in_every_kind_of_kernel(dt):
     """graphc's vector sin/cos are accurate below 2**20 pi/2 only (NaN from 2**51): a
     kernel meeting a larger argument runs again with libm's -- in a fused loop, with a
     reduction, split across threads, and in an in-place update (which must not run twice)."""
-    from graphc.backend.lower import PARALLEL_MIN
+    from graphc.backend.abi import PARALLEL_MIN
     rng = np.random.default_rng(5)
     n = PARALLEL_MIN + 11
     x = rng.uniform(-10, 10, n)

@@ -1,0 +1,479 @@
+"""Writing one kernel: :class:`KernelBuilder` holds the LLVM builder of a kernel function
+and the values every lowering uses (loops, element loads and stores, dtype conversion,
+vector math), and writes the loop kernels -- fused elementwise stores and reductions over
+one index space -- calling each op's entry of the lowering table (graphc.backend.lowering)
+for its element or kernel."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..errors import UnsupportedOpError
+from ..ir import describe
+from . import irtext, lowering, vecmath
+from .abi import I1, I8, I32, I64, RC_OK
+from .llvmir import const, counted_loop, mem_type, reg_type
+from .lowering import Elem
+from .lowering.reduce import accumulator, reduction
+from .plan import Kernel
+from .strided import cstrides, numel
+
+
+class KernelBuilder:
+    """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
+
+    def __init__(self, low, fn: ir.Function, ptrs: dict) -> None:  # low: lower.Lowerer
+        self.low = low
+        self.plan = low.plan
+        self.g = low.g
+        self.fn = fn
+        self.ptrs = ptrs
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.rc = self.b.alloca(I32, name="rc")
+        self.b.store(ir.Constant(I32, RC_OK), self.rc)
+        self.exit = fn.append_basic_block("exit")
+        self.module = low.module
+        self.par = None            # (start, end, partials) args of a parallel loop kernel
+        self.outer_size = 0
+        self.in_place = False      # an output is written over an input (plan.alias_kernels)
+        self.trig_flag = None      # i8 slot: a sin/cos argument beyond vecmath's accurate range
+        self.trig_exact = False    # emit sin/cos that are exact for every argument
+
+    def finish(self) -> None:
+        self.b.branch(self.exit)
+        self.b.position_at_end(self.exit)
+        self.b.ret(self.b.load(self.rc, typ=I32))
+
+    def comment_nodes(self, kern: Kernel) -> None:
+        nodes = [n for n, _ in kern.stores] + list(kern.reduces)
+        if kern.node is not None:
+            nodes.append(kern.node)
+        for n in nodes:
+            irtext.comment(self.b, describe(self.g, n))
+
+    # --- helpers ----------------------------------------------------------------
+    def alloca(self, ty, name=""):
+        with self.b.goto_entry_block():
+            return self.b.alloca(ty, name=name)
+
+    def loop(self, sizes: list, body, name: str = "i", outer_range=None) -> None:
+        """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body.
+        ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk)."""
+        b = self.b
+        idx = []
+        exits = []
+        for d, size in enumerate(sizes):
+            slot = self.alloca(I64, name=f"{name}{d}_slot")
+            lo, hi = ir.Constant(I64, 0), ir.Constant(I64, size)
+            if d == 0 and outer_range is not None:
+                lo, hi = outer_range
+            b.store(lo, slot)
+            cond = self.fn.append_basic_block(f"{name}{d}_cond")
+            body_bb = self.fn.append_basic_block(f"{name}{d}_body")
+            done = self.fn.append_basic_block(f"{name}{d}_done")
+            b.branch(cond)
+            b.position_at_end(cond)
+            i = b.load(slot, typ=I64, name=f"{name}{d}")
+            b.cbranch(b.icmp_signed("<", i, hi), body_bb, done)
+            b.position_at_end(body_bb)
+            idx.append(i)
+            exits.append((slot, cond, done, i))
+        body(idx)
+        for slot, cond, done, i in reversed(exits):
+            b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), slot)
+            b.branch(cond)
+            b.position_at_end(done)
+
+    def offset(self, base: int, strides, idx) -> ir.Value:
+        b = self.b
+        acc = ir.Constant(I64, base)
+        for st, i in zip(strides, idx):
+            if st == 0:
+                continue
+            term = i if st == 1 else b.mul(i, ir.Constant(I64, st), flags=["nsw"])
+            acc = b.add(acc, term, flags=["nsw"])
+        return acc
+
+    def ptr(self, buf, dtype: np.dtype, off: ir.Value):
+        return self.b.gep(self.ptrs[buf], [off], source_etype=mem_type(dtype))
+
+    def load(self, buf, dtype: np.dtype, off: ir.Value, name: str = "") -> ir.Value:
+        v = self.b.load(self.ptr(buf, dtype, off), typ=mem_type(dtype), name=name)
+        if dtype.kind == "b":
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, buf, dtype: np.dtype, off: ir.Value, v: ir.Value) -> None:
+        if dtype.kind == "b":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.ptr(buf, dtype, off))
+
+    def convert(self, v: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
+        b = self.b
+        if src == dst:
+            return v
+        if dst.kind == "b":
+            if src.kind == "f":
+                return b.fcmp_unordered("!=", v, ir.Constant(reg_type(src), 0.0))
+            return b.icmp_signed("!=", v, ir.Constant(reg_type(src), 0))
+        dt = reg_type(dst)
+        if src.kind == "b":
+            return b.uitofp(v, dt) if dst.kind == "f" else b.zext(v, dt)
+        if src.kind == "f" and dst.kind == "f":
+            return b.fpext(v, dt) if dst.itemsize > src.itemsize else b.fptrunc(v, dt)
+        if src.kind in "iu" and dst.kind == "f":
+            return b.sitofp(v, dt)
+        if src.kind == "f" and dst.kind in "iu":
+            # eager's rule (numpy's on x86): NaN and values out of range give the integer
+            # minimum; fptosi only ever sees values in range (else it is poison)
+            lo = int(np.iinfo(dst).min)
+            ft = reg_type(src)
+            ok = b.and_(b.fcmp_ordered(">=", v, ir.Constant(ft, float(lo))),
+                        b.fcmp_ordered("<", v, ir.Constant(ft, -float(lo))))
+            safe = b.select(ok, v, ir.Constant(ft, 0.0))
+            return b.select(ok, b.fptosi(safe, dt), ir.Constant(dt, lo))
+        if dst.itemsize > src.itemsize:
+            return b.sext(v, dt)
+        return b.trunc(v, dt)
+
+    # --- scalar op code ---------------------------------------------------------------
+    def math(self, name: str, t: ir.Type, *args) -> ir.Value:
+        return self.b.call(vecmath.get_function(self.module, name, t), list(args))
+
+    def isnan(self, v):
+        return self.b.fcmp_unordered("uno", v, v)
+
+    def emit_op(self, n: int, vals: list, in_dtypes: list) -> ir.Value:
+        """The value of elementwise node ``n`` from its operands' register values: the
+        op's scalar lowering (graphc.backend.lowering)."""
+        d = self.g.nx.nodes[n]
+        low = lowering.get(d["op"], describe(self.g, n))
+        if low.scalar is None:
+            raise UnsupportedOpError(f"{describe(self.g, n)}: no scalar lowering for {d['op']}")
+        return low.scalar(self, Elem(self, n, d, vals, in_dtypes))
+
+    def icmp(self, op: str, x, y, name: str = ""):
+        """Integer comparison: signed, except for bools (i1), where True is 1, not -1."""
+        cmp = self.b.icmp_unsigned if x.type == I1 else self.b.icmp_signed
+        return cmp(op, x, y, name=name)
+
+    def clamp_to(self, x, beyond: str, bound, fl):
+        """``bound`` where ``x`` is beyond it, else ``x`` -- also on a tie (relu(-0.0) is
+        -0.0) and for NaN, as PyTorch's relu and clamp."""
+        cmp = self.b.fcmp_ordered(beyond, x, bound) if fl else self.icmp(beyond, x, bound)
+        return self.b.select(cmp, bound, x)
+
+    def max_of(self, x, y, fl):
+        b = self.b
+        if fl:   # NaN in either operand propagates, as numpy.maximum
+            return b.select(b.or_(b.fcmp_ordered(">", x, y), self.isnan(x)), x, y)
+        return b.select(self.icmp(">", x, y), x, y)
+
+    def min_of(self, x, y, fl):
+        b = self.b
+        if fl:
+            return b.select(b.or_(b.fcmp_ordered("<", x, y), self.isnan(x)), x, y)
+        return b.select(self.icmp("<", x, y), x, y)
+
+    # --- values inside a loop over an index space ----------------------------------------
+    # --- loop kernels: elementwise stores + reductions over one space ---------------------
+    def loop_kernel(self, kern: Kernel) -> None:
+        """The loop nest of ``kern``.  With sin/cos in it, the vectorized loop runs first
+        and flags arguments beyond the vector code's accurate range; if one was, the whole
+        kernel runs again with exact sin/cos (libm calls: scalar, but only then).  Running
+        twice is safe: a kernel writes no buffer it reads -- except in place, where the
+        exact version runs alone."""
+        g = self.g
+        trig = numel(kern.space) and any(
+            g.nx.nodes[n]["op"] in ("sin", "cos") for n in self.plan.expr_nodes(
+                self.plan.kernel_roots(kern)))
+        if not trig:
+            self._loop_kernel(kern)
+            return
+        if self.in_place:
+            self.trig_exact = True
+            self._loop_kernel(kern)
+            return
+        b = self.b
+        self.trig_flag = self.alloca(I8, name="trig_beyond")
+        b.store(ir.Constant(I8, 0), self.trig_flag)
+        self._loop_kernel(kern)
+        flag, self.trig_flag = self.trig_flag, None
+        again = self.fn.append_basic_block("exact_trig")
+        done = self.fn.append_basic_block("trig_done")
+        b.cbranch(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0)), again, done)
+        b.position_at_end(again)
+        self.trig_exact = True
+        self._loop_kernel(kern)
+        self.trig_exact = False
+        b.branch(done)
+        b.position_at_end(done)
+
+    def _loop_kernel(self, kern: Kernel) -> None:
+        plan, g, b = self.plan, self.g, self.b
+        space = kern.space
+        if numel(space) == 0:
+            self._empty_reductions(kern)
+            return
+        stores = {n for n, dest in kern.stores if dest == n}
+        roots = plan.kernel_roots(kern)
+        computed_roots = [r for r in roots if r in stores or
+                          (r not in plan.views and r not in plan.scalars)]
+        # stride vectors of every access, to merge dims that are contiguous for all of them
+        vecs = []
+        for n in plan.expr_nodes(computed_roots):
+            for o in g.nx.nodes[n]["operands"]:
+                if o in plan.views and o not in computed_roots:
+                    vecs.append(plan.views[o].broadcast_to(space))
+        for r in roots:
+            if r not in computed_roots and r in plan.views:
+                vecs.append(plan.views[r].broadcast_to(space))
+        for n, dest in kern.stores:
+            if dest == n and n in plan.copies and plan.copies[n] is not None:
+                vecs.append(plan.copies[n].broadcast_to(space))
+            elif dest != n and n in plan.views:
+                vecs.append(plan.views[n].broadcast_to(space))
+        vecs.append(cstrides(space))
+        red_out = {}
+        full = {}
+        for r in kern.reduces:
+            axes = g.nx.nodes[r]["attrs"]["axis"]
+            keep = tuple(1 if i in axes else s for i, s in enumerate(space))
+            # a size-1 dim that is kept indexes only 0: stride 0, so a reduction to one
+            # element (a (N, 1) input summed over dim 0) is a full one, whatever its shape
+            ost = tuple(0 if k == 1 else st for k, st in zip(keep, cstrides(keep)))
+            red_out[r] = ost
+            full[r] = all(s == 0 for s in ost)
+            vecs.append(ost)
+        sizes, merged = _merge_dims(space, vecs)
+
+        def remap(st):
+            return merged(st)
+
+        # reduction setup
+        accs = {}
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, ident = accumulator(d["op"], dt)
+            if full[r]:
+                slot = self.alloca(reg_type(acc_t), name=f"acc_n{r}")
+                b.store(ident, slot)
+                accs[r] = slot
+            else:
+                n_out = numel(d["shape"])
+                self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
+                    r, dt, ix[0], self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0],
+                                               dt)), name=f"init_n{r}_")
+
+        def body(idx):
+            memo: dict = {}
+            # loads through merged views: build per-node access strides lazily
+            self._compute_merged(computed_roots, idx, memo, remap, space)
+            # every load of the iteration comes before its first store: an output written
+            # over an input (plan.inplace) must not be read back by a reduction or another
+            # store of the same iteration as if it were that input
+            stored = []
+            for n, dest in kern.stores:
+                dt = np.dtype(g.nx.nodes[n]["dtype"])
+                if dest == n and n in plan.copies:
+                    src = plan.copies[n]
+                    if src is None:
+                        v = const(dt, plan.scalars[n].item())
+                    else:
+                        v = self.load(src.buf, dt, self.offset(src.offset, remap(
+                            src.broadcast_to(space)), idx), name=f"cp_n{n}")
+                elif dest == n:
+                    v = memo[n]
+                else:
+                    v = self._merged_leaf(n, idx, memo, remap, space)
+                stored.append((dest, dt, v))
+            reduced = [self._merged_leaf(g.nx.nodes[r]["operands"][0], idx, memo, remap, space)
+                       for r in kern.reduces]
+            for dest, dt, v in stored:
+                self.store(dest, dt, self.offset(0, remap(cstrides(space)), idx), v)
+            for r, v in zip(kern.reduces, reduced):
+                d = g.nx.nodes[r]
+                src = d["operands"][0]
+                sdt = np.dtype(g.nx.nodes[src]["dtype"])
+                dt = np.dtype(d["dtype"])
+                acc_t, _ = accumulator(d["op"], dt)
+                v = self.convert(v, sdt, acc_t)
+                if full[r]:
+                    cur = b.load(accs[r], typ=reg_type(acc_t))
+                    b.store(self._combine(d["op"], cur, v, acc_t), accs[r])
+                else:
+                    off = self.offset(0, remap(red_out[r]), idx)
+                    cur = self.convert(self.load(r, dt, off), dt, acc_t)
+                    self.store(r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t),
+                                                        acc_t, dt))
+
+        if self.par is not None:
+            self.outer_size = sizes[0]
+            self.loop(sizes, body, outer_range=(self.par[0], self.par[1]))
+            for k, r in enumerate(kern.reduces):        # all full reductions (see _parallel_ok)
+                d = g.nx.nodes[r]
+                acc_t, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+                v = b.load(accs[r], typ=reg_type(acc_t))
+                if acc_t.kind == "f":
+                    v = b.bitcast(v, I64)            # 8-byte slots (see _parallel_ok)
+                b.store(v, b.gep(self.par[2], [ir.Constant(I64, k)], source_etype=I64))
+            self.kern = kern
+            return
+        self.loop(sizes, body)
+        # reduction epilogues: write full accumulators, scale means
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, _ = accumulator(d["op"], dt)
+            count = numel(g.nx.nodes[d["operands"][0]]["shape"]) // max(numel(d["shape"]), 1)
+            if full[r]:
+                v = b.load(accs[r], typ=reg_type(acc_t))
+                if reduction(d["op"]).mean:
+                    v = b.fmul(v, ir.Constant(reg_type(acc_t), 1.0 / count if count else
+                                              float("nan")))
+                self.store(r, dt, ir.Constant(I64, 0), self.convert(v, acc_t, dt))
+            elif reduction(d["op"]).mean:
+                scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
+                self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, scale=scale: self.store(
+                    r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)), name=f"mean_n{r}_")
+
+    def combine_partials(self, b, fn, partials, nt, nred: int, data, arena, i: int) -> None:
+        """In the entry: fold per-thread partial reductions (thread order) into outputs."""
+        g = self.g
+        low = self.low
+        for k, r in enumerate(self.kern.reduces):
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, _ = accumulator(d["op"], dt)
+            at = reg_type(acc_t)
+
+            def load_part(t):
+                p = b.gep(partials, [b.add(b.mul(t, ir.Constant(I64, nred)),
+                                           ir.Constant(I64, k))], source_etype=I64)
+                v = b.load(p, typ=I64)
+                return b.bitcast(v, at) if acc_t.kind == "f" else v
+
+            acc = b.alloca(at, name=f"comb_n{r}")
+            b.store(load_part(ir.Constant(I64, 0)), acc)
+            saved = self.b
+            self.b = b                            # _combine emits through self.b
+            counted_loop(b, fn, ir.Constant(I64, 1), nt, lambda t: b.store(
+                self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc),
+                f"k{i}_comb{k}")
+            self.b = saved
+            v = b.load(acc, typ=at)
+            count = numel(g.nx.nodes[d["operands"][0]]["shape"])
+            if reduction(d["op"]).mean:
+                v = b.fmul(v, ir.Constant(at, 1.0 / count if count else float("nan")))
+            saved = self.b
+            self.b = b
+            v = self.convert(v, acc_t, dt)
+            self.b = saved
+            base = low._base(b, r, data, arena)
+            if dt.kind == "b":
+                v = b.zext(v, I8)
+            b.store(v, b.gep(base, [ir.Constant(I64, 0)], source_etype=mem_type(dt)))
+
+    # merged-dimension variants of leaf loads (strides remapped onto the merged loop dims)
+    def _merged_leaf(self, o, idx, memo, remap, space):
+        if o in memo:
+            return memo[o]
+        plan = self.plan
+        dt = np.dtype(self.g.nx.nodes[o]["dtype"])
+        if o in plan.scalars:
+            v = const(dt, plan.scalars[o].item())
+        else:
+            view = plan.views[o]
+            v = self.load(view.buf, dt, self.offset(view.offset, remap(view.broadcast_to(space)),
+                                                    idx), name=f"ld_n{o}")
+        memo[o] = v
+        return v
+
+    def _compute_merged(self, roots, idx, memo, remap, space):
+        plan = self.plan
+        roots_set = set(roots)
+        for n in plan.expr_nodes(roots):
+            d = self.g.nx.nodes[n]
+            vals, dts = [], []
+            for o in d["operands"]:
+                if o in memo:
+                    vals.append(memo[o])
+                else:
+                    vals.append(self._merged_leaf(o, idx, memo, remap, space))
+                dts.append(np.dtype(self.g.nx.nodes[o]["dtype"]))
+            memo[n] = self.emit_op(n, vals, dts)
+        return roots_set
+
+    def _combine(self, op, cur, v, acc_t):
+        b = self.b
+        op = reduction(op).combine
+        fl = acc_t.kind == "f"
+        if op == "add":
+            if fl:
+                return b.fadd(cur, v, flags=("reassoc",))
+            return b.add(cur, v)
+        if op == "max":
+            if fl:
+                return b.select(b.or_(b.fcmp_ordered(">", v, cur), self.isnan(v)), v, cur)
+            return b.select(self.icmp(">", v, cur), v, cur)
+        if op == "min":
+            if fl:
+                return b.select(b.or_(b.fcmp_ordered("<", v, cur), self.isnan(v)), v, cur)
+            return b.select(self.icmp("<", v, cur), v, cur)
+        if op == "and":
+            return b.and_(cur, v)
+        if op == "or":
+            return b.or_(cur, v)
+        raise AssertionError(op)
+
+    def _empty_reductions(self, kern: Kernel) -> None:
+        """Reductions over an empty space: the identity (sum 0, mean nan, all True, any False);
+        max and min have none, so only their empty results (over non-empty dims) get here
+        (the shape rule refuses the others while tracing, with PyTorch's error)."""
+        g = self.g
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            if not numel(d["shape"]):
+                continue                               # an empty result: nothing to write
+            if reduction(d["op"]).combine in ("max", "min"):
+                raise UnsupportedOpError(f"internal error: {describe(g, r)}: {d['op']} over a "
+                                         "zero-size dim reached the backend")
+            acc_t, ident = accumulator(d["op"], dt)
+            v = self.convert(ident, acc_t, dt)
+            if reduction(d["op"]).mean:
+                v = const(dt, float("nan"))
+            self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, v=v: self.store(r, dt, ix[0], v),
+                      name=f"empty_n{r}_")
+
+
+def _merge_dims(space: tuple, vecs: list):
+    """Merge adjacent loop dims that are contiguous for every access; returns (sizes, remap)."""
+    groups = [[i] for i in range(len(space))]
+    k = len(groups) - 1
+    while k > 0:
+        if all(_contig(v, space, groups[k - 1][-1], groups[k]) for v in vecs):
+            groups[k - 1] = groups[k - 1] + groups[k]
+            groups.pop(k)
+        k -= 1
+    sizes = [_group_size(space, grp) for grp in groups]
+
+    def remap(st: tuple) -> tuple:
+        return tuple(st[grp[-1]] for grp in groups)
+
+    return sizes, remap
+
+
+def _group_size(space, grp) -> int:
+    n = 1
+    for i in grp:
+        n *= space[i]
+    return n
+
+
+def _contig(v, space, a: int, grp: list) -> bool:
+    """Is dim ``a`` followed by the (already merged) dims ``grp`` one linear run in ``v``?"""
+    return v[a] == v[grp[-1]] * _group_size(space, grp) and all(
+        v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1))

@@ -1,0 +1,153 @@
+"""Matrix products: the shape of a product over the scheduled views (:class:`GemmDims`)
+and its kernel -- a BLAS gemm per batch item (each thread of a shared product calls it on
+its rows or columns), or plain loops where BLAS does not apply."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ...errors import UnsupportedOpError
+from .. import blas
+from ..abi import I32, I64
+from ..llvmir import const, reg_type
+from ..strided import View, as_matrix, blas_layout, cstrides, numel
+from .table import kernel
+
+
+class GemmDims:
+    """How a matmul node runs: its operands as matrix views, batch and M, K, N; whether
+    BLAS computes it, and how threads would share it (by rows or columns of C)."""
+
+    __slots__ = ("va", "vb", "batch", "M", "K", "N", "blas", "split", "split_size")
+
+    def __init__(self, plan, n: int) -> None:
+        g = plan.g
+        d = g.nx.nodes[n]
+        a_id, b_id = d["operands"]
+        dt = np.dtype(d["dtype"])
+        adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
+        va, vb = as_matrix(plan.views[a_id], 0), as_matrix(plan.views[b_id], 1)
+        self.va, self.vb = va, vb
+        self.M, self.K, self.N = va.shape[-2], va.shape[-1], vb.shape[-1]
+        self.batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
+        self.blas = (self.K != 0 and dt.kind == "f" and adt == dt and bdt == dt and
+                     blas.available() and _blas_fits(va, vb, self.M, self.N, self.K))
+        # threads share rows of C (each reads its rows of A and all of B, which BLAS packs
+        # once per share), or columns when C has too few rows to go round: measured on a
+        # 64x1000 @ 1000x100 product, rows took 65 us on two threads, columns 87 us
+        self.split = "rows" if self.M >= min(self.N, 16) else "cols"
+        self.split_size = self.M if self.split == "rows" else self.N
+
+
+def gemm_dims(plan, n: int) -> GemmDims:
+    return GemmDims(plan, n)
+
+
+def _blas_fits(va: View, vb: View, M: int, N: int, K: int) -> bool:
+    """Do the dimensions and leading dimensions fit cblas's 32-bit ints?"""
+    lds = [max(blas_layout(v)[1], 1) for v in (va, vb)]
+    return max([M, N, K] + lds) <= np.iinfo(np.int32).max
+
+
+def _blas_operand(v: View) -> tuple:
+    """(CBLAS transpose flag, leading dimension) for a matrix view the planner accepted."""
+    layout = blas_layout(v)
+    if layout is None:
+        raise UnsupportedOpError(f"internal error: matrix view with strides {v.strides} "
+                                 "reached BLAS")
+    trans, ld = layout
+    return (blas.CBLAS_TRANS if trans else blas.CBLAS_NO_TRANS), max(ld, 1)
+
+
+@kernel("matmul")
+def matmul_kernel(kb, n: int) -> None:
+    plan, g, b = kb.plan, kb.g, kb.b
+    d = g.nx.nodes[n]
+    a_id, b_id = d["operands"]
+    dt = np.dtype(d["dtype"])
+    adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
+    gd = gemm_dims(plan, n)
+    va, vb, batch, M, K, N = gd.va, gd.vb, gd.batch, gd.M, gd.K, gd.N
+    ast = va.broadcast_to(batch + (M, K))[:-2] if batch else ()
+    bst = vb.broadcast_to(batch + (K, N))[:-2] if batch else ()
+    cst = cstrides(batch + (M, N))[:-2] if batch else ()
+    if numel(batch + (M, N)) == 0:
+        return
+    if not gd.blas:
+        # plain loops: integer/bool/mixed matmuls, K == 0, no BLAS library installed, or
+        # a dimension beyond the 32-bit ints of the cblas interface
+        _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt)
+        return
+    gemm = blas.declare_gemm(kb.module, dt)
+    ft = reg_type(dt)
+    ta, lda = _blas_operand(va)
+    tb, ldb = _blas_operand(vb)
+    c32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+    i64 = lambda v: ir.Constant(I64, v)  # noqa: E731
+    rows, cols = i64(M), i64(N)
+    row_a, row_c = i64(0), i64(0)         # element offsets of the first row / column
+    col_b, col_c = i64(0), i64(0)
+    if kb.par is not None:
+        # a thread's share of the product: rows [lo, hi) of C (of op(A)), or columns
+        # [lo, hi) of C (of op(B)); BLAS runs single-threaded inside each share
+        lo, hi = kb.par[0], kb.par[1]
+        kb.outer_size = gd.split_size
+        if gd.split == "rows":
+            rows = b.sub(hi, lo)
+            row_a = b.mul(lo, i64(lda if ta == blas.CBLAS_NO_TRANS else 1))
+            row_c = b.mul(lo, i64(max(N, 1)))
+        else:
+            cols = b.sub(hi, lo)
+            col_b = b.mul(lo, i64(1 if tb == blas.CBLAS_NO_TRANS else ldb))
+            col_c = lo
+
+    def call(idx):
+        oa = b.add(kb.offset(va.offset, ast, idx), row_a)
+        ob = b.add(kb.offset(vb.offset, bst, idx), col_b)
+        oc = b.add(b.add(kb.offset(0, cst, idx), row_c), col_c)
+        pa = kb.ptr(va.buf, dt, oa)
+        pb = kb.ptr(vb.buf, dt, ob)
+        pc = kb.ptr(n, dt, oc)
+        b.call(gemm, [c32(blas.CBLAS_ROW_MAJOR), c32(ta), c32(tb), b.trunc(rows, I32),
+                      b.trunc(cols, I32), c32(K), ir.Constant(ft, 1.0), pa, c32(lda), pb,
+                      c32(ldb), ir.Constant(ft, 0.0), pc, c32(max(N, 1))])
+
+    if batch:
+        kb.loop(list(batch), call, name="batch")
+    else:
+        call([])
+
+
+def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt):
+    """Plain loops for integer/bool matmul and K == 0 (BLAS is float only)."""
+    b = kb.b
+    acc_t = dt
+    slot = kb.alloca(reg_type(acc_t), name="dot")
+    ast = va.broadcast_to(batch + (M, K))
+    bst = vb.broadcast_to(batch + (K, N))
+    cst = cstrides(batch + (M, N))
+    nb = len(batch)
+
+    def outer(idx):
+        b.store(const(acc_t, 0), slot)
+
+        def inner(kk):
+            k = kk[0]
+            ia = idx[:nb] + [idx[nb], k]
+            ib = idx[:nb] + [k, idx[nb + 1]]
+            x = kb.convert(kb.load(va.buf, adt, kb.offset(va.offset, ast, ia)), adt,
+                             acc_t)
+            y = kb.convert(kb.load(vb.buf, bdt, kb.offset(vb.offset, bst, ib)), bdt,
+                             acc_t)
+            cur = b.load(slot, typ=reg_type(acc_t))
+            if acc_t.kind == "f":
+                b.store(b.fadd(cur, b.fmul(x, y)), slot)
+            elif acc_t.kind == "b":
+                b.store(b.or_(cur, b.and_(x, y)), slot)
+            else:
+                b.store(b.add(cur, b.mul(x, y)), slot)
+
+        kb.loop([K], inner, name="k")
+        kb.store(n, dt, kb.offset(0, cst, idx), b.load(slot, typ=reg_type(acc_t)))
+
+    kb.loop(list(batch) + [M, N], outer, name="mn")

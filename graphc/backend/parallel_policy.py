@@ -1,0 +1,108 @@
+"""Which kernels of a schedule run on several threads, and what runs with them: the
+planner's thread policy (one pool runs loops and matrix products; see docs/backend.md)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
+from .lowering.matmul import gemm_dims
+from .lowering.reduce import accumulator
+from .plan import Kernel, Plan
+from .strided import cstrides, numel
+
+
+def parallel_ok(plan: Plan, kern: Kernel) -> bool:
+    """Split this kernel across threads?  Big loop kernels whose reductions are all full
+    reductions with 8-byte accumulators (sums, f64/i64 max/min), and matrix products
+    with at least ``GEMM_PARALLEL_MIN`` multiply-adds (rows or columns of the result
+    shared out, BLAS single-threaded in each share: one pool runs loops and products)."""
+    if kern.kind == "matmul":
+        gd = gemm_dims(plan, kern.node)
+        return (gd.blas and gd.split_size >= 2 and
+                numel(gd.batch + (gd.M, gd.K, gd.N)) >= GEMM_PARALLEL_MIN)
+    if kern.kind == "philox":
+        return numel(kern.space) >= PARALLEL_MIN
+    if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
+        return False
+    for r in kern.reduces:
+        d = plan.g.nx.nodes[r]
+        if numel(d["shape"]) != 1:
+            return False
+        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+        if acc.itemsize != 8:
+            return False
+    return True
+
+
+def canonical(plan: Plan, buf):
+    """An output written over an input (in place) is that input's buffer."""
+    spec = plan.buffers.get(buf) if not isinstance(buf, tuple) else None
+    if spec is not None and spec[0] == "out" and spec[1] in plan.inplace:
+        return ("in", plan.inplace[spec[1]])
+    return buf
+
+
+def _loop_views(plan: Plan, kern: Kernel) -> list:
+    """Every view a loop kernel reads (its leaves, copies and stored views)."""
+    g = plan.g
+    roots = plan.kernel_roots(kern)
+    out = []
+    for n in plan.expr_nodes(roots):
+        for o in g.nx.nodes[n]["operands"]:
+            if o in plan.views:
+                out.append(plan.views[o])
+    for r in roots:
+        if r in plan.views:
+            out.append(plan.views[r])
+    for n, dest in kern.stores:
+        if n in plan.copies and plan.copies[n] is not None:
+            out.append(plan.copies[n])
+        if n in plan.views:
+            out.append(plan.views[n])
+    return out
+
+
+def epilogues(plan: Plan) -> dict:
+    """{product kernel i: loop kernel i + 1} for loops that run inside the product's
+    thread shares: a parallel 2-D product shared by rows, followed by a loop over the
+    same (M, N) space without reductions that reads the product only elementwise (row r
+    of the loop reads row r of the product) and writes nothing the product reads or
+    writes.  Each thread then updates the rows it just computed, while they are in its
+    core's cache: measured on the seed MLP's step, the SGD update after a product shared
+    by two threads ran ~3x slower on one thread than the product's own shares take."""
+    out = {}
+    ks = plan.kernels
+    for i in range(len(ks) - 1):
+        k, nxt = ks[i], ks[i + 1]
+        if k.kind != "matmul" or nxt.kind != "loop" or nxt.reduces or \
+                not parallel_ok(plan, k):
+            continue
+        gd = gemm_dims(plan, k.node)
+        if gd.batch or gd.split != "rows" or nxt.space != (gd.M, gd.N):
+            continue
+        mine = {canonical(plan, b) for b in k.writes}
+        theirs = {canonical(plan, b) for b in k.reads} | mine
+        if any(canonical(plan, b) in theirs for b in nxt.writes):
+            continue
+        ok = True
+        for v in _loop_views(plan, nxt):
+            if canonical(plan, v.buf) in mine and (v.offset != 0 or v.broadcast_to(nxt.space) !=
+                                  cstrides(nxt.space) or gd.N == 0):
+                ok = False
+                break
+        if ok:
+            out[i] = i + 1
+    return out
+
+
+def needs_pool(plan: Plan) -> bool:
+    """Does the code for ``plan`` call the worker pool (``POOL_RUN``)?  Then the pool must
+    be registered (``graphc.runtime.pool.ensure()``) before the code is loaded."""
+    return any(parallel_ok(plan, k) for k in plan.kernels)
+
+
+def releases_gil(plan: Plan) -> bool:
+    """Does the entry point release the GIL while its kernels run?  Only for graphs whose
+    kernels cover more than ``GIL_FREE_MIN`` elements: for small ones, releasing and
+    taking it back again costs more than it lets other threads do."""
+    return sum(numel(k.space) for k in plan.kernels) > GIL_FREE_MIN
