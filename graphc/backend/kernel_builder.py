@@ -15,7 +15,7 @@ from .abi import I1, I8, I32, I64, RC_OK
 from .llvmir import const, counted_loop, mem_type, reg_type
 from .lowering import Elem
 from .lowering.reduce import accumulator, reduction
-from .plan import Kernel
+from .schedule import Kernel
 from .strided import cstrides, numel
 
 

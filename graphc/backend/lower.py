@@ -1,4 +1,4 @@
-"""Lowering a scheduled graph (graphc.backend.plan.Plan) to one LLVM module.
+"""Lowering a scheduled graph (graphc.backend.schedule.Schedule) to one LLVM module.
 
 The module has one entry point, ``PyObject *graphc_entry(PyObject *self,
 PyObject *arrays)``, a CPython ``METH_O`` function (graphc.runtime.native wraps
@@ -45,14 +45,14 @@ from .abi import (CHUNKS_PER_THREAD, CHUNK_FN, DATA_OFFSET, ENTRY, FLAGS_OFFSET,
                    RC_ARGS, RC_INDEX, RC_LAYOUT, RC_NOMEM, RC_TYPE, TUPLE_ITEMS_OFFSET)
 from .kernel_builder import KernelBuilder
 from .parallel_policy import canonical, epilogues, parallel_ok, releases_gil
-from .plan import (Kernel, Plan, numel)
+from .schedule import (Kernel, Schedule, numel)
 
 
 
 class Lowerer:
-    """Builds the LLVM module for a Plan."""
+    """Builds the LLVM module for a Schedule."""
 
-    def __init__(self, plan: Plan, name: str) -> None:
+    def __init__(self, plan: Schedule, name: str) -> None:
         self.plan = plan
         self.g: Graph = plan.g
         self.module = irtext.module(name)
@@ -171,7 +171,7 @@ class Lowerer:
                 b.store(rc, rc_slot)
                 b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, nxt)
                 b.position_at_end(nxt)
-            for buf in plan.poison_after.get(i, ()):      # Plan(poison=True) only
+            for buf in plan.poison_after.get(i, ()):      # Schedule(poison=True) only
                 self._poison(b, buf, arena)
         if arena is not None:
             b.call(self._get_free(), [arena])
@@ -490,6 +490,6 @@ def _buf_name(buf) -> str:
     return f"n{buf}"
 
 
-def lower(plan: Plan, name: str) -> ir.Module:
+def lower(plan: Schedule, name: str) -> ir.Module:
     """The LLVM module for a plan (see the module docstring for the calling convention)."""
     return Lowerer(plan, name).build()

@@ -7,11 +7,11 @@ import numpy as np
 from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
 from .lowering.matmul import gemm_dims
 from .lowering.reduce import accumulator
-from .plan import Kernel, Plan
+from .schedule import Kernel, Schedule
 from .strided import cstrides, numel
 
 
-def parallel_ok(plan: Plan, kern: Kernel) -> bool:
+def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
     """Split this kernel across threads?  Big loop kernels whose reductions are all full
     reductions with 8-byte accumulators (sums, f64/i64 max/min), and matrix products
     with at least ``GEMM_PARALLEL_MIN`` multiply-adds (rows or columns of the result
@@ -34,7 +34,7 @@ def parallel_ok(plan: Plan, kern: Kernel) -> bool:
     return True
 
 
-def canonical(plan: Plan, buf):
+def canonical(plan: Schedule, buf):
     """An output written over an input (in place) is that input's buffer."""
     spec = plan.buffers.get(buf) if not isinstance(buf, tuple) else None
     if spec is not None and spec[0] == "out" and spec[1] in plan.inplace:
@@ -42,7 +42,7 @@ def canonical(plan: Plan, buf):
     return buf
 
 
-def _loop_views(plan: Plan, kern: Kernel) -> list:
+def _loop_views(plan: Schedule, kern: Kernel) -> list:
     """Every view a loop kernel reads (its leaves, copies and stored views)."""
     g = plan.g
     roots = plan.kernel_roots(kern)
@@ -62,7 +62,7 @@ def _loop_views(plan: Plan, kern: Kernel) -> list:
     return out
 
 
-def epilogues(plan: Plan) -> dict:
+def epilogues(plan: Schedule) -> dict:
     """{product kernel i: loop kernel i + 1} for loops that run inside the product's
     thread shares: a parallel 2-D product shared by rows, followed by a loop over the
     same (M, N) space without reductions that reads the product only elementwise (row r
@@ -95,13 +95,13 @@ def epilogues(plan: Plan) -> dict:
     return out
 
 
-def needs_pool(plan: Plan) -> bool:
+def needs_pool(plan: Schedule) -> bool:
     """Does the code for ``plan`` call the worker pool (``POOL_RUN``)?  Then the pool must
     be registered (``graphc.runtime.pool.ensure()``) before the code is loaded."""
     return any(parallel_ok(plan, k) for k in plan.kernels)
 
 
-def releases_gil(plan: Plan) -> bool:
+def releases_gil(plan: Schedule) -> bool:
     """Does the entry point release the GIL while its kernels run?  Only for graphs whose
     kernels cover more than ``GIL_FREE_MIN`` elements: for small ones, releasing and
     taking it back again costs more than it lets other threads do."""

@@ -1,7 +1,7 @@
 """Where a value lives: a :class:`View` of a buffer (offset, strides, shape), the stride
 arithmetic of numpy's views and basic indexing, and :class:`Gather`, advanced indexing
 decomposed for code generation.  The bottom of the backend's scheduling: the lowering
-table (graphc.backend.lowering) and the scheduler (graphc.backend.plan) both use it."""
+table (graphc.backend.lowering) and the scheduler (graphc.backend.schedule) both use it."""
 from __future__ import annotations
 
 from typing import Optional, Sequence

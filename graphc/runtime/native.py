@@ -23,7 +23,7 @@ from ..backend import irtext
 from ..backend import abi
 from ..backend import lower as L
 from ..backend import parallel_policy
-from ..backend.plan import Plan
+from ..backend.schedule import Schedule
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
 from . import cache, jit, parallel, pool
@@ -152,7 +152,7 @@ class NativeExecutable:
         self.graph = graph
         self.name = printable(name or graph.name)     # shown in every error message
         fuse = (opt_level >= 1) if fuse is None else fuse
-        self.plan = Plan(graph, fuse=fuse, poison=poison, inplace=inplace)
+        self.plan = Schedule(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
         if parallel_policy.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
             pool.ensure()

@@ -312,7 +312,7 @@ def test_masked_assignment_of_one_value_per_element_is_refused_natively():
 def test_error_messages_and_plans_show_control_characters_as_escapes(char):
     """Node descriptions (in every lowering, verifier and interpreter error), plans, the
     pass that made a node and the native executable's name reach the terminal too."""
-    from graphc.backend.plan import Plan
+    from graphc.backend.schedule import Schedule
     from graphc.runtime.native import NativeExecutable
     g = graphc.trace(lambda x: (x + 1).sum(), np.ones(2))
     add = next(n for n in g.node_ids() if g[n]["op"] == "add")
@@ -322,7 +322,7 @@ def test_error_messages_and_plans_show_control_characters_as_escapes(char):
     exe = NativeExecutable(g.copy(), 0, name=f"fn{char}")
     with pytest.raises(graphc.GraphcError) as ei:
         exe.run([np.ones(3)])
-    for text in (graphc.ir.describe(g, add), Plan(g).describe(), str(g), str(ei.value)):
+    for text in (graphc.ir.describe(g, add), Schedule(g).describe(), str(g), str(ei.value)):
         assert all(c == "\n" or c.isprintable() for c in text), repr(text)
     assert f"by pass{graphc.ir.printable(char)}" in str(g)
 

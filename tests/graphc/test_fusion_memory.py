@@ -1,4 +1,4 @@
-"""Fusion and memory planning of the native backend (graphc.backend.plan).
+"""Fusion and memory planning of the native backend (graphc.backend.schedule).
 
 * Fusion: W2's value and both gradients are ONE loop over x with three reductions;
   broadcasting elementwise chains are one kernel; independent reductions and stores
@@ -18,15 +18,15 @@ import pytest
 
 import eager
 import graphc
-from graphc.backend.plan import Plan
+from graphc.backend.schedule import Schedule
 from eager.tensor import Tensor
 
 
-def plan_of(cf, *args) -> Plan:
+def plan_of(cf, *args) -> Schedule:
     return cf._native(args).plan
 
 
-def loop_kernels(plan: Plan) -> list:
+def loop_kernels(plan: Schedule) -> list:
     return [k for k in plan.kernels if k.kind == "loop"]
 
 
@@ -188,7 +188,7 @@ def test_random_broadcast_multi_output_fusion_matches_the_interpreter(seed):
 # memory planning
 
 
-def arena_overlaps_are_never_live_together(plan: Plan) -> int:
+def arena_overlaps_are_never_live_together(plan: Schedule) -> int:
     """Re-derive buffer lifetimes from the kernels and check the arena; returns the number
     of buffer pairs that share bytes (reuse happened) -- each is checked disjoint in time."""
     first, last = {}, {}
@@ -340,7 +340,7 @@ def test_poison_exposes_a_liveness_bug_that_is_silent_without_it(monkeypatch):
     args = (rng.standard_normal((8, 8)), rng.standard_normal((8, 4)),
             rng.standard_normal((4, 16)), rng.standard_normal((4, 16)))
     want = graphc.interpret(graphc.trace(f, *args), *args)[0]
-    monkeypatch.setattr(Plan, "_last_uses", _first_reader_liveness)
+    monkeypatch.setattr(Schedule, "_last_uses", _first_reader_liveness)
     silent = graphc.compile(f)(*args)
     caught = graphc.compile(f, poison_freed=True)(*args)
     np.testing.assert_allclose(silent, want, rtol=1e-12)    # the bug hides...

@@ -32,7 +32,7 @@ import eager
 import graphc
 from eager._surface import _dispatch
 from eager.ops import OPS
-from graphc.backend import plan as P
+from graphc.backend import schedule as P
 from graphc.interpreter import interpret
 from graphc.runtime import cache
 

@@ -20,7 +20,7 @@ import pytest
 import eager
 import graphc
 from graphc.backend import abi as L
-from graphc.backend.plan import Plan
+from graphc.backend.schedule import Schedule
 from graphc.errors import TooBigError
 from graphc.ir import Graph
 
@@ -110,7 +110,7 @@ def test_the_planner_refuses_an_arena_it_cannot_address():
 
     g = graphc.trace(f, np.ones(1, np.float32))
     with pytest.raises(TooBigError, match=r"arena of \d+ bytes"):
-        Plan(g)
+        Schedule(g)
 
 
 def test_generated_constants_cannot_wrap():

@@ -56,7 +56,7 @@ class Kernel:
         return f"<{self.kind} {list(self.space)}: {', '.join(what)}>"
 
 
-class Plan:
+class Schedule:
     """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
 
     def __init__(self, g: Graph, fuse: bool = True, poison: bool = False,
