@@ -1,6 +1,7 @@
 """The docs are executable: what they print is what the code prints.
 
-* docs/concepts.md (and docs/eager-engine.md, docs/models.md): every ```python block runs, in order, in one namespace
+* docs/concepts.md (and docs/eager-engine.md, docs/models.md, and the "Adding a pass"
+  section of docs/passes.md): every ```python block runs, in order, in one namespace
   (as if the page were one script); when a ```text block follows it (only blank
   lines between), the block's stdout must equal that text, else it must print
   nothing.  Object addresses (``0x7f...``) are normalized.  Each block is
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -89,11 +91,24 @@ def normalize(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
-def run_page(path: Path) -> list:
-    """Run every python block of ``path`` in one namespace; [(block, expected, got)]."""
+def section_lines(path: Path, heading: str) -> tuple:
+    """(first, end) 1-based lines of the section that starts at the line ``heading``
+    (a ``## `` heading) and ends before the next ``## `` heading."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(heading) + 1
+    end = next((i + 1 for i in range(start, len(lines)) if lines[i].startswith("## ")),
+               len(lines) + 1)
+    return start, end
+
+
+def run_page(path: Path, section: Optional[tuple] = None) -> list:
+    """Run every python block of ``path`` (or of the ``section`` lines) in one namespace;
+    [(block, expected, got)]."""
     ns: dict = {"__name__": "__docs__"}
     results = []
     for block, expected in snippets(path):
+        if section is not None and not section[0] <= block.fence_line < section[1]:
+            continue
         code = "\n" * block.fence_line + block.text + "\n"
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
@@ -102,9 +117,9 @@ def run_page(path: Path) -> list:
     return results
 
 
-def _mismatches(path: Path) -> list:
+def _mismatches(path: Path, section: Optional[tuple] = None) -> list:
     bad = []
-    for block, expected, got in run_page(path):
+    for block, expected, got in run_page(path, section):
         want = normalize(expected.text) if expected is not None else ""
         if normalize(got) != want:
             bad.append(f"{path.name}:{block.fence_line}: printed\n{textwrap.indent(got, '    ')}"
@@ -155,6 +170,25 @@ def test_models_snippets_print_what_the_page_says():
     assert len(snippets(path)) >= 4
     bad = _mismatches(path)
     assert not bad, "\n\n".join(bad)
+
+
+def test_passes_adding_a_pass_section_prints_what_the_page_says():
+    """The worked example of docs/passes.md (only that section runs: the page's other
+    blocks show excerpts); it registers passes and must unregister them."""
+    from graphc import passes
+    path = DOCS / "passes.md"
+    section = section_lines(path, "## Adding a pass")
+    assert len([b for b, out in snippets(path)
+                if section[0] <= b.fence_line < section[1] and out is not None]) >= 2
+    before = set(passes.REGISTRY)
+    try:
+        bad = _mismatches(path, section)
+    finally:
+        left = set(passes.REGISTRY) - before
+        for name in left:                   # a failing run must not break later tests
+            passes.unregister_pass(name)
+    assert not bad, "\n\n".join(bad)
+    assert not left, f"the example leaves passes registered: {sorted(left)}"
 
 
 def test_concepts_blocks_parse_and_pair():
