@@ -45,3 +45,48 @@ class UnsupportedOpError(GraphcError, NotImplementedError):
 class TooBigError(GraphcError, RuntimeError):
     """A value or arena whose byte size numpy cannot address (more than ``sys.maxsize``
     bytes); raised while building the graph or planning memory, before anything runs."""
+
+
+class LoweringError(GraphcError):
+    """An exception raised while generating native code for a node, with the node named
+    (``node``: its id; ``original``: the exception raised).  Also an instance of the
+    original exception's type, so handlers for that type still catch it."""
+
+    def __init__(self, message: str, node=None, original=None) -> None:
+        Exception.__init__(self, message)    # not super(): the original type's __init__
+        self.message = message                # may take other arguments
+        self.node = node
+        self.original = original
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_combined: dict = {}      # (context error type, original exception type) -> combined type
+
+
+def combined_type(base: type, original: type) -> type:
+    """A subclass of the context error ``base`` (PassError, LoweringError) that is also an
+    ``original`` (so ``except ZeroDivisionError`` still catches it); ``base`` itself when
+    the two cannot be combined."""
+    cls = _combined.get((base, original))
+    if cls is None:
+        try:
+            cls = type(base.__name__, (base, original),
+                       {"__module__": base.__module__, "__str__": base.__str__})
+        except TypeError:           # layout conflicts between built-in exception types
+            cls = base
+        _combined[(base, original)] = cls
+    return cls
+
+
+def with_context(base: type, message: str, original: BaseException, **fields) -> Exception:
+    """The ``base`` error (a context error class whose __init__ takes the message, then
+    keyword fields and ``original``) to raise ``from original``."""
+    cls = combined_type(base, type(original))
+    try:
+        err = cls.__new__(cls, message)
+        base.__init__(err, message, original=original, **fields)
+    except Exception:
+        err = base(message, original=original, **fields)
+    return err

@@ -147,6 +147,7 @@ class KernelBuilder:
     def emit_op(self, n: int, vals: list, in_dtypes: list) -> ir.Value:
         """The value of elementwise node ``n`` from its operands' register values: the
         op's scalar lowering (graphc.backend.lowering)."""
+        self.low.current_node = n
         d = self.g.nx.nodes[n]
         low = lowering.get(d["op"], describe(self.g, n))
         if low.scalar is None:

@@ -34,8 +34,8 @@ from typing import Optional
 import numpy as np
 from llvmlite import ir
 
-from ..errors import UnsupportedOpError
-from ..ir import Graph, describe
+from ..errors import GraphcError, LoweringError, UnsupportedOpError, with_context
+from ..ir import Graph, describe, printable
 
 from . import irtext, lowering
 from .abi import (CHUNKS_PER_THREAD, CHUNK_FN, DATA_OFFSET, ENTRY, FLAGS_OFFSET,
@@ -61,6 +61,7 @@ class Lowerer:
         self._free = None
         self.n_in = len(self.g.inputs)
         self.n_out = len(self.g.outputs)
+        self.current_node: Optional[int] = None    # the node being lowered (error context)
 
     # --- entry point ------------------------------------------------------------
     def build(self) -> ir.Module:
@@ -448,6 +449,8 @@ class Lowerer:
             self.plan.kernels[j] is kern for j in self.epilogues.values())
 
     def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
+        first = [kern.node] + [n for n, _ in kern.stores] + list(kern.reduces)
+        self.current_node = next((n for n in first if n is not None), None)
         bufs = self._kernel_bufs(kern)
         par = self._parallel_ok(kern)
         extra = [I64, I64, PTR] if par else []
@@ -491,5 +494,18 @@ def _buf_name(buf) -> str:
 
 
 def lower(plan: Schedule, name: str) -> ir.Module:
-    """The LLVM module for a plan (see the module docstring for the calling convention)."""
-    return Lowerer(plan, name).build()
+    """The LLVM module for a plan (see the module docstring for the calling convention).
+
+    An exception from deep inside the code generation is re-raised as a LoweringError
+    naming the node being lowered, its op and the user's source line (errors of graphc's
+    own already name their node)."""
+    low = Lowerer(plan, name)
+    try:
+        return low.build()
+    except GraphcError:
+        raise
+    except Exception as e:
+        n = low.current_node
+        at = f" at {describe(plan.g, n)}" if n is not None and n in plan.g else ""
+        raise with_context(LoweringError, f"graphc: lowering {printable(name)} failed{at}: "
+                           f"{type(e).__name__}: {e}", e, node=n) from e

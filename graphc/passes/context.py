@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from ..errors import GraphcError
+from ..errors import GraphcError, with_context
 from ..ir import Graph, describe
 
 
@@ -72,23 +72,6 @@ def leave(prev: Optional[PassContext]) -> None:
     _local.ctx = prev
 
 
-_combined: dict = {}                # original exception type -> PassError subclass
-
-
-def _error_type(original: type) -> type:
-    """A PassError that is also an ``original`` (so handlers for the original type
-    still catch it); plain PassError when the two cannot be combined."""
-    cls = _combined.get(original)
-    if cls is None:
-        try:
-            cls = type("PassError", (PassError, original),
-                       {"__module__": __name__, "__str__": PassError.__str__})
-        except TypeError:           # layout conflicts between built-in exception types
-            cls = PassError
-        _combined[original] = cls
-    return cls
-
-
 def where(g: Graph, node: Optional[int]) -> str:
     """`` at %12 = mul(%3, %4) : f64[3] (from model.py:17)`` or the bare id of a node
     the pass already removed; empty without a node."""
@@ -107,10 +90,5 @@ def pass_error(ctx: PassContext, g: Graph, exc: Exception) -> PassError:
     except Exception:               # a pass may leave the node half rewritten
         at = f" at %{ctx.node}"
     msg = f"graphc: pass {ctx.pass_name!r}{rule} failed{at}: {type(exc).__name__}: {exc}"
-    cls = _error_type(type(exc))
-    try:
-        err = cls.__new__(cls, msg)
-        PassError.__init__(err, msg, ctx.pass_name, ctx.node, ctx.rule, exc)
-    except Exception:
-        err = PassError(msg, ctx.pass_name, ctx.node, ctx.rule, exc)
-    return err
+    return with_context(PassError, msg, exc, pass_name=ctx.pass_name, node=ctx.node,
+                        rule=ctx.rule)
