@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager._surface import TensorOps
+from eager.surface import TensorOps
 from eager.tensor import Tensor
 
 from . import tree

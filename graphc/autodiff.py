@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager._surface import sum_to
+from eager.surface import sum_to
 from eager.ops.registry import OPS
 
 from . import tree

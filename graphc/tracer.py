@@ -1,6 +1,6 @@
 """Tracing: run the user's function once on Tracers and record a Graph.
 
-A Tracer shares eager's whole op surface (``eager._surface.TensorOps``), so the
+A Tracer shares eager's whole op surface (``eager.surface.TensorOps``), so the
 same code runs eagerly on Tensors and symbolically here.  Shapes and dtypes
 are known while tracing; values are not, and every attempt to look at one
 (``bool``, ``float``, ``.item()``, numpy functions) raises an error that names
@@ -19,7 +19,7 @@ import numpy as np
 
 import eager
 from eager import _dtype as D
-from eager._surface import Size, TensorOps, decode_index
+from eager.surface import Size, TensorOps, decode_index
 from eager.ops.registry import check_size
 from eager.tensor import PINNED, TRACING, Tensor
 
@@ -511,7 +511,7 @@ class Tracer(TensorOps):
     clip_ = clamp_
 
     def __setitem__(self, key, value) -> None:
-        from eager._surface import encode_index
+        from eager.surface import encode_index
         spec, arrays, _ = encode_index(key, self)
         if not isinstance(value, TensorOps):
             value = self._wrap_const(np.asarray(value, dtype=self._meta_dtype))

@@ -270,7 +270,7 @@ def apply_worked_example(dest: Path) -> list:
 def test_adding_an_op_worked_example_passes_the_completeness_tests(tmp_path):
     applied = apply_worked_example(tmp_path)
     files = {rel for rel, _ in applied}
-    assert {"eager/ops/elementwise.py", "eager/_surface.py", "graphc/backend/plan.py",
+    assert {"eager/ops/elementwise.py", "eager/surface.py", "graphc/backend/plan.py",
             "graphc/backend/lower.py"} <= files, files
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OPENBLAS_NUM_THREADS="1")
     env.pop("GRAPHC_CACHE_DIR", None)

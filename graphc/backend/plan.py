@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from eager._surface import decode_index
+from eager.surface import decode_index
 from eager.ops.registry import MAX_BYTES, check_size
 
 from ..errors import GraphcError, TooBigError, UnsupportedOpError
