@@ -36,7 +36,7 @@ from llvmlite import ir
 
 from ..errors import TooBigError, UnsupportedOpError
 from ..ir import Graph, describe
-from eager.ops import random as random_op
+from eager.interop import random_op
 
 from . import blas, irtext, vecmath
 from .plan import (Gather, Kernel, Plan, View, as_matrix, blas_layout, cstrides, index_view,

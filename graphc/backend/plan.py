@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from eager.surface import decode_index
-from eager.ops.registry import MAX_BYTES, check_size
+from eager.interop import decode_index
+from eager.interop import MAX_BYTES, check_size
 
 from ..errors import GraphcError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from eager.ops.registry import OPS
+from eager.interop import OPS
 
 from ..ir import Graph, verify
 
