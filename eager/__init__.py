@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import ops  # noqa: F401  (registers every primitive)
 from ._dtype import (bool, double, dtype, float, float16, float32, float64, half, int, int8,  # noqa: A004
                      int16, int32, int64, long, short, uint8)
-from ._surface import Size, TensorOps, matmul, maximum, minimum, where
+from .surface import Size, TensorOps, matmul, maximum, minimum, where
 from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                        set_grad_enabled)
 from .tensor import (BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor, Tensor,

@@ -11,18 +11,21 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import _dtype as D
+# Layers below this module only (see docs/eager-layers.md).  Modules by full name: a
+# "from . import x" would also be an import of the package eager itself.
+import eager._dtype as D
+import eager.autograd.backward_codegen as _codegen_mod
+import eager.autograd.engine as _engine_mod
+import eager.autograd.function as _function_mod
+import eager.surface as _surface_mod
 from ._format import format_tensor
-from ._surface import Size as _Size
-from ._surface import TensorOps, decode_index, encode_index
-from . import _surface as _surface_mod
-from .autograd import function as _function_mod
-from .autograd import grad_mode
+from .surface import Size as _Size
+from .surface import TensorOps, decode_index, encode_index
 from .autograd.function import AccumulateGrad, OpNode, _edge, node_class
+from .autograd.grad_mode import STATE as _STATE, no_grad as _no_grad
 from .ops.movement import broadcast_view as _broadcast_view
 from .ops.registry import OPS, Meta, ops_of
 
-_STATE = grad_mode.STATE
 _ndarray = np.ndarray
 
 NONLEAF_GRAD_WARNING = (
@@ -494,7 +497,7 @@ class Tensor(TensorOps):
         else:
             if self.grad_fn is None and self._rg and _STATE.enabled:
                 raise RuntimeError(LEAF_INPLACE)
-            with grad_mode.no_grad():
+            with _no_grad():
                 res = getattr(self, method)(*args, **kwargs)
             self._write(res._data, method)
         return self
@@ -692,12 +695,6 @@ def _init(t: Tensor, arr: np.ndarray) -> None:
 
 
 _make = Tensor._make
-_function_mod._Tensor = Tensor
-from .autograd import engine as _engine_mod  # noqa: E402  (binds Tensor for the engine)
-_engine_mod._Tensor = Tensor
-from .autograd import plans as _plans_mod  # noqa: E402  (binds Tensor for the VJP plans)
-_plans_mod._Tensor = Tensor
-_function_mod._sum_to = _surface_mod.sum_to
 
 # --- views -----------------------------------------------------------------------
 # numpy reshape/transpose/basic indexing return views of the input's buffer.  As in
@@ -1154,8 +1151,6 @@ def _tensors_to_lists(data):
     return data
 
 
-_engine_mod._tensor = tensor
-
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor) and (dtype is None or D.to_np(dtype) == data._data.dtype):
@@ -1334,3 +1329,14 @@ DoubleTensor = _typed_ctor(np.float64)
 LongTensor = _typed_ctor(np.int64)
 IntTensor = _typed_ctor(np.int32)
 BoolTensor = _typed_ctor(np.bool_)
+
+
+# --- wiring: the one place where the layers below receive Tensor and its factories --------
+# surface, autograd.function, autograd.engine and autograd.backward_codegen sit below this
+# module and never import it; each exposes a bind() that stores what it needs in module
+# globals (read at the same cost as before).  eager/__init__ imports this module before
+# anything can run an op, so the wiring is complete before the first tensor exists.
+_surface_mod.bind(tensor=tensor, device=device, rand=rand, randn=randn, bernoulli=bernoulli)
+_function_mod.bind(Tensor, zeros)
+_engine_mod.bind(Tensor, tensor, zeros_like)
+_codegen_mod.bind(Tensor)

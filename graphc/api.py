@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager._surface import TensorOps
-from eager.tensor import Tensor
+from eager.interop import NO_GRAD_HINTS, TensorOps, data_of, grad_of, requires_grad_of, set_grad
+from eager.interop import Tensor, tensor_from_array, version_of
 
 from . import tree
 from .errors import GraphcError, SignatureError
@@ -115,7 +115,7 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
     value_and_grad's ``(value, (g0, g1...))`` is ``itemgetter(0, slice(1, n))``).
     """
     import operator
-    make = Tensor._make if tr.tensor_io else None
+    make = tensor_from_array if tr.tensor_io else None
     leaves = iter(range(tr.out_tree.num_leaves))
     next_out = [0]                  # index of the next array output (leaves are in order)
 
@@ -269,8 +269,8 @@ class CompiledFunction:
                 items.append(("static_arg", *static_key(a), type(a)))
                 continue
             if type(a) is Tensor:
-                d = a._data
-                items.append(("T", d.shape, d.dtype, a._rg, a._rg and a._grad is not None))
+                d, rg = data_of(a), requires_grad_of(a)
+                items.append(("T", d.shape, d.dtype, rg, rg and grad_of(a) is not None))
                 dyn.append(a)
                 continue
             if type(a) is np.ndarray:
@@ -452,21 +452,21 @@ class CompiledFunction:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
         if grad_on and tr.tensor_io and not tr.grad_writes and not tr.grad_clears and \
-                any(a.__class__ is Tensor and a._rg for a in dyn):
+                any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn):
             return _run_differentiable(self, entry, dyn)
         outs = entry.run(_arrays(dyn, tr.in_specs))
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
         _write_back(tr, dyn, outs)
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
-            if target._grad is None:
-                target._grad = Tensor._make(np.array(outs[out_pos]))
+            if grad_of(target) is None:
+                set_grad(target, tensor_from_array(np.array(outs[out_pos])))
             else:
-                if outs[out_pos] is not target._grad._data:
-                    np.copyto(target._grad._data, outs[out_pos], casting="same_kind")
-                target._grad._version[0] += 1
+                if outs[out_pos] is not data_of(grad_of(target)):
+                    np.copyto(data_of(grad_of(target)), outs[out_pos], casting="same_kind")
+                version_of(grad_of(target))[0] += 1
         for idx in tr.grad_clears:
-            dyn[idx]._grad = None
+            set_grad(dyn[idx], None)
         res = self._wrap_outputs(tr, outs[:n_user])
         if tr.tensor_io and n_user:
             _note_no_grad(self, tr, res)
@@ -505,20 +505,20 @@ class CompiledFunction:
                     else:
                         reason = f"{cap.name} is now a {type(t).__name__}"
                     break
-                d = t._data
-                if tr.grads_used and t._rg and (t._grad is not None) != spec.has_grad:
+                d, rg = data_of(t), requires_grad_of(t)
+                if tr.grads_used and rg and (grad_of(t) is not None) != spec.has_grad:
                     reason = (f"{cap.name}.grad is now " +
-                              ("set" if t._grad is not None else "None"))
+                              ("set" if grad_of(t) is not None else "None"))
                     break
-                if d.shape != spec.shape or d.dtype != spec.dtype or t._rg != spec.requires_grad:
+                if d.shape != spec.shape or d.dtype != spec.dtype or rg != spec.requires_grad:
                     reason = (f"{cap.name}: {_describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
-                              f" -> {_describe_key_item(('T', d.shape, d.dtype, t._rg))}")
+                              f" -> {_describe_key_item(('T', d.shape, d.dtype, rg))}")
                     break
                 now.append(t)
             if reason is None:
                 if tr.randoms:                   # this call's counters of the stream
                     from .runtime import rng
-                    now.append(Tensor._make(rng.advance(tr.rng_count)))
+                    now.append(tensor_from_array(rng.advance(tr.rng_count)))
                 return entry, now
             with self._lock:
                 self._misses += 1
@@ -535,11 +535,11 @@ class CompiledFunction:
         their own (``graphc.aliasing``); an argument whose C layout the trace assumed must
         have it."""
         tr = entry.trace
-        arrays = [a._data if a.__class__ is Tensor else a for a in dyn]
+        arrays = [data_of(a) if a.__class__ is Tensor else a for a in dyn]
         for i, _ in tr.grad_writes:          # a .grad written in place is memory too
-            g = dyn[i]._grad
+            g = grad_of(dyn[i])
             if g is not None:
-                arrays.append(g._data)
+                arrays.append(data_of(g))
         ok = entry.mem_ok                    # the same arrays as last time: same answer
         if len(ok) == len(arrays):
             for r, a in zip(ok, arrays):
@@ -589,7 +589,7 @@ class CompiledFunction:
             return entry
         for _, _, members in groups:
             for i, _, _ in members:
-                if i >= len(dyn) or (dyn[i].__class__ is Tensor and dyn[i]._rg):
+                if i >= len(dyn) or (dyn[i].__class__ is Tensor and requires_grad_of(dyn[i])):
                     raise SignatureError(
                         f"{self.__name__}: arguments (or their .grad) that require grad share "
                         "memory with an argument written in place; graphc cannot reproduce "
@@ -612,7 +612,7 @@ class CompiledFunction:
                 if make is not None:
                     leaves.append(make(v))
                 else:
-                    leaves.append(Tensor._make(v) if tr.tensor_io else v)
+                    leaves.append(tensor_from_array(v) if tr.tensor_io else v)
         return tree.unflatten(tr.out_tree, leaves)
 
     def _reason(self, key: tuple) -> str:
@@ -814,9 +814,9 @@ def _arrays(dyn, specs) -> list:
     arrays = []
     for a, spec in zip(dyn, specs):
         if a.__class__ is Tensor:
-            arrays.append(a._data)
+            arrays.append(data_of(a))
             if spec.has_grad:
-                arrays.append(a._grad._data)
+                arrays.append(data_of(grad_of(a)))
         else:
             arrays.append(np.asarray(a))
     return arrays
@@ -837,11 +837,11 @@ def _write_back(tr, dyn: list, outs: tuple) -> None:
     (unless the backend already wrote them into the caller's buffer)."""
     for idx, out_pos in tr.mutated_inputs:
         target = dyn[idx]
-        data = target._data if isinstance(target, Tensor) else target
+        data = data_of(target) if isinstance(target, Tensor) else target
         if outs[out_pos] is not data:          # not already written in place
             np.copyto(data, outs[out_pos], casting="same_kind")
         if isinstance(target, Tensor):
-            target._version[0] += 1
+            version_of(target)[0] += 1
 
 
 # The last compiled call that returned tensors without a gradient history: (function,
@@ -852,7 +852,7 @@ _NO_GRAD_NOTE: list = [None]
 def _note_no_grad(cf: CompiledFunction, tr, res: Any) -> None:
     leaves = (res,) if res.__class__ is Tensor else tree.flatten(res)[0]
     outs = [weakref.ref(t) for t in leaves
-            if t.__class__ is Tensor and not t._rg and t._data.dtype.kind == "f"]
+            if t.__class__ is Tensor and not requires_grad_of(t) and data_of(t).dtype.kind == "f"]
     if outs:
         _NO_GRAD_NOTE[0] = (cf, tr, eager.is_grad_enabled(), outs)
 
@@ -897,7 +897,7 @@ def _input_names(tr) -> list:
     return names + [c.name for c in tr.captured]
 
 
-eager.autograd.engine.NO_GRAD_HINTS.append(_why_no_grad)
+NO_GRAD_HINTS.append(_why_no_grad)
 
 
 def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
@@ -908,7 +908,7 @@ def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
     called with."""
     tr = entry.trace
     for idx, _ in tr.mutated_inputs:
-        if dyn[idx].__class__ is Tensor and dyn[idx]._rg:
+        if dyn[idx].__class__ is Tensor and requires_grad_of(dyn[idx]):
             name = _input_names(tr)[idx]
             name = name if idx >= tr.n_args else f"argument {name}"
             raise GraphcError(
@@ -975,14 +975,14 @@ def _make_autograd_function():
             saved = list(tensors)
             for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
                 t = tensors[idx]
-                saved[idx] = Tensor._make(np.array(t._data if t.__class__ is Tensor else t))
+                saved[idx] = tensor_from_array(np.array(data_of(t) if t.__class__ is Tensor else t))
         outs = entry.run(_arrays(tensors, tr.in_specs))
         if tr.mutated_inputs:
             _write_back(tr, tensors, outs)
         ctx.cf, ctx.entry = cf, entry
         ctx.save_for_backward(*saved)
         n_user = len(outs) - len(tr.mutated_inputs)
-        res = tuple(Tensor._make(o) for o in outs[:n_user])
+        res = tuple(tensor_from_array(o) for o in outs[:n_user])
         # an output eager gives no gradient history to has none here either
         if not (cf._outputs_differentiable or tr.all_out_rg):
             ctx.mark_non_differentiable(*[o for o, rg in zip(res, tr.out_rg) if not rg])
@@ -991,7 +991,7 @@ def _make_autograd_function():
     def backward(ctx, *gouts):
         tensors = ctx.saved_tensors
         vjp_cf = _vjp_function(ctx.cf, ctx.entry)
-        float_idx = [i for i, t in enumerate(tensors) if t._data.dtype.kind == "f"]
+        float_idx = [i for i, t in enumerate(tensors) if data_of(t).dtype.kind == "f"]
         res = vjp_cf(*tensors, *gouts)
         grads = [None] * len(tensors)
         for k, i in enumerate(float_idx):

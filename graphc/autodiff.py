@@ -21,8 +21,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager._surface import sum_to
-from eager.ops.registry import OPS
+from eager.interop import (data_of, grad_of, requires_grad_of, set_grad, set_requires_grad_flag,
+                          sum_to)
+from eager.interop import OPS
 
 from . import tree
 from . import tracer as T
@@ -121,7 +122,7 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
         ct = None
     else:
         ct = gradient if isinstance(gradient, T.Tracer) else loss._wrap_const(
-            np.asarray(gradient._data if isinstance(gradient, eager.Tensor) else gradient,
+            np.asarray(data_of(gradient) if isinstance(gradient, eager.Tensor) else gradient,
                        dtype=loss._meta_dtype))
     if ctx.closed_rg:
         import networkx as nx
@@ -135,16 +136,16 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
                 "nn.Modules, closures, globals, defaults and lists/dicts of those are), so they "
                 "were read as constants and their .grad cannot be filled. Pass them as arguments "
                 "(a list or dict of tensors works) or keep them in an nn.Module.")
-    if not loss._rg:
+    if not requires_grad_of(loss):
         raise RuntimeError("element 0 of tensors does not require grad and does not have a "
                            "grad_fn")
-    leaves = [t for t in ctx.leaves if t._rg]
+    leaves = [t for t in ctx.leaves if requires_grad_of(t)]
     grads = backprop(ctx, loss, leaves, ct)
     with eager.no_grad():
         for t, gr in zip(leaves, grads):
             if gr is None:
                 continue
-            t._grad = gr if t._grad is None else t._grad + gr
+            set_grad(t, gr if grad_of(t) is None else grad_of(t) + gr)
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
                     raise TypeError(f"{fname}: argument {i} ({paths[k]}) is a Python number, "
                                     "which graphc treats as static; pass a float array to "
                                     "differentiate it")
-                arr = np.asarray(x._data if isinstance(x, eager.Tensor) else x)
+                arr = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
                 nid = ctx.const(arr)
                 x = T.Tracer(ctx, nid, arr.shape, arr.dtype)
             if x._npdtype.kind != "f":
@@ -203,14 +204,14 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
     # the differentiated arguments require grad while fn runs, as eager's leaves would:
     # eager's refusals (in-place on a leaf, writes through .detach() or to unbind's
     # outputs, writes under no_grad) apply, instead of a gradient eager would not give
-    marked = [x for _, _, leaves in info for x in leaves if not x._rg]
+    marked = [x for _, _, leaves in info for x in leaves if not requires_grad_of(x)]
     for x in marked:
-        x._rg = True
+        set_requires_grad_flag(x, True)
     try:
         res = fn(*args)
     finally:
         for x in marked:
-            x._rg = False
+            set_requires_grad_flag(x, False)
     aux = None
     if has_aux:
         if not (isinstance(res, tuple) and len(res) == 2):
@@ -302,7 +303,7 @@ def vjp(fn: Callable, *primals: Any) -> tuple:
         if not isinstance(out, T.Tracer):
             raise TypeError(f"{fname}: fn must return a single array")
         if not isinstance(ct, T.Tracer):
-            ct = out._wrap_const(np.asarray(ct._data if isinstance(ct, eager.Tensor) else ct,
+            ct = out._wrap_const(np.asarray(data_of(ct) if isinstance(ct, eager.Tensor) else ct,
                                             dtype=out._meta_dtype))
         if tuple(ct.shape) != tuple(out.shape):
             raise ValueError(f"{fname}: cotangent shape {list(ct.shape)} does not match the "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from eager.tensor import Tensor
+from eager.interop import Tensor
 
 # place(args) -> (holder, key): ``holder[key]`` is the tensor, ``holder[key] = v`` sets it
 Place = Callable[[tuple], tuple]
@@ -85,7 +85,7 @@ class Captured:
 
 
 def _is_module(obj: Any) -> bool:
-    from eager.nn import Module
+    from eager.interop import Module
     return isinstance(obj, Module)
 
 

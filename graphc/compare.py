@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager.tensor import Tensor
+from eager.interop import Tensor
 
 from . import tree
 from .errors import GraphcError
@@ -260,7 +260,7 @@ def _as_array(v: Any) -> np.ndarray:
 
 def _tape_nodes(out: Any) -> int:
     """Operation nodes on the eager tape reachable from ``out`` (leaves not counted)."""
-    from eager.autograd.function import AccumulateGrad
+    from eager.interop import AccumulateGrad
     root = out.grad_fn if isinstance(out, Tensor) else None
     if root is None:
         return 0

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eager.ops.registry import OPS
+from eager.interop import OPS
 
 from .errors import GraphcError
 from .ir import Graph, describe

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import networkx as nx
 import numpy as np
 
-from eager.ops.registry import OPS, Meta, check_size, norm_axes
+from eager.interop import OPS, Meta, check_size, norm_axes
 
 from .errors import GraphVerificationError, TooBigError
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from eager._dtype import FROM_NP
-from eager.ops.registry import ATTR_TYPES, OPS
+from eager.interop import FROM_NP
+from eager.interop import ATTR_TYPES, OPS
 
 from .errors import GraphFormatError, GraphVerificationError
 from .ir import Graph, verify

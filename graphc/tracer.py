@@ -1,6 +1,6 @@
 """Tracing: run the user's function once on Tracers and record a Graph.
 
-A Tracer shares eager's whole op surface (``eager._surface.TensorOps``), so the
+A Tracer shares eager's whole op surface (``eager.surface.TensorOps``), so the
 same code runs eagerly on Tensors and symbolically here.  Shapes and dtypes
 are known while tracing; values are not, and every attempt to look at one
 (``bool``, ``float``, ``.item()``, numpy functions) raises an error that names
@@ -18,10 +18,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager import _dtype as D
-from eager._surface import Size, TensorOps, decode_index
-from eager.ops.registry import OPS, check_size
-from eager.tensor import PINNED, TRACING, Tensor
+from eager.interop import FROM_NP, GRAD_MODE, check_inplace_result
+from eager.interop import Size, TensorOps, decode_index
+from eager.interop import OPS, check_size, data_of, grad_of, requires_grad_of, version_of
+from eager.interop import PINNED, TRACING, Tensor, set_grad, set_requires_grad_flag
 
 from . import tree
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
@@ -33,7 +33,7 @@ from .layout import (Layout, c_layout, c_strides, expand_layout, index_layout, m
 
 _PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                   for m in (eager, sys.modules[__name__.rsplit(".", 1)[0]]))
-_SUPPORTED = set(D.FROM_NP)
+_SUPPORTED = set(FROM_NP)
 
 
 def user_src(skip: int = 1) -> str:
@@ -194,8 +194,8 @@ class Tracer(TensorOps):
                 else:
                     ids.append(o.node)
             elif isinstance(o, Tensor):
-                ids.append(ctx.const(o._data, src))
-                if o._rg:
+                ids.append(ctx.const(data_of(o), src))
+                if requires_grad_of(o):
                     ctx.closed_rg.setdefault(ids[-1], src)
             elif isinstance(o, (np.ndarray, np.generic)):
                 ids.append(ctx.const(np.asarray(o), src))
@@ -210,8 +210,8 @@ class Tracer(TensorOps):
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
         _place(out, op, operands, attrs, src)
         if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
-                o.__class__ is Tracer and o._rg for o in operands):
-            out._rg = True
+                o.__class__ is Tracer and requires_grad_of(o) for o in operands):
+            set_requires_grad_flag(out, True)
         elif (not _GRAD.enabled and ctx.grad_on and _ROLE[0] == "forward" and _SRC[0] is None
               and op in _DIFF_OPS):
             out._ng = True    # a later grad-mode use reads it through a detach node
@@ -232,8 +232,8 @@ class Tracer(TensorOps):
         return Size(self._meta_shape)
 
     @property
-    def dtype(self) -> D.dtype:
-        return D.FROM_NP[self._meta_dtype]
+    def dtype(self) -> eager.dtype:
+        return FROM_NP[self._meta_dtype]
 
     @property
     def ndim(self) -> int:
@@ -409,7 +409,8 @@ class Tracer(TensorOps):
             root = self
             while root._view is not None:
                 root = root._view[0]
-            if (self._rg or root._rg) and not (root._rg and root.is_leaf):
+            if (self._rg or requires_grad_of(root)) and \
+                    not (requires_grad_of(root) and root.is_leaf):
                 raise TracerError(
                     f"in-place write at {src} under no_grad() to a value that requires grad: "
                     "eager changes its values but keeps its gradient history, which a "
@@ -434,7 +435,7 @@ class Tracer(TensorOps):
                                f"the tensor's shape {list(self._meta_shape)} (traced at {src})")
         if new._meta_dtype != self._meta_dtype:
             try:
-                D.check_inplace_result(new._meta_dtype, self._meta_dtype)
+                check_inplace_result(new._meta_dtype, self._meta_dtype)
             except RuntimeError as e:
                 raise RuntimeError(f"{e} (traced at {src})") from None
             new = new.to(self._meta_dtype)
@@ -453,10 +454,10 @@ class Tracer(TensorOps):
         t._gen = stor.gen
         self._node = value
         self._gen = stor.gen
-        if recording and new._rg:
+        if recording and requires_grad_of(new):
             u = self
             while u is not None:
-                u._rg = True
+                set_requires_grad_flag(u, True)
                 u = u._view[0] if u._view is not None else None
         idx = _input_index(ctx, t)
         if idx is not None:
@@ -511,14 +512,14 @@ class Tracer(TensorOps):
     clip_ = clamp_
 
     def __setitem__(self, key, value) -> None:
-        from eager._surface import encode_index
+        from eager.interop import encode_index
         spec, arrays, _ = encode_index(key, self)
         if not isinstance(value, TensorOps):
             value = self._wrap_const(np.asarray(value, dtype=self._meta_dtype))
         elif value._npdtype != self._meta_dtype:
             value = value.to(self._meta_dtype)
-        from eager.ops.movement import assigned_shape
-        from eager.ops.registry import Meta
+        from eager.interop import assigned_shape
+        from eager.interop import Meta
         want = assigned_shape(tuple(value.shape), Meta(self._meta_shape, self._meta_dtype),
                               tuple(Meta(tuple(a.shape), a._npdtype) for a in arrays), spec)
         if want != tuple(value.shape):
@@ -554,7 +555,7 @@ def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional
     return eager.where(mask.reshape(m + (1,) * len(rest)), value, x)
 
 
-_GRAD = eager.autograd.grad_mode.STATE
+_GRAD = GRAD_MODE
 _ROLE = ["forward"]     # "backward" while graphc.autodiff emits gradient nodes
 _SRC = [None]           # source line to attribute new nodes to (set while replaying/differentiating)
 _BY = ["trace"]         # which transform creates nodes: "trace" or "grad"
@@ -567,7 +568,7 @@ _REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul_
 
 def _set_diff_ops():
     global _DIFF_OPS
-    from eager.ops import OPS
+    from eager.interop import OPS
     _DIFF_OPS = frozenset(n for n, o in OPS.items() if o.differentiable)
 
 
@@ -666,7 +667,7 @@ def _place(out: Tracer, op: str, operands: tuple, attrs: dict, src: str) -> None
             x._view[3] if x._view is not None else None)
         out._view = (x, op, attrs, creation, ())
         if op == "detach":
-            out._rg = False
+            set_requires_grad_flag(out, False)
         elif op == "reshape":
             _note_layout_use(x, out)
         return
@@ -705,8 +706,8 @@ def _sync(t: Tracer) -> None:
         v._node = graph.add_node(op, (parent._node,) + extra, attrs, shape=v._meta_shape,
                                  dtype=v._meta_dtype, src=user_src(3), role=_ROLE[0], by=_BY[0])
         v._gen = gen
-        if parent._rg and op != "detach" and v._view[3] is None:
-            v._rg = True                      # the base's new history reaches its views
+        if requires_grad_of(parent) and op != "detach" and v._view[3] is None:
+            set_requires_grad_flag(v, True)   # the base's new history reaches its views
 
 
 def _unview(parent: Tracer, op: str, attrs: dict, extra: tuple, value: int, src: str) -> int:
@@ -730,7 +731,7 @@ def _unview(parent: Tracer, op: str, attrs: dict, extra: tuple, value: int, src:
 
 def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
     """Eager's (PyTorch's) refusals for an in-place write through view ``t``."""
-    from eager.tensor import (MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE,
+    from eager.interop import (MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE,
                               VIEW_OF_LEAF_INPLACE)
     u = t
     while u._view is not None:
@@ -739,7 +740,7 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
             raise RuntimeError("in-place op on a broadcast (expanded) view: eager cannot write "
                                "it in place (several elements share one memory location); "
                                f"clone() it first (traced at {src})")
-        if op == "detach" and (parent._rg or recording):
+        if op == "detach" and (requires_grad_of(parent) or recording):
             raise TracerError(
                 f"in-place write at {src} through .detach() of a tensor that requires grad: "
                 "eager changes its data but not its gradient history, which a compiled graph "
@@ -747,7 +748,7 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
         u = parent
     creation = t._view[3]
     if not recording:
-        if creation == "no_grad" and u._rg and _ROLE[0] == "forward" and \
+        if creation == "no_grad" and requires_grad_of(u) and _ROLE[0] == "forward" and \
                 eager.is_grad_enabled():
             # PyTorch refuses this; eager's no_grad views do not require grad, so eager
             # writes without recording and its gradient ignores the write, which a graph
@@ -758,7 +759,7 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
         raise RuntimeError(f"{NO_GRAD_VIEW_INPLACE} (traced at {src})")
     if creation is not None:
         raise RuntimeError(f"{MULTI_OUTPUT_VIEW_INPLACE.format(creation[1])} (traced at {src})")
-    if u.is_leaf and (t._rg or u._rg):
+    if u.is_leaf and (requires_grad_of(t) or requires_grad_of(u)):
         raise RuntimeError(f"{VIEW_OF_LEAF_INPLACE} (traced at {src})")
 
 
@@ -826,12 +827,13 @@ def classify_leaf(x: Any, path: str) -> tuple:
     an array, and an ndarray subclass is used as its base array (a masked array is refused)."""
     t = type(x)
     if issubclass(t, Tensor):
-        d = x._data.dtype
+        arr, rg = data_of(x), requires_grad_of(x)
+        d = arr.dtype
         if d not in _SUPPORTED:
             raise SignatureError(f"argument {path}: dtype {d} is not supported")
-        hg = x._rg and x._grad is not None
-        return ("T", x._data.shape, d, x._rg, hg), LeafSpec("tensor", x._data.shape, d,
-                                                           requires_grad=x._rg, has_grad=hg)
+        hg = rg and grad_of(x) is not None
+        return ("T", arr.shape, d, rg, hg), LeafSpec("tensor", arr.shape, d,
+                                                     requires_grad=rg, has_grad=hg)
     if issubclass(t, np.ma.MaskedArray):
         raise SignatureError(f"argument {path} is a masked array; masks are not supported: pass "
                              "x.filled(value) or np.ma.getdata(x)")
@@ -911,7 +913,7 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
     out = []
     for cap in capture.find(fn, args).values():
         t = cap.tensor
-        d = t._data.dtype
+        d = data_of(t).dtype
         if d not in _SUPPORTED:
             continue                          # stays a constant if it is used at all
         nm = base = _sanitize(cap.name)
@@ -920,24 +922,24 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
             k += 1
             nm = f"{base}_{k}"
         used_names.add(nm)
-        shape = t._data.shape
+        shape = data_of(t).shape
         nid = ctx.graph.add_input(nm, shape, d)
         ctx.input_paths[nid] = cap.name
-        tr = Tracer(ctx, nid, shape, d, c_layout(shape) if t._data.flags.c_contiguous else None)
-        tr._rg = t._rg
-        spec = LeafSpec("tensor", shape, d, requires_grad=t._rg,
-                        has_grad=t._rg and t._grad is not None)
-        if t._rg:                             # backward() inside fills its .grad
+        tr = Tracer(ctx, nid, shape, d, c_layout(shape) if data_of(t).flags.c_contiguous else None)
+        set_requires_grad_flag(tr, requires_grad_of(t))
+        spec = LeafSpec("tensor", shape, d, requires_grad=requires_grad_of(t),
+                        has_grad=requires_grad_of(t) and grad_of(t) is not None)
+        if requires_grad_of(t):                             # backward() inside fills its .grad
             ctx.leaves.append(tr)
             if spec.has_grad:                 # accumulating into the .grad it has now
                 gid = ctx.graph.add_input(f"{nm}_grad", shape, d)
                 ctx.input_paths[gid] = f"{cap.name}.grad"
-                tr._grad = Tracer(ctx, gid, shape, d, c_layout(shape))
+                set_grad(tr, Tracer(ctx, gid, shape, d, c_layout(shape)))
                 spec.grad_node = gid
         ctx._input_of[id(tr)] = len(specs)
         specs.append(spec)
         inputs.append(tr)
-        watched.append((t, cap.name, t._version[0], t._grad, t._rg))
+        watched.append((t, cap.name, version_of(t)[0], grad_of(t), requires_grad_of(t)))
         ctx.lifted_nodes[id(tr)] = nid
         out.append((cap, tr))
     return out
@@ -952,9 +954,9 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         nid = ctx.lifted_nodes[id(t)]
         idx = n_args + i
         grad_node = specs[idx].grad_node
-        grad_changed = (t._grad is not None) != (grad_node is not None) or (
-            grad_node is not None and (not isinstance(t._grad, Tracer) or
-                                       t._grad.node != grad_node))
+        grad_changed = (grad_of(t) is not None) != (grad_node is not None) or (
+            grad_node is not None and (not isinstance(grad_of(t), Tracer) or
+                                       grad_of(t).node != grad_node))
         if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations or grad_changed:
             keep.append((i, nid, t))
             kept_caps.append(cap)
@@ -967,7 +969,7 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         if spec.grad_node is not None and (i not in kept or not ctx.grads_used):
             drop.append(spec.grad_node)       # a .grad the function never looked at
             spec.has_grad, spec.grad_node = False, None
-            t._grad = None
+            set_grad(t, None)
     for nid in drop:
         g.nx.remove_node(nid)
         g.inputs.remove(nid)
@@ -989,7 +991,7 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
 def _name_the_module(e: Exception, fn: Callable, args: tuple) -> None:
     """Add the module the error came through (``in module self.layers.2 (Linear)``) to
     its message, for a model the user compiles."""
-    from eager.nn import CALLS
+    from eager.interop import CALLS
     from .capture import module_path
     if not CALLS.tracing or not e.args or not isinstance(e.args[0], str):
         return
@@ -1031,7 +1033,7 @@ def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
     ``a.shape = ...``, ``a.resize(...)``, a swapped ``.data``) would give native code a
     buffer it was not compiled for."""
     for leaf, path, spec in arg_leaves:
-        arr = leaf._data if isinstance(leaf, Tensor) else leaf
+        arr = data_of(leaf) if isinstance(leaf, Tensor) else leaf
         if type(arr) is not np.ndarray:
             arr = np.asarray(arr)
         if arr.shape != spec.shape or arr.dtype.newbyteorder("=") != spec.dtype:
@@ -1047,13 +1049,13 @@ def _check_untouched(fname: str, watched: list) -> None:
     tensors itself (an optimizer, a module) and updates them while tracing would update them
     once, outside the graph, and never again."""
     for t, path, version, grad, rg in watched:
-        if t._rg != rg:
+        if requires_grad_of(t) != rg:
             raise TracerError(
                 f"{fname}: {path} had requires_grad changed while tracing, on the eager "
                 "Tensor rather than on the traced argument; the compiled graph was traced for "
                 f"requires_grad={rg}. Set it before calling the compiled function.")
-        if t._version[0] != version or t._grad is not grad:
-            what = "its data" if t._version[0] != version else "its .grad"
+        if version_of(t)[0] != version or grad_of(t) is not grad:
+            what = "its data" if version_of(t)[0] != version else "its .grad"
             raise TracerError(
                 f"{fname}: {path} had {what} changed directly while tracing, on the "
                 "eager Tensor rather than on the traced argument (e.g. by an optimizer or module "
@@ -1139,21 +1141,21 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
             nid = g.add_input(nm, spec.shape, spec.dtype)
             ctx.input_paths[nid] = path
             t = Tracer(ctx, nid, spec.shape, spec.dtype, c_layout(spec.shape))
-            t._rg = spec.requires_grad
+            set_requires_grad_flag(t, spec.requires_grad)
             ctx._input_of[id(t)] = len(specs)
             if spec.requires_grad:
                 ctx.leaves.append(t)
                 if spec.has_grad:     # the tensor's current .grad is an input too
                     gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
                     ctx.input_paths[gid] = f"{path}.grad"
-                    t._grad = Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape))
+                    set_grad(t, Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape)))
                     spec.grad_node = gid
             specs.append(spec)
             inputs.append(t)
             new_leaves.append(t)
             if spec.kind == "tensor":
-                watched.append((leaf, f"argument {path}", leaf._version[0], leaf._grad,
-                                leaf._rg))
+                watched.append((leaf, f"argument {path}", version_of(leaf)[0], grad_of(leaf),
+                                requires_grad_of(leaf)))
                 if leaf.grad_fn is not None:
                     ctx.nonleaf_args.add(nid)
             arg_leaves.append((leaf, path, spec))
@@ -1165,7 +1167,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     for t, path, *_ in watched:
         PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
     swapped = []
-    from eager.nn import CALLS
+    from eager.interop import CALLS
     outer_tracer, outer_calls = TRACING.tracer, CALLS.tracing
     py_state, np_state = _global_random_states()
     try:
@@ -1198,9 +1200,9 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                     _check_live(leaf, "returning a value")
                     raise TracerError(f"{fname} returned a tracer of another trace")
                 g.outputs.append(leaf.node)
-                out_rg.append(bool(leaf._rg))
+                out_rg.append(bool(requires_grad_of(leaf)))
             elif isinstance(leaf, Tensor):
-                g.outputs.append(ctx.const(leaf._data))
+                g.outputs.append(ctx.const(data_of(leaf)))
                 out_rg.append(False)
             elif isinstance(leaf, (np.ndarray, np.generic)):
                 g.outputs.append(ctx.const(np.asarray(leaf)))
@@ -1211,7 +1213,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 raise SignatureError(f"{fname} returned an unsupported value of type "
                                      f"{type(leaf).__name__} (output leaf {k})")
         for cap, t in lifted:
-            if t._rg != cap.tensor._rg:
+            if requires_grad_of(t) != requires_grad_of(cap.tensor):
                 raise TracerError(
                     f"{fname}: requires_grad of {cap.name} changed while tracing (the "
                     "function set it, or wrote a value that requires grad into it); graphc "
@@ -1231,7 +1233,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         grad_writes, grad_clears = [], []
         for t in ctx.leaves:
             idx = ctx._input_of.get(id(t))
-            gr = t._grad
+            gr = grad_of(t)
             if idx is None or not specs[idx].requires_grad:
                 continue      # .grad of a leaf made inside the function stays inside it
             if gr is None:

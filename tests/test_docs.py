@@ -305,7 +305,7 @@ def test_adding_an_op_worked_example_passes_the_completeness_tests(tmp_path):
     applied = apply_worked_example(tmp_path)
     files = {rel for rel, _ in applied}
     # an op is three edits: its record, its method, its lowering entry
-    assert files == {"eager/ops/elementwise.py", "eager/_surface.py",
+    assert files == {"eager/ops/elementwise.py", "eager/surface.py",
                      "graphc/backend/lowering/elementwise.py"}, files
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OPENBLAS_NUM_THREADS="1")
     env.pop("GRAPHC_CACHE_DIR", None)

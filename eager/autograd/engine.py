@@ -15,8 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from . import grad_mode
 from .function import AccumulateGrad, Node, _edge
+from .grad_mode import STATE as _STATE
 
 def _ones(shape: tuple, dtype) -> np.ndarray:
     """np.ones without its Python wrapper (the implicit gradient of a scalar output)."""
@@ -25,8 +25,17 @@ def _ones(shape: tuple, dtype) -> np.ndarray:
     return out
 
 
-_Tensor = None      # eager.tensor.Tensor and eager.tensor.tensor, bound by eager.tensor
+# eager.tensor's Tensor class and its ``tensor``/``zeros_like`` factories: eager.tensor (a
+# layer above) hands them down once, at its import, through bind().
+_Tensor = None
 _tensor = None
+_zeros_like = None
+
+
+def bind(tensor_class, tensor, zeros_like) -> None:
+    """Receive eager.tensor's Tensor, tensor and zeros_like (called once, by eager.tensor)."""
+    global _Tensor, _tensor, _zeros_like
+    _Tensor, _tensor, _zeros_like = tensor_class, tensor, zeros_like
 
 
 def _as_tuple(x) -> tuple:
@@ -123,7 +132,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None
          create_graph: bool = False, allow_unused: Optional[bool] = None,
          materialize_grads: bool = False) -> tuple:
     """Return d(outputs)/d(inputs) without touching any ``.grad``."""
-    from ..tensor import zeros_like
+    zeros_like = _zeros_like
     outs = _as_tuple(outputs)
     ins = _as_tuple(inputs)
     if allow_unused is None:
@@ -177,7 +186,7 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
     heap = [(-n._seq, n) for n in buffers]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
-    state = grad_mode.STATE
+    state = _STATE
     prev = state.enabled
     state.enabled = create_graph
     Acc = AccumulateGrad
@@ -320,7 +329,7 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
             heapq.heappush(heap, (-node._seq, node))
 
     captured: dict = {}
-    state = grad_mode.STATE
+    state = _STATE
     prev = state.enabled
     state.enabled = create_graph
     pop, push = heapq.heappop, heapq.heappush
@@ -471,7 +480,7 @@ def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
             var._grad = _owned(g, is_shared)
         return
     cur = var._grad
-    if create_graph or grad_mode.STATE.enabled:
+    if create_graph or _STATE.enabled:
         var._grad = cur + g
         return
     dst = cur._data

@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+# by full name: "from . import backward_codegen" would import the package eager.autograd
+import eager.autograd.backward_codegen as _codegen
 from ..ops.registry import Meta
-from . import grad_mode, plans as _plans
+from ..surface import TensorOps, sum_to as _sum_to
+from .grad_mode import STATE as _STATE, no_grad as _no_grad
 
 _seq = itertools.count()
 _node_classes: dict[str, type] = {}
@@ -94,10 +97,17 @@ def node_class(name: str) -> type:
 
 
 _new = object.__new__
-_Tensor = None      # eager.tensor.Tensor, bound by eager.tensor at import (no import cycle)
-_STATE = grad_mode.STATE
-_PLANS = _plans._PLANS
-_sum_to = None      # eager._surface.sum_to, bound likewise
+_CACHE = _codegen._CACHE
+# eager.tensor's Tensor class and ``zeros`` factory: eager.tensor (a layer above) hands them
+# down once, at its import, through bind(); nodes use them only when backward runs.
+_Tensor = None
+_zeros = None
+
+
+def bind(tensor_class, zeros) -> None:
+    """Receive eager.tensor.Tensor and eager.tensor.zeros (called once, by eager.tensor)."""
+    global _Tensor, _zeros
+    _Tensor, _zeros = tensor_class, zeros
 
 
 def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
@@ -160,7 +170,7 @@ class OpNode(Node):
                 f"{self._outv[0]}; expected version 0 instead. Hint: avoid modifying it in "
                 "place, or clone() it first.")
         out = Tensor._make(self._out)
-        if grad_mode.STATE.enabled:       # create_graph: out is differentiable through self
+        if _STATE.enabled:       # create_graph: out is differentiable through self
             out._rg = True
             out.grad_fn = self
         return out
@@ -179,18 +189,18 @@ class OpNode(Node):
             raise RuntimeError(FREED_MSG)
         g = grads[0]
         Tensor = _Tensor
-        if g is not None and not _STATE.enabled and _plans.enabled:
+        if g is not None and not _STATE.enabled and _codegen.enabled:
             attrs = self._attrs
             d = g._data
             try:
-                plan = _PLANS.get((self._op.name, self._needs, self._shapes, d.shape, d.dtype,
-                                   _plans.attrs_key(attrs) if attrs else ()))
+                plan = _CACHE.get((self._op.name, self._needs, self._shapes, d.shape, d.dtype,
+                                   _codegen.attrs_key(attrs) if attrs else ()))
             except TypeError:           # an unhashable attr: the rules run on tensors
                 plan = False
             if plan is None:
-                plan = _plans.lookup(self, g)
-            if plan:        # the rules, compiled for this signature (plans.py); it also
-                return plan(self, g)    # checks the versions of the saved tensors
+                plan = _codegen.lookup(self, g)
+            if plan:        # the rules, compiled for this signature (backward_codegen)
+                return plan(self, g)    # also checks the versions of the saved tensors
         shapes = self._shapes
         ins = list(self._saved)         # the rules' inputs: saved operands, or Metas
         i = 0
@@ -297,7 +307,7 @@ class _FunctionNode(Node):
     __slots__ = ("_fn", "_ctx", "num_outputs", "_out_meta")
 
     def apply(self, grads: list) -> list:
-        from ..tensor import Tensor, zeros
+        Tensor, zeros = _Tensor, _zeros
         if self._ctx._freed:
             raise RuntimeError(FREED_MSG)
         if self._ctx.materialize_grads:
@@ -347,8 +357,7 @@ class Function(metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args: Any):
-        from .._surface import TensorOps
-        from ..tensor import Tensor
+        Tensor = _Tensor
         if any(isinstance(a, TensorOps) and not isinstance(a, Tensor) for a in args):
             raise TypeError(
                 f"{cls.__name__}.apply got a traced value (inside graphc.compile/grad): a custom "
@@ -359,11 +368,11 @@ class Function(metaclass=FunctionMeta):
         ctx = FunctionCtx()
         tensors = [a for a in args if isinstance(a, Tensor)]
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        with grad_mode.no_grad():
+        with _no_grad():
             out = cls.forward(ctx, *args)
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
-        record = grad_mode.STATE.enabled and any(t.requires_grad for t in tensors)
+        record = _STATE.enabled and any(t.requires_grad for t in tensors)
         if record:
             # edges first: a leaf's AccumulateGrad made here must be older (a lower _seq)
             # than this node, as the engine runs nodes newest first

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from . import grad_mode
+from .grad_mode import STATE as _STATE
 from .engine import grad as _grad
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
@@ -124,7 +124,7 @@ def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol:
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
                           f"point tensor (it is {inputs[i].dtype}). This check will likely fail "
                           "unless all inputs are float64.", UserWarning, stacklevel=2)
-    if not grad_mode.STATE.enabled:
+    if not _STATE.enabled:
         raise RuntimeError("gradcheck needs grad mode: call it outside of eager.no_grad()")
 
     outputs = _as_tuple(func(*inputs))

@@ -24,9 +24,9 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from .. import _dtype as D
+import eager._dtype as D  # by full name ("from .. import" is an edge to the package eager)
 from ..autograd.grad_mode import no_grad
-from .._surface import TensorOps
+from ..surface import TensorOps
 from ..tensor import Tensor, empty, rand
 from . import functional as F
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from .._surface import TensorOps, matmul
+from ..surface import TensorOps, matmul
 
 _REDUCTIONS = ("none", "mean", "sum")
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from typing import Optional
 
-from .. import _surface as S
+import eager.surface as S  # S.where...; by full name ("from .. import" is an edge to eager)
 from .registry import Meta, check_size, defop
 
 

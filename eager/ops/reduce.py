@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _surface as S
+import eager.surface as S  # S.where...; by full name ("from .. import" is an edge to eager)
 from .registry import Meta, defop, norm_axes, reduced_shape
 
 
@@ -127,7 +127,7 @@ def _minmax_vjp(g, out, x, axis, keepdim):
     # equal to the extremum share the gradient evenly.  A slice holding a NaN has a NaN
     # extremum that no element equals: count is 0 and the whole slice gets NaN, as in
     # PyTorch.  max()/min() over everything and max(dim)/min(dim) route the gradient
-    # differently; eager._surface builds them from this op (see TensorOps._minmax).
+    # differently; eager.surface builds them from this op (see TensorOps._minmax).
     keep = _keep_shape(x.shape, axis)
     mask = x == out.reshape(keep)
     count = mask.to(g._npdtype).sum(axis, keepdim=True)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from eager.ops.registry import MAX_BYTES, check_size, ops_of
+from eager.interop import MAX_BYTES, check_size, ops_of
 
 from ..errors import GraphcError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from eager._surface import decode_index
+from eager.interop import decode_index
 
 
 def cstrides(shape) -> tuple:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eager.ops.registry import OPS
+from eager.interop import OPS
 
 from ..ir import Graph
 from .context import current

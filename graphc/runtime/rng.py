@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from eager.tensor import SEED
+from eager.interop import SEED
 
 _lock = threading.Lock()
 _key = 0

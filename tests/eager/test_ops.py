@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import eager
-from eager._surface import _dispatch
+from eager.surface import _dispatch
 from eager.autograd import GradcheckError, gradcheck, gradgradcheck
 from eager.ops import OPS, Meta, OpDef
 from eager.ops.registry import ATTR_TYPES, FAMILIES

@@ -21,7 +21,7 @@ import pytest
 
 import eager
 import graphc
-from eager._surface import _dispatch
+from eager.surface import _dispatch
 from eager.ops import OPS
 from eager.tensor import Tensor
 

@@ -17,7 +17,7 @@ import pytest
 
 import eager
 import graphc
-from eager._surface import _dispatch
+from eager.surface import _dispatch
 from eager.ops import OPS
 
 B, I32, I64 = np.dtype(bool), np.dtype(np.int32), np.dtype(np.int64)

@@ -862,7 +862,7 @@ _HEAD = re.compile(rf"graph [A-Za-z_]\w*\((?:\w+: {_TYPE}(?:, \w+: {_TYPE})*)?\)
 
 
 def test_text_grammar_for_every_op_sample():
-    from eager._surface import _dispatch
+    from eager.surface import _dispatch
     from eager.ops import OPS
     for name, op in sorted(OPS.items()):
         for inputs, attrs in op.samples():

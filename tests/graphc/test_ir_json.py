@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import graphc
-from eager._surface import _dispatch
+from eager.surface import _dispatch
 from eager.ops import OPS
 from graphc import serialize
 from graphc.interpreter import interpret

@@ -30,7 +30,7 @@ import pytest
 
 import eager
 import graphc
-from eager._surface import _dispatch
+from eager.surface import _dispatch
 from eager.ops import OPS
 from graphc.backend import schedule as P
 from graphc.interpreter import interpret

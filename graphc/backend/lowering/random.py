@@ -8,7 +8,7 @@ from ..abi import F32, F64, I32, I64
 from ..strided import numel
 from .table import kernel
 
-from eager.ops import random as random_op
+from eager.interop import random_op
 
 
 @kernel("philox")

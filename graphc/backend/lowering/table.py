@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from eager.ops.registry import OPS
+from eager.interop import OPS
 
 from ...errors import UnsupportedOpError
 from ..llvmir import reg_type

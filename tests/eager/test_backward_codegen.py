@@ -1,4 +1,4 @@
-"""VJP plans (eager/autograd/plans.py): the registry's rules compiled to numpy code.
+"""VJP plans (eager/autograd/backward_codegen.py): the registry's rules compiled to numpy code.
 
 A plan must give exactly what running the rules on tensors gives (same numpy calls in
 the same order and dtypes: bit-identical), keep every autograd check (saved tensors
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import eager
-from eager._surface import _dispatch
-from eager.autograd import plans
+from eager.surface import _dispatch
+from eager.autograd import backward_codegen as codegen
 from eager.ops import OPS
 from eager.tensor import Tensor
 
@@ -23,12 +23,12 @@ ALL_DIFF = sorted(n for n in OPS if OPS[n].differentiable)
 
 @contextlib.contextmanager
 def plans_enabled(flag: bool):
-    old = plans.enabled
-    plans.enabled = flag
+    old = codegen.enabled
+    codegen.enabled = flag
     try:
         yield
     finally:
-        plans.enabled = old
+        codegen.enabled = old
 
 
 def _grads(name: str, ins: list, attrs: dict, dtype, g_seed: int = 0) -> list:
@@ -67,17 +67,17 @@ def test_plan_is_bit_identical_to_the_rules_on_tensors(name, dtype):
 
 
 def test_plans_are_used_and_cached():
-    plans.clear()
+    codegen.clear()
     a = eager.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     b = eager.tensor([[5.0, 6.0], [7.0, 8.0]], requires_grad=True)
     out = a * b
     node = out.grad_fn
-    src = plans.source(node, eager.ones(2, 2, dtype=eager.float32))
+    src = codegen.source(node, eager.ones(2, 2, dtype=eager.float32))
     assert "f_mul(g, x1)" in src and "f_mul(g, x0)" in src
-    n = plans.cache_size()
+    n = codegen.cache_size()
     for _ in range(3):
         (a * b).sum().backward()
-    assert plans.cache_size() == n + 1          # the sum's plan; mul's was reused
+    assert codegen.cache_size() == n + 1          # the sum's plan; mul's was reused
     np.testing.assert_array_equal(a.grad.numpy(), 3 * b.detach().numpy())
 
 
@@ -165,23 +165,23 @@ def test_disabling_plans_gives_the_same_training_run():
 
 
 def test_plan_cache_is_bounded():
-    old = plans.MAX_PLANS
-    plans.MAX_PLANS = 4
+    old = codegen.MAX_CACHED
+    codegen.MAX_CACHED = 4
     try:
-        plans.clear()
+        codegen.clear()
         for n in range(1, 12):
             a = eager.ones(n, requires_grad=True)
             (a * a).sum().backward()
-            assert plans.cache_size() <= 4
+            assert codegen.cache_size() <= 4
     finally:
-        plans.MAX_PLANS = old
-        plans.clear()
+        codegen.MAX_CACHED = old
+        codegen.clear()
 
 
 def test_plans_write_into_dead_temporaries():
     x = eager.tensor(np.linspace(-2, 2, 50), requires_grad=True)
     y = x.tanh()
-    src = plans.source(y.grad_fn, eager.ones(50, dtype=eager.float64))
+    src = codegen.source(y.grad_fn, eager.ones(50, dtype=eager.float64))
     # g * (1 - out * out): the subtraction and the product reuse the first temporary
     assert "f_sub(c1, t0, out=t0)" in src and "f_mul(g, t1, out=t1)" in src
     y.backward(eager.ones(50, dtype=eager.float64))
@@ -200,16 +200,16 @@ def test_a_returned_temporary_is_never_overwritten():
 
 
 def test_buffer_reuse_never_overwrites_a_buffer_a_view_still_reads():
-    from eager.autograd.plans import PlanTracer, _Recorder
+    from eager.autograd.backward_codegen import RuleTracer, _Recorder
     rec = _Recorder()
-    g = PlanTracer(rec, "g", (2, 3), np.dtype(np.float64))
+    g = RuleTracer(rec, "g", (2, 3), np.dtype(np.float64))
     t0 = g * g                       # a fresh temporary
     v = t0.reshape(3, 2)             # a view of it, used at the end
     t1 = t0 + 1.0                    # t0's last use: it must not be overwritten
     lines = rec.lines([v._name, t1._name])
     assert not any("out=" in ln for ln in lines), lines
     rec = _Recorder()
-    g = PlanTracer(rec, "g", (2, 3), np.dtype(np.float64))
+    g = RuleTracer(rec, "g", (2, 3), np.dtype(np.float64))
     t0 = g * g
     t1 = t0 + 1.0                    # no view: the temporary is reused
     assert any("out=t0" in ln for ln in rec.lines([t1._name]))
@@ -235,8 +235,8 @@ def test_buffer_reuse_keeps_numpys_memory_layout():
 
 
 def test_nan_attrs_share_one_plan():
-    plans.clear()
+    codegen.clear()
     for _ in range(5):
         x = eager.tensor([1.0, 2.0, 3.0], requires_grad=True)
         x.clamp(min=float("nan")).sum().backward()
-    assert plans.cache_size() == 2              # clamp's and sum's
+    assert codegen.cache_size() == 2              # clamp's and sum's

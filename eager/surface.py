@@ -16,10 +16,24 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import _dtype as D
+import eager._dtype as D
 from .ops.registry import norm_axes
 
 _SCALARS = (builtins.int, builtins.float, builtins.bool, np.number, np.bool_)
+
+# --- wiring: the constructors of eager.tensor (a layer above) -------------------------
+# The surface calls a few tensor factories (``tensor(x)`` for a non-tensor operand,
+# ``randn``/``rand`` for ``normal_``/``uniform_``...).  eager.tensor defines them after
+# importing this module, so it hands them down once through :func:`bind` (at the end of
+# eager/tensor.py) instead of this module importing upwards.
+_tensor = _device = _rand = _randn = _bernoulli = None
+
+
+def bind(*, tensor, device, rand, randn, bernoulli) -> None:
+    """Receive eager.tensor's factories (called once, by eager.tensor at import)."""
+    global _tensor, _device, _rand, _randn, _bernoulli
+    _tensor, _device, _rand, _randn, _bernoulli = tensor, device, rand, randn, bernoulli
+
 
 MaxResult = collections.namedtuple("MaxResult", ["values", "indices"])
 MaxResult.__module__ = "eager.return_types"
@@ -522,7 +536,6 @@ class TensorOps:
             else:
                 device = a
         if device is not None:
-            from .tensor import device as _device
             _device(device)  # validates: only the CPU exists
         if dtype is None:
             return self
@@ -554,21 +567,18 @@ class TensorOps:
 
     def normal_(self, mean: float = 0.0, std: float = 1.0):
         """Fill with draws from N(mean, std**2) in place (not recorded by autograd)."""
-        from .tensor import randn           # (the module that defines the generators)
         from .autograd.grad_mode import no_grad
         with no_grad():
-            return self.copy_(randn(tuple(self.shape), dtype=self._npdtype) * std + mean)
+            return self.copy_(_randn(tuple(self.shape), dtype=self._npdtype) * std + mean)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0):
         """Fill with draws from U[a, b) in place (not recorded by autograd)."""
-        from .tensor import rand
         from .autograd.grad_mode import no_grad
         with no_grad():
-            return self.copy_(rand(tuple(self.shape), dtype=self._npdtype) * (b - a) + a)
+            return self.copy_(_rand(tuple(self.shape), dtype=self._npdtype) * (b - a) + a)
 
     def bernoulli(self, p=None):
-        from .tensor import bernoulli
-        return bernoulli(self, p)
+        return _bernoulli(self, p)
 
     def clone(self):
         return self._op("copy", "CloneBackward0")
@@ -669,8 +679,7 @@ def _as_operand(x: Any, like: Optional[TensorOps] = None, op: str = "op"):
         return x
     if like is not None and isinstance(x, _SCALARS):
         return np.asarray(x, dtype=D.scalar_dtype(x, like._npdtype))
-    from .tensor import tensor
-    return tensor(x)
+    return _tensor(x)
 
 
 def _axes(dim, ndim: int, op: str) -> tuple:
@@ -715,8 +724,7 @@ def where(condition, x, y):
     """Elementwise ``x if condition else y`` (both sides are evaluated)."""
     ref = next((o for o in (x, y, condition) if isinstance(o, TensorOps)), None)
     if ref is None:
-        from .tensor import tensor
-        condition = tensor(condition)
+        condition = _tensor(condition)
         ref = condition
     if not isinstance(condition, TensorOps):
         condition = ref._wrap_const(np.asarray(condition, dtype=bool))

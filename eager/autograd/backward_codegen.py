@@ -1,4 +1,4 @@
-"""VJP plans: the backward rules of the registry, compiled to straight-line numpy code.
+"""Backward code generation ("VJP plans"): the registry's rules compiled to numpy code.
 
 Each op's VJP rules are written once, with the public tensor methods (see
 ``eager.ops.registry``).  Run on eager tensors they pay Python's price per
@@ -9,7 +9,7 @@ matrix that overhead is larger than the arithmetic.
 A plan removes it without a second definition of any rule.  The first time a
 backward node of a given signature runs -- (op, which inputs need a gradient,
 the input shapes and dtypes, the incoming gradient's shape and dtype, the op's
-attrs) -- its rules are run once on :class:`PlanTracer` values, which record
+attrs) -- its rules are run once on :class:`RuleTracer` values, which record
 every op a rule calls (and the ``sum_to``/dtype cast that ``OpNode.apply``
 adds).  The recording becomes a small Python function of numpy arrays, e.g.
 for ``MulBackward0`` with both inputs needing a gradient::
@@ -32,7 +32,7 @@ for ``MulBackward0`` with both inputs needing a gradient::
 
 Later nodes with the same signature call it directly.  It calls the same numpy
 forwards, in the same order and dtypes, as the rules do on tensors, so results
-are bit-identical (tests/eager/test_vjp_plans.py checks every op sample).
+are bit-identical (tests/eager/test_backward_codegen.py checks every op sample).
 
 Plans are used only when backward does not record (``create_graph=False``);
 with ``create_graph=True`` the rules run on tensors and record the graph of the
@@ -48,19 +48,26 @@ import itertools
 
 import numpy as np
 
-from .. import _dtype as D
-from .._surface import Size, TensorOps, sum_to
+import eager._dtype as D
+from ..surface import Size, TensorOps, sum_to
 from ..ops.registry import OPS, Meta
 
 enabled = True          # set to False to run every VJP rule on tensors (debugging aid)
-MAX_PLANS = 4096        # the cache is cleared when it reaches this many signatures
+MAX_CACHED = 4096        # the cache is cleared when it reaches this many signatures
 
-_PLANS: dict = {}       # signature -> plan function, or False (not plannable)
-_Tensor = None          # eager.tensor.Tensor, bound by eager.tensor at import
+_CACHE: dict = {}       # signature -> plan function, or False (not plannable)
+_Tensor = None          # eager.tensor.Tensor, received through bind()
 _ids = itertools.count()
 
 
-class NotPlannable(Exception):
+def bind(tensor_class) -> None:
+    """Receive eager.tensor.Tensor (called once, by eager.tensor at import): the compiled
+    code checks saved operands against it and wraps results with its ``_make``."""
+    global _Tensor
+    _Tensor = tensor_class
+
+
+class NotCompilable(Exception):
     """Raised while recording a rule that a plan cannot express."""
 
 
@@ -71,7 +78,7 @@ def lookup(node, g):
     try:
         key = (node._op.name, node._needs, node._shapes, d.shape, d.dtype,
                attrs_key(attrs) if attrs else ())
-        plan = _PLANS.get(key)
+        plan = _CACHE.get(key)
     except TypeError:           # an unhashable attr (an index array, a list...)
         return None
     if plan is None:
@@ -79,9 +86,9 @@ def lookup(node, g):
             plan = _build(node, d.shape, d.dtype)
         except Exception:       # noqa: BLE001 -- any failure: the rules run on tensors
             plan = False
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        if len(_CACHE) >= MAX_CACHED:
+            _CACHE.clear()
+        _CACHE[key] = plan
     return plan or None
 
 
@@ -95,11 +102,11 @@ def attrs_key(attrs: dict) -> tuple:
 
 def clear() -> None:
     """Forget every compiled plan (they are rebuilt on demand)."""
-    _PLANS.clear()
+    _CACHE.clear()
 
 
 def cache_size() -> int:
-    return len(_PLANS)
+    return len(_CACHE)
 
 
 # ---------------------------------------------------------------------------
@@ -128,7 +135,7 @@ class _Recorder:
         self.env[name] = value
         return name
 
-    def emit(self, op: str, names: list, attrs: dict, meta: Meta) -> "PlanTracer":
+    def emit(self, op: str, names: list, attrs: dict, meta: Meta) -> "RuleTracer":
         opdef = OPS[op]
         fname = f"f_{op}"
         fn = getattr(opdef.forward, "raw", opdef.forward)
@@ -136,13 +143,13 @@ class _Recorder:
         kwargs = []
         for k, v in attrs.items():
             if not k.isidentifier():
-                raise NotPlannable(f"attr name {k!r}")
+                raise NotCompilable(f"attr name {k!r}")
             kwargs.append(f"{k}={self.const(v)}")
         # a plain numpy ufunc of all its operands can write into a dead temporary (below)
         ufunc = isinstance(fn, np.ufunc) and not attrs and fn.nin == len(names) and fn.nout == 1
         name = f"t{len(self.steps)}"
         self.steps.append(_Step(name, fname, list(names), kwargs, meta, ufunc))
-        return PlanTracer(self, name, meta.shape, meta.dtype)
+        return RuleTracer(self, name, meta.shape, meta.dtype)
 
     def shape_of(self, name: str) -> tuple:
         if name[0] == "t":
@@ -208,7 +215,7 @@ class _Recorder:
         return self.steps[int(name[1:])].meta
 
 
-class PlanTracer(TensorOps):
+class RuleTracer(TensorOps):
     """A symbolic value while a VJP rule is recorded into a plan."""
 
     __slots__ = ("_rec", "_name", "_shape", "_dtype")
@@ -222,14 +229,14 @@ class PlanTracer(TensorOps):
         if name[0] not in "tc":
             rec.inputs[name] = self._shape
 
-    def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "PlanTracer":
+    def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "RuleTracer":
         rec = self._rec
         names = []
         metas = []
         for o in operands:
-            if o.__class__ is PlanTracer:
+            if o.__class__ is RuleTracer:
                 if o._rec is not rec:
-                    raise NotPlannable("a value of another recording")
+                    raise NotCompilable("a value of another recording")
                 names.append(o._name)
                 metas.append(Meta(o._shape, o._dtype))
             elif isinstance(o, (np.ndarray, np.generic)):
@@ -237,13 +244,13 @@ class PlanTracer(TensorOps):
                 names.append(rec.const(a))
                 metas.append(Meta(a.shape, a.dtype))
             else:       # an eager tensor or anything else: keep the rule on tensors
-                raise NotPlannable(f"operand of type {type(o).__name__}")
+                raise NotCompilable(f"operand of type {type(o).__name__}")
         meta = OPS[op].shape(*metas, **attrs)
         return rec.emit(op, names, attrs, meta)
 
-    def _wrap_const(self, arr: np.ndarray) -> "PlanTracer":
+    def _wrap_const(self, arr: np.ndarray) -> "RuleTracer":
         arr = np.asarray(arr)
-        return PlanTracer(self._rec, self._rec.const(arr), arr.shape, arr.dtype)
+        return RuleTracer(self._rec, self._rec.const(arr), arr.shape, arr.dtype)
 
     @property
     def _npdtype(self) -> np.dtype:
@@ -280,7 +287,7 @@ class PlanTracer(TensorOps):
         return self._shape[0]
 
     def _concrete(self, *args, **kwargs):
-        raise NotPlannable("the rule needs a concrete value")
+        raise NotCompilable("the rule needs a concrete value")
 
     __bool__ = __float__ = __int__ = __index__ = __complex__ = _concrete
     item = tolist = numpy = __array__ = __iter__ = _concrete
@@ -293,17 +300,17 @@ class PlanTracer(TensorOps):
 def _build(node, gshape: tuple, gdtype: np.dtype):
     op = node._op
     rec = _Recorder()
-    g = PlanTracer(rec, "g", gshape, gdtype)
+    g = RuleTracer(rec, "g", gshape, gdtype)
     out = None
     if node._out is not None:
-        out = PlanTracer(rec, "out", node._out.shape, node._out.dtype)
+        out = RuleTracer(rec, "out", node._out.shape, node._out.dtype)
     ins = []
     loaded = []
     for i, (o, (shape, dtype)) in enumerate(zip(node._saved, node._shapes)):
         if o is None:
             ins.append(Meta(shape, dtype))
         else:
-            ins.append(PlanTracer(rec, f"x{i}", shape, dtype))
+            ins.append(RuleTracer(rec, f"x{i}", shape, dtype))
             loaded.append(i)
     rules = op.vjp
     attrs = node._attrs
@@ -313,8 +320,8 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
             results.append(None)
             continue
         r = rules[i](g, out, *ins, **attrs) if attrs else rules[i](g, out, *ins)
-        if r.__class__ is not PlanTracer or r._rec is not rec:
-            raise NotPlannable(f"rule {i} of {op.name} returned {type(r).__name__}")
+        if r.__class__ is not RuleTracer or r._rec is not rec:
+            raise NotCompilable(f"rule {i} of {op.name} returned {type(r).__name__}")
         shape, dtype = node._shapes[i]
         if r._shape != tuple(shape):
             r = sum_to(r, shape)
