@@ -27,7 +27,7 @@ from eager.ops.registry import OPS
 from . import tree
 from . import tracer as T
 from .errors import GraphcError, TracerError
-from .ir import Graph
+from .ir import Graph, verify
 
 
 def _tracer_for(ctx: T.TraceContext, nid: int) -> T.Tracer:
@@ -386,6 +386,9 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
     new.outputs = [out.node] + [gr.node for gr in grads]
     new.meta["grad_of"] = graph.name
     ctx.active = False
-    from .ir import verify
     verify(new, "grad")
     return new
+
+
+# ``Graph.grad`` is this function; the IR sits below autodiff and cannot import it
+Graph._grad_graph = staticmethod(grad_graph)
