@@ -17,7 +17,7 @@ import eager
 from eager._surface import TensorOps
 from eager.tensor import Tensor
 
-from . import tree
+from .pytree import TreeDef, flatten, leaf_paths, unflatten
 from .errors import GraphcError, SignatureError
 from .interpreter import Plan
 from .runtime import cache as _engine_cache
@@ -175,7 +175,7 @@ def _describe_key_item(item) -> str:
         kind = "Tensor" if tag == "T" else "ndarray"
         rg = ", requires_grad" if tag == "T" and item[3] else ""
         return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
-    if isinstance(tag, tree.TreeDef):
+    if isinstance(tag, TreeDef):
         return "None" if tag.kind == "none" else f"structure {tag!r}"
     return repr(item)
 
@@ -277,9 +277,9 @@ class CompiledFunction:
                 items.append(("A", a.shape, a.dtype))
                 dyn.append(a)
                 continue
-            leaves, td = tree.flatten(a)
+            leaves, td = flatten(a)
             names = names or arg_names(self.__wrapped__, len(args))
-            paths = tree.leaf_paths(td, names[i])
+            paths = leaf_paths(td, names[i])
             sub = [td]
             for leaf, path in zip(leaves, paths):
                 if isinstance(leaf, Tracer):
@@ -613,7 +613,7 @@ class CompiledFunction:
                     leaves.append(make(v))
                 else:
                     leaves.append(Tensor._make(v) if tr.tensor_io else v)
-        return tree.unflatten(tr.out_tree, leaves)
+        return unflatten(tr.out_tree, leaves)
 
     def _reason(self, key: tuple) -> str:
         """Which field of which argument differs from the nearest cached signature: the
@@ -801,8 +801,8 @@ def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
     for i, a in enumerate(args):
         if i in cf.static_argnums:
             continue
-        leaves, td = tree.flatten(a)
-        for leaf, path in zip(leaves, tree.leaf_paths(td, names[i])):
+        leaves, td = flatten(a)
+        for leaf, path in zip(leaves, leaf_paths(td, names[i])):
             if classify_leaf(leaf, path)[1].kind != "static":
                 out.append(path)
     return out
@@ -850,7 +850,7 @@ _NO_GRAD_NOTE: list = [None]
 
 
 def _note_no_grad(cf: CompiledFunction, tr, res: Any) -> None:
-    leaves = (res,) if res.__class__ is Tensor else tree.flatten(res)[0]
+    leaves = (res,) if res.__class__ is Tensor else flatten(res)[0]
     outs = [weakref.ref(t) for t in leaves
             if t.__class__ is Tensor and not t._rg and t._data.dtype.kind == "f"]
     if outs:
@@ -1029,10 +1029,10 @@ def _diff_item(name: str, a, b) -> str:
             parts.append(f".grad {'set' if a[4] else 'None'} -> {'set' if b[4] else 'None'}")
         return f"argument {name}: " + ", ".join(parts)
     if isinstance(a, tuple) and isinstance(b, tuple) and a and b and \
-            isinstance(a[0], tree.TreeDef) and isinstance(b[0], tree.TreeDef):
+            isinstance(a[0], TreeDef) and isinstance(b[0], TreeDef):
         if a[0] != b[0]:
             return f"argument {name}: structure {a[0]!r} -> {b[0]!r}"
-        for path, x, y in zip(tree.leaf_paths(a[0], name), a[1:], b[1:]):
+        for path, x, y in zip(leaf_paths(a[0], name), a[1:], b[1:]):
             if x != y:
                 return _diff_item(path, x, y)
     return f"argument {name}: {_describe_key_item(a)} -> {_describe_key_item(b)}"
@@ -1079,8 +1079,8 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
         pred = pred != 0
     t_out = true_fn(*operands)
     f_out = false_fn(*operands)
-    t_leaves, t_tree = tree.flatten(t_out)
-    f_leaves, f_tree = tree.flatten(f_out)
+    t_leaves, t_tree = flatten(t_out)
+    f_leaves, f_tree = flatten(f_out)
     if t_tree != f_tree:
         raise TypeError(f"cond: true_fn returned structure {t_tree!r} but false_fn returned "
                         f"{f_tree!r}; both branches must return the same structure")
@@ -1096,4 +1096,4 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
             raise TypeError(f"cond: output leaf {k} has dtype {a._npdtype} in true_fn but "
                             f"{b._npdtype} in false_fn; both branches must agree")
         out.append(eager.where(p, a, b))
-    return tree.unflatten(t_tree, out)
+    return unflatten(t_tree, out)

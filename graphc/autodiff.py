@@ -24,7 +24,7 @@ import eager
 from eager._surface import sum_to
 from eager.ops.registry import OPS
 
-from . import tree
+from .pytree import flatten, leaf_paths, unflatten
 from . import tracer as T
 from .errors import GraphcError, TracerError
 from .ir import Graph, verify
@@ -160,7 +160,7 @@ def _argnums(argnums, n: int) -> tuple:
 
 
 def _find_ctx(args: tuple) -> Optional[T.TraceContext]:
-    leaves, _ = tree.flatten(args)
+    leaves, _ = flatten(args)
     for x in leaves:
         if isinstance(x, T.Tracer):
             return x._ctx
@@ -174,8 +174,8 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
     args = list(args)
     info = []
     for i in nums:
-        leaves, td = tree.flatten(args[i])
-        paths = tree.leaf_paths(td, names[i])
+        leaves, td = flatten(args[i])
+        paths = leaf_paths(td, names[i])
         new = []
         for k, x in enumerate(leaves):
             if not isinstance(x, T.Tracer):
@@ -192,7 +192,7 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
                                 "differentiated -- convert it with .float()/.double() or leave it "
                                 "out of argnums")
             new.append(x)
-        args[i] = tree.unflatten(td, new)
+        args[i] = unflatten(td, new)
         info.append((i, td, new))
     return tuple(args), info
 
@@ -236,7 +236,7 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
             gr = grads[k]
             k += 1
             gl.append(gr if gr is not None else x.zeros_like_())
-        out.append(tree.unflatten(td, gl))
+        out.append(unflatten(td, gl))
     return res, (out[0] if single else tuple(out)), aux
 
 
@@ -315,7 +315,7 @@ def vjp(fn: Callable, *primals: Any) -> tuple:
             for x in leaves:
                 gl.append(grads[k] if grads[k] is not None else x.zeros_like_())
                 k += 1
-            res.append(tree.unflatten(td, gl))
+            res.append(unflatten(td, gl))
         return tuple(res)
 
     if _find_ctx(primals) is not None:

@@ -23,7 +23,7 @@ from eager._surface import Size, TensorOps, decode_index
 from eager.ops.registry import check_size
 from eager.tensor import PINNED, TRACING, Tensor
 
-from . import tree
+from .pytree import flatten, leaf_paths, unflatten
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
                      TooBigError, TracerArrayConversionError, TracerBoolConversionError,
                      TracerError)
@@ -1119,8 +1119,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         if i in static_argnums:
             call_args.append(a)
             continue
-        leaves, td = tree.flatten(a)
-        paths = tree.leaf_paths(td, names[i])
+        leaves, td = flatten(a)
+        paths = leaf_paths(td, names[i])
         new_leaves = []
         for leaf, path in zip(leaves, paths):
             _, spec = classify_leaf(leaf, path)
@@ -1155,7 +1155,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 if leaf.grad_fn is not None:
                     ctx.nonleaf_args.add(nid)
             arg_leaves.append((leaf, path, spec))
-        call_args.append(tree.unflatten(td, new_leaves))
+        call_args.append(unflatten(td, new_leaves))
     members = _alias_inputs(ctx, aliases, inputs)
     n_args = len(specs)
     lifted = _lift(ctx, fn, args, specs, inputs, watched, used_names)
@@ -1187,7 +1187,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         _check_untouched(fname, watched)
         _check_arguments_unchanged(fname, arg_leaves)
         _warn_if_global_random_used(fname, py_state, np_state)
-        out_leaves, out_tree = tree.flatten(out)
+        out_leaves, out_tree = flatten(out)
         out_static = {}
         out_rg = []                           # does eager give each output a grad_fn?
         for k, leaf in enumerate(out_leaves):
