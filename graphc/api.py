@@ -19,7 +19,7 @@ from eager.tensor import Tensor
 
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
 from .errors import GraphcError, SignatureError
-from .interpreter import Plan
+from .interpreter import Program
 from .runtime import cache as _engine_cache
 from .ir import Graph, verify
 from .tracer import Tracer, TraceResult, arg_names, classify_leaf, static_key, trace_flat
@@ -425,7 +425,7 @@ class CompiledFunction:
             if _foreign_byte_order(key):          # decided per signature: no per-call check
                 run = _native_order(run)
         else:
-            exe = Plan(opt)
+            exe = Program(opt)
             plan_run = exe.run
 
             def run(arrays):          # outputs as a tuple, as the native backend gives them

@@ -144,6 +144,10 @@ class Tracer(TensorOps):
     __slots__ = ("_ctx", "_node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
                  "_view", "_stor", "_gen", "_lay", "__weakref__")
     _priority = 2
+    # ``loss.backward()`` while tracing is reverse mode, which graphc.autodiff (the layer
+    # above) provides: it installs its ``traced_backward`` here when it is imported, as
+    # graphc's package import always does
+    _traced_backward: Optional[Callable] = None
 
     def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype,
                  lay: Optional[Layout] = None) -> None:
@@ -393,8 +397,7 @@ class Tracer(TensorOps):
         return self.node in self._ctx.input_paths or not self._rg
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from .autodiff import traced_backward
-        traced_backward(self, gradient)
+        Tracer._traced_backward(self, gradient)
 
     # --- in-place ops become rebinding (functionalization) ----------------------------------
     def _rebind(self, new: "Tracer") -> "Tracer":
@@ -905,9 +908,9 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
           watched: list, used_names: set) -> list:
     """A graph input and tracer for every eager tensor ``fn`` reaches by name (see
     graphc.capture), after the arguments' inputs: [(Captured, Tracer)]."""
-    from . import capture
+    from .capture import find as find_captured
     out = []
-    for cap in capture.find(fn, args).values():
+    for cap in find_captured(fn, args).values():
         t = cap.tensor
         d = t._data.dtype
         if d not in _SUPPORTED:

@@ -186,7 +186,7 @@ def _register_symbols(addresses: dict[str, int]) -> None:
     """Make the stable names resolvable by every JIT engine (LLVM's global symbol table)."""
     import llvmlite.binding as llvm  # noqa: PLC0415
 
-    from graphc.runtime.jit import LLVM_LOCK  # noqa: PLC0415
+    from graphc.runtime.llvm_engine import LLVM_LOCK  # noqa: PLC0415
 
     with LLVM_LOCK:
         for name, addr in addresses.items():

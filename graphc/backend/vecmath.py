@@ -985,7 +985,7 @@ def measure_ulp(n: int = 20000, seed: int = 0,
     the true value.  ``special_mismatches`` counts inputs where numpy's result
     in the same dtype is NaN, an infinity or a signed zero and ours differs.
     """
-    from graphc.runtime.jit import compile_module  # noqa: PLC0415 - backend -> runtime
+    from graphc.runtime.llvm_engine import compile_module  # noqa: PLC0415 - backend -> runtime
 
     module = ir.Module(name="vecmath_accuracy")
     for name in functions:

@@ -24,7 +24,7 @@ from ..backend import lower as L
 from ..backend.plan import Plan
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
-from . import cache, jit, parallel, pool
+from . import cache, llvm_engine as jit, parallel, pool
 
 _PYAPI = ("PyTuple_New", "PyLong_FromSsize_t", "Py_IncRef", "Py_DecRef", "PyEval_SaveThread",
           "PyEval_RestoreThread")

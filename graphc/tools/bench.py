@@ -25,7 +25,7 @@ import numpy as np
 import eager
 
 from ..api import compile as graphc_compile
-from ..autodiff import value_and_grad
+from ..transforms import value_and_grad
 from .workloads import D_IN, D_OUT, H, LEARNING_RATE as LR, N, seed_functions, seed_step
 
 mlp_step = seed_step         # the seeds' training step (graphc.tools.workloads)

@@ -484,7 +484,7 @@ def _compiled_target(fn: Callable, grads: bool, grad_pos: list, single: bool) ->
     output as aux and is differentiated through its first leaf."""
     if not grads:
         return fn
-    from ..autodiff import value_and_grad
+    from ..transforms import value_and_grad
     if single:
         inner = fn
     else:

@@ -12,7 +12,7 @@ import pytest
 from llvmlite import ir
 
 from graphc.backend import blas, vecmath
-from graphc.runtime import jit
+from graphc.runtime import llvm_engine as jit
 
 F64, F32 = ir.DoubleType(), ir.FloatType()
 DOUBLE_FN = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)
