@@ -25,7 +25,7 @@ from eager._surface import sum_to
 from eager.ops.registry import OPS
 
 from .pytree import flatten, leaf_paths, unflatten
-from .tracer import _BY, _ROLE, _SRC, TraceContext, Tracer, _check_live, arg_names
+from .tracer import TraceContext, Tracer, _check_live, arg_names
 from .errors import GraphcError, TracerError
 from .ir import Graph, verify
 
@@ -69,8 +69,8 @@ def backprop(ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer],
     results: dict = {}
     if out.node in relevant:
         ct[out.node] = cotangent
-    prev_role, prev_src, prev_by = _ROLE[0], _SRC[0], _BY[0]
-    _ROLE[0], _BY[0] = "backward", "grad"
+    prev_role, prev_src, prev_by = ctx.role, ctx.src, ctx.by
+    ctx.role, ctx.by = "backward", "grad"
     try:
         with eager.no_grad():
             for nid in sorted(relevant, reverse=True):
@@ -86,7 +86,7 @@ def backprop(ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer],
                 opdef = OPS[op]
                 if opdef.vjp is None:
                     continue
-                _SRC[0] = d.get("src", "")
+                ctx.src = d.get("src", "")
                 operands = [_tracer_for(ctx, o) for o in d["operands"]]
                 out_t = _tracer_for(ctx, nid)
                 for i, o in enumerate(d["operands"]):
@@ -102,7 +102,7 @@ def backprop(ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer],
                         r = r.to(np.dtype(g.nodes[o]["dtype"]))
                     ct[o] = r if o not in ct else ct[o] + r
     finally:
-        _ROLE[0], _SRC[0], _BY[0] = prev_role, prev_src, prev_by
+        ctx.role, ctx.src, ctx.by = prev_role, prev_src, prev_by
     return [results.get(w.node) for w in wrt]
 
 
@@ -238,7 +238,7 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
 def replay(graph: Graph, ctx: TraceContext, inputs: Sequence[Tracer]) -> list:
     """Re-emit ``graph``'s nodes into the trace ``ctx`` with ``inputs``; return output tracers."""
     env = dict(zip(graph.inputs, inputs))
-    prev_src, prev_role = _SRC[0], _ROLE[0]
+    prev_src, prev_role = ctx.src, ctx.role
     try:
         for nid in graph.topo_order():
             d = graph.nx.nodes[nid]
@@ -248,12 +248,12 @@ def replay(graph: Graph, ctx: TraceContext, inputs: Sequence[Tracer]) -> list:
                 v = d["attrs"]["value"]
                 env[nid] = Tracer(ctx, ctx.const(v, d.get("src", "")), v.shape, v.dtype)
                 continue
-            _SRC[0] = d.get("src", "")
-            _ROLE[0] = d.get("role", "forward")
+            ctx.src = d.get("src", "")
+            ctx.role = d.get("role", "forward")
             ops = [env[o] for o in d["operands"]]
             env[nid] = ops[0]._apply(d["op"], "", tuple(ops), dict(d["attrs"]))
     finally:
-        _SRC[0], _ROLE[0] = prev_src, prev_role
+        ctx.src, ctx.role = prev_src, prev_role
     return [env[o] for o in graph.outputs]
 
 

@@ -73,6 +73,13 @@ class TraceContext:
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
         self.grad_on = _GRAD.enabled
+        # how new nodes are attributed, per trace (so threads tracing at once never see
+        # each other's): ``role`` "backward" and ``by`` "grad" while graphc.autodiff emits
+        # gradient nodes; ``src`` the source line to give them while it replays or
+        # differentiates (None: the user's line, found on the stack)
+        self.role = "forward"
+        self.src: Optional[str] = None
+        self.by = "trace"
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
         """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the
@@ -184,7 +191,7 @@ class Tracer(TensorOps):
         ctx = self._ctx
         _check_live(self, op)
         ids = []
-        src = _SRC[0] if _SRC[0] is not None else user_src(2)
+        src = ctx.src if ctx.src is not None else user_src(2)
         for o in operands:
             if o.__class__ is Tracer:
                 if o._ctx is not ctx:
@@ -193,7 +200,7 @@ class Tracer(TensorOps):
                         f"{op} at {src}: a value traced by another (outer) trace was used inside "
                         f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
                         "over it")
-                if o._ng is not None and _GRAD.enabled and _ROLE[0] == "forward":
+                if o._ng is not None and _GRAD.enabled and ctx.role == "forward":
                     ids.append(_stop_gradient(o, src))
                 else:
                     ids.append(o.node)
@@ -210,13 +217,13 @@ class Tracer(TensorOps):
         except (RuntimeError, ValueError, IndexError, TypeError) as e:
             raise type(e)(f"{e}  [while tracing {ctx.fn_name} at {src}]") from None
         nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
-                                 role=_ROLE[0], by=_BY[0])
+                                 role=ctx.role, by=ctx.by)
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
         _place(out, op, operands, attrs, src)
-        if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
+        if ctx.role == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
                 o.__class__ is Tracer and o._rg for o in operands):
             out._rg = True
-        elif (not _GRAD.enabled and ctx.grad_on and _ROLE[0] == "forward" and _SRC[0] is None
+        elif (not _GRAD.enabled and ctx.grad_on and ctx.role == "forward" and ctx.src is None
               and op in _DIFF_OPS):
             out._ng = True    # a later grad-mode use reads it through a detach node
         return out
@@ -406,9 +413,9 @@ class Tracer(TensorOps):
         or transpose) up to the buffer's owner; every other alias of the buffer re-derives
         its value from the owner when next read; a written argument is written back."""
         src = user_src(3)
-        recording = (_ROLE[0] == "forward" and eager.is_grad_enabled() and
+        recording = (self._ctx.role == "forward" and eager.is_grad_enabled() and
                      (self._rg or getattr(new, "_rg", False)))
-        if _ROLE[0] == "forward" and not eager.is_grad_enabled():
+        if self._ctx.role == "forward" and not eager.is_grad_enabled():
             root = self
             while root._view is not None:
                 root = root._view[0]
@@ -558,9 +565,6 @@ def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional
 
 
 _GRAD = eager.autograd.grad_mode.STATE
-_ROLE = ["forward"]     # "backward" while graphc.autodiff emits gradient nodes
-_SRC = [None]           # source line to attribute new nodes to (set while replaying/differentiating)
-_BY = ["trace"]         # which transform creates nodes: "trace" or "grad"
 _DIFF_OPS = None        # set below: names of differentiable ops
 _REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__",
               np.true_divide: "__rtruediv__", np.power: "__rpow__", np.matmul: "__rmatmul__",
@@ -699,12 +703,13 @@ def _sync(t: Tracer) -> None:
     while u._view is not None and u._gen != u._stor.gen:
         chain.append(u)
         u = u._view[0]
-    graph = t._ctx.graph
+    ctx = t._ctx
+    graph = ctx.graph
     gen = t._stor.gen
     for v in reversed(chain):
         parent, op, attrs, _, extra = v._view
         v._node = graph.add_node(op, (parent._node,) + extra, attrs, shape=v._meta_shape,
-                                 dtype=v._meta_dtype, src=user_src(3), role=_ROLE[0], by=_BY[0])
+                                 dtype=v._meta_dtype, src=user_src(3), role=ctx.role, by=ctx.by)
         v._gen = gen
         if parent._rg and op != "detach" and v._view[3] is None:
             v._rg = True                      # the base's new history reaches its views
@@ -713,19 +718,20 @@ def _sync(t: Tracer) -> None:
 def _unview(parent: Tracer, op: str, attrs: dict, extra: tuple, value: int, src: str) -> int:
     """The node of ``parent``'s value after ``value`` was written into its view (``extra``:
     the index operands of a gather view)."""
-    g = parent._ctx.graph
+    ctx = parent._ctx
+    g = ctx.graph
     shape, dtype = parent._meta_shape, parent._meta_dtype
     if op == "getitem":
         return g.add_node("setitem", (parent.node, value) + extra, {"index": attrs["index"]},
-                          shape=shape, dtype=dtype, src=src, role=_ROLE[0], by=_BY[0])
+                          shape=shape, dtype=dtype, src=src, role=ctx.role, by=ctx.by)
     if op == "reshape":
         return g.add_node("reshape", (value,), {"shape": shape}, shape=shape, dtype=dtype,
-                          src=src, role=_ROLE[0], by=_BY[0])
+                          src=src, role=ctx.role, by=ctx.by)
     if op == "transpose":
         perm = attrs["perm"]
         inv = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return g.add_node("transpose", (value,), {"perm": inv}, shape=shape, dtype=dtype,
-                          src=src, role=_ROLE[0], by=_BY[0])
+                          src=src, role=ctx.role, by=ctx.by)
     return value                              # detach: the same buffer, no history
 
 
@@ -748,7 +754,7 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
         u = parent
     creation = t._view[3]
     if not recording:
-        if creation == "no_grad" and u._rg and _ROLE[0] == "forward" and \
+        if creation == "no_grad" and u._rg and t._ctx.role == "forward" and \
                 eager.is_grad_enabled():
             # PyTorch refuses this; eager's no_grad views do not require grad, so eager
             # writes without recording and its gradient ignores the write, which a graph
