@@ -3,7 +3,8 @@ graph IR, verify it, interpret or compile it, and cache it per input signature.
 """
 from __future__ import annotations
 
-from .api import CacheInfo, CompiledFunction, compile, cond, where
+from .api import CacheInfo, CompiledFunction, compile
+from .cond import cond, where
 from .transforms import grad, value_and_grad, vjp
 from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      GraphVerificationError, LeakedTracerError, SignatureError,
