@@ -3,9 +3,9 @@ graph IR, verify it, interpret or compile it, and cache it per input signature.
 """
 from __future__ import annotations
 
-from .api import CacheInfo, CompiledFunction, compile, cond, where
-from .compare import ComparisonReport, compare
-from .autodiff import grad, value_and_grad, vjp
+from .api import CacheInfo, CompiledFunction, compile
+from .cond import cond, where
+from .transforms import grad, value_and_grad, vjp
 from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
                      GraphVerificationError, LeakedTracerError, SignatureError,
                      TracerArrayConversionError, TracerBoolConversionError, TracerError,
@@ -13,10 +13,11 @@ from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
 from .interpreter import interpret, interpret_all
 from .runtime.parallel import get_num_threads, set_num_threads
 from .ir import Graph, verify
-from .passes.bisect import bisect_passes
 from .tracer import Tracer, trace
-
-__version__ = "0.1.0"
+from .tools.bisect import bisect_passes
+from .tools.compare import compare
+from .tools.report import ComparisonReport
+from ._version import __version__
 
 __all__ = ["set_num_threads", "get_num_threads", "grad", "value_and_grad", "vjp", "compile", "compare", "ComparisonReport", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
            "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",

@@ -1,6 +1,6 @@
 """``python -m graphc``: the same command as the ``graphc`` console script."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -17,11 +17,15 @@ import eager
 from eager.interop import NO_GRAD_HINTS, TensorOps, data_of, grad_of, requires_grad_of, set_grad
 from eager.interop import Tensor, tensor_from_array, version_of
 
-from . import tree
+from .pytree import flatten, leaf_paths, unflatten
 from .errors import GraphcError, SignatureError
-from .interpreter import Plan
+from .autograd_bridge import (_arrays, _graph_inputs, _note_no_grad,  # noqa: F401 - tools
+                              _run_differentiable, _write_back)
+from .cond import cond, where  # noqa: F401 - graphc.api.cond / where, as before
+from .interpreter import Program
 from .runtime import cache as _engine_cache
 from .ir import Graph, verify
+from .signature import describe_key_item, diff_item, same_kind
 from .tracer import Tracer, TraceResult, arg_names, classify_leaf, static_key, trace_flat
 
 _tick = _engine_cache.tick
@@ -160,25 +164,6 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
     return fn(build(tr.out_tree))
 
 
-def _describe_key_item(item) -> str:
-    """Readable form of one cache-key item, whatever kind of argument made it."""
-    tag = item[0] if isinstance(item, tuple) and item else None
-    if tag == "S":
-        return f"static value {item[2]!r}"
-    if tag == "static_arg":
-        return f"static argument value {item[1]!r}"
-    if tag == "mode":
-        return "modules " + ", ".join("train" if t else "eval" for t in item[1])
-    if tag == "Mod":
-        return f"module {item[2].__name__} ({'train' if all(item[3]) else 'eval'})"
-    if tag in ("T", "A") and len(item) >= 3:
-        kind = "Tensor" if tag == "T" else "ndarray"
-        rg = ", requires_grad" if tag == "T" and item[3] else ""
-        return f"{kind} {np.dtype(item[2]).name}{list(item[1])}{rg}"
-    if isinstance(tag, tree.TreeDef):
-        return "None" if tag.kind == "none" else f"structure {tag!r}"
-    return repr(item)
-
 
 class CompiledFunction:
     """A function compiled per input signature.  Call it like the original."""
@@ -277,9 +262,9 @@ class CompiledFunction:
                 items.append(("A", a.shape, a.dtype))
                 dyn.append(a)
                 continue
-            leaves, td = tree.flatten(a)
+            leaves, td = flatten(a)
             names = names or arg_names(self.__wrapped__, len(args))
-            paths = tree.leaf_paths(td, names[i])
+            paths = leaf_paths(td, names[i])
             sub = [td]
             for leaf, path in zip(leaves, paths):
                 if isinstance(leaf, Tracer):
@@ -425,7 +410,7 @@ class CompiledFunction:
             if _foreign_byte_order(key):          # decided per signature: no per-call check
                 run = _native_order(run)
         else:
-            exe = Plan(opt)
+            exe = Program(opt)
             plan_run = exe.run
 
             def run(arrays):          # outputs as a tuple, as the native backend gives them
@@ -510,9 +495,9 @@ class CompiledFunction:
                     reason = (f"{cap.name}.grad is now " +
                               ("set" if grad_of(t) is not None else "None"))
                     break
-                if d.shape != spec.shape or d.dtype != spec.dtype or rg != spec.requires_grad:
-                    reason = (f"{cap.name}: {_describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
-                              f" -> {_describe_key_item(('T', d.shape, d.dtype, rg))}")
+                if d.shape != spec.shape or d.dtype != spec.dtype or requires_grad_of(t) != spec.requires_grad:
+                    reason = (f"{cap.name}: {describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
+                              f" -> {describe_key_item(('T', d.shape, d.dtype, requires_grad_of(t)))}")
                     break
                 now.append(t)
             if reason is None:
@@ -613,7 +598,7 @@ class CompiledFunction:
                     leaves.append(make(v))
                 else:
                     leaves.append(tensor_from_array(v) if tr.tensor_io else v)
-        return tree.unflatten(tr.out_tree, leaves)
+        return unflatten(tr.out_tree, leaves)
 
     def _reason(self, key: tuple) -> str:
         """Which field of which argument differs from the nearest cached signature: the
@@ -630,11 +615,11 @@ class CompiledFunction:
                 pairs = [(i, a, b) for i, (a, b) in enumerate(zip(old, key)) if a != b]
                 for i, a, b in pairs:
                     if isinstance(a, tuple) and a and a[0] == "mode":
-                        diffs.append(f"train()/eval(): {_describe_key_item(a)} -> "
-                                     f"{_describe_key_item(b)}")
+                        diffs.append(f"train()/eval(): {describe_key_item(a)} -> "
+                                     f"{describe_key_item(b)}")
                     else:
-                        diffs.append(_diff_item(names[i], a, b))
-                rank = (len(pairs), sum(1 for _, a, b in pairs if not _same_kind(a, b)))
+                        diffs.append(diff_item(names[i], a, b))
+                rank = (len(pairs), sum(1 for _, a, b in pairs if not same_kind(a, b)))
             if best_rank is None or rank < best_rank:
                 best, best_rank = diffs, rank
         return f"re-traced {self.__name__}: " + "; ".join(best or ["new signature"])
@@ -801,241 +786,11 @@ def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
     for i, a in enumerate(args):
         if i in cf.static_argnums:
             continue
-        leaves, td = tree.flatten(a)
-        for leaf, path in zip(leaves, tree.leaf_paths(td, names[i])):
+        leaves, td = flatten(a)
+        for leaf, path in zip(leaves, leaf_paths(td, names[i])):
             if classify_leaf(leaf, path)[1].kind != "static":
                 out.append(path)
     return out
-
-
-def _arrays(dyn, specs) -> list:
-    """Graph input arrays for the dynamic leaves (an argument's .grad follows it when the
-    trace made it an input: ``specs[i].has_grad``)."""
-    arrays = []
-    for a, spec in zip(dyn, specs):
-        if a.__class__ is Tensor:
-            arrays.append(data_of(a))
-            if spec.has_grad:
-                arrays.append(data_of(grad_of(a)))
-        else:
-            arrays.append(np.asarray(a))
-    return arrays
-
-
-def _graph_inputs(tr, primals) -> list:
-    """Tracers for every graph input: the primals, plus their .grad where one was traced."""
-    out = []
-    for p, spec in zip(primals, tr.in_specs):
-        out.append(p)
-        if spec.has_grad:
-            out.append(p.zeros_like_())
-    return out
-
-
-def _write_back(tr, dyn: list, outs: tuple) -> None:
-    """Arguments and lifted tensors the function wrote in place get their new values
-    (unless the backend already wrote them into the caller's buffer)."""
-    for idx, out_pos in tr.mutated_inputs:
-        target = dyn[idx]
-        data = data_of(target) if isinstance(target, Tensor) else target
-        if outs[out_pos] is not data:          # not already written in place
-            np.copyto(data, outs[out_pos], casting="same_kind")
-        if isinstance(target, Tensor):
-            version_of(target)[0] += 1
-
-
-# The last compiled call that returned tensors without a gradient history: (function,
-# trace, grad mode then, weak references to those outputs), for the hint below.
-_NO_GRAD_NOTE: list = [None]
-
-
-def _note_no_grad(cf: CompiledFunction, tr, res: Any) -> None:
-    leaves = (res,) if res.__class__ is Tensor else tree.flatten(res)[0]
-    outs = [weakref.ref(t) for t in leaves
-            if t.__class__ is Tensor and not requires_grad_of(t) and data_of(t).dtype.kind == "f"]
-    if outs:
-        _NO_GRAD_NOTE[0] = (cf, tr, eager.is_grad_enabled(), outs)
-
-
-def _why_no_grad(t: Tensor) -> Optional[str]:
-    """Why an output of a compiled call has no gradient history (eager's backward() adds
-    this to its refusal): called under no_grad(), nothing it read requires grad (the
-    parameters are frozen), or the output does not depend on what does."""
-    note = _NO_GRAD_NOTE[0]
-    if note is None:
-        return None
-    cf, tr, grad_on, outs = note
-    mine = any(r() is t for r in outs)
-    name = cf.__name__
-    if not grad_on:
-        why = f"compiled {name} was called under no_grad()"
-    else:
-        rg = [n for n, spec in zip(_input_names(tr), tr.in_specs) if spec.requires_grad]
-        if rg:
-            why = (f"that output of compiled {name} does not depend on what requires grad "
-                   f"({', '.join(rg[:6])}) through differentiable ops (it was computed under "
-                   "no_grad(), through .detach(), or is a comparison or integer result)")
-        else:
-            frozen = [c.name for c in tr.captured][:6]
-            why = (f"nothing compiled {name} read requires grad: " +
-                   (f"the parameters it reads ({', '.join(frozen)}) have requires_grad=False "
-                    "and " if frozen else "") +
-                   "its tensor arguments do not require grad; set requires_grad=True on what "
-                   "you want gradients for (e.g. p.requires_grad_() for p in "
-                   "model.parameters())")
-    if mine:
-        return f"(it is an output of compiled {name}: {why})."
-    return (f"(if it was computed from the last outputs of compiled {name} without a "
-            f"gradient history: {why}).")
-
-
-def _input_names(tr) -> list:
-    """Readable names of a trace's dynamic leaves, in order: arguments, then lifted tensors."""
-    from .tracer import _graph_input_pos
-    names = [tr.graph.input_names[_graph_input_pos(tr.in_specs, i)]
-             for i in range(tr.n_args)]
-    return names + [c.name for c in tr.captured]
-
-
-NO_GRAD_HINTS.append(_why_no_grad)
-
-
-def _run_differentiable(cf: CompiledFunction, entry: _Entry, dyn: list) -> Any:
-    """Call with eager tensors that require grad: outputs get a CompiledFunctionBackward
-    node whose backward runs the compiled gradient graph (eager autograd flows through).
-    Tensors the function updates in place (a buffer's running statistics, an argument)
-    get their new values; the backward differentiates the function at the values it was
-    called with."""
-    tr = entry.trace
-    for idx, _ in tr.mutated_inputs:
-        if dyn[idx].__class__ is Tensor and requires_grad_of(dyn[idx]):
-            name = _input_names(tr)[idx]
-            name = name if idx >= tr.n_args else f"argument {name}"
-            raise GraphcError(
-                f"{cf.__name__}: it updates {name}, which requires grad, in place (under "
-                "no_grad()) and its outputs need gradients: eager differentiates with "
-                "respect to the tensor after the update, which the compiled graph cannot "
-                "express. Update it outside the compiled function (e.g. with an optimizer "
-                "step), or call the function under eager.no_grad().")
-    outs = _CompiledAutograd.apply(cf, entry, *dyn)
-    if not isinstance(outs, tuple):
-        outs = (outs,)
-    it = iter(outs)
-    res = cf._wrap_outputs(entry.trace, list(outs), make=lambda v: next(it))
-    if not (cf._outputs_differentiable or entry.trace.all_out_rg):
-        _note_no_grad(cf, entry.trace, res)
-    return res
-
-
-def _vjp_function(cf: CompiledFunction, entry: _Entry) -> CompiledFunction:
-    """Compiled (primals..., cotangents...) -> gradients for the float primals."""
-    vjp_cf = entry.stages.get("_vjp_fn")
-    if vjp_cf is not None:
-        return vjp_cf
-    from .autodiff import backprop
-    tr = entry.trace
-    n_in = len(tr.in_specs)
-
-    def vjp_body(*flat):
-        primals, cts = flat[:n_in], flat[n_in:]
-        ctx = primals[0]._ctx
-        # rebuild the user's arguments around the traced primals and re-run the function
-        res_graph = tr.graph
-        from .autodiff import replay
-        outs = replay(res_graph, ctx, _graph_inputs(tr, primals))
-        want = [p for p in primals if p._npdtype.kind == "f"]
-        acc = {}
-        for o, c in zip(outs, cts):
-            if o._npdtype.kind != "f":
-                continue
-            for p, gr in zip(want, backprop(ctx, o, want, c)):
-                if gr is not None:
-                    acc[id(p)] = gr if id(p) not in acc else acc[id(p)] + gr
-        with eager.no_grad():
-            return tuple(acc[id(p)] if id(p) in acc else p.zeros_like_() for p in want)
-
-    vjp_body.__name__ = f"{cf.__name__}_vjp"
-    with cf._lock:          # threads running backward at once share one gradient function
-        vjp_cf = entry.stages.get("_vjp_fn")
-        if vjp_cf is None:
-            vjp_cf = CompiledFunction(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
-                                      disk_cache=cf.disk_cache)
-            # gradients are differentiable functions of the primals (double backward),
-            # although graph autodiff, not the traced Python, made them
-            vjp_cf._outputs_differentiable = True
-            entry.stages["_vjp_fn"] = vjp_cf
-    return vjp_cf
-
-
-def _make_autograd_function():
-    def forward(ctx, cf, entry, *tensors):
-        tr = entry.trace
-        saved = tensors
-        if tr.mutated_inputs:
-            saved = list(tensors)
-            for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
-                t = tensors[idx]
-                saved[idx] = tensor_from_array(np.array(data_of(t) if t.__class__ is Tensor else t))
-        outs = entry.run(_arrays(tensors, tr.in_specs))
-        if tr.mutated_inputs:
-            _write_back(tr, tensors, outs)
-        ctx.cf, ctx.entry = cf, entry
-        ctx.save_for_backward(*saved)
-        n_user = len(outs) - len(tr.mutated_inputs)
-        res = tuple(tensor_from_array(o) for o in outs[:n_user])
-        # an output eager gives no gradient history to has none here either
-        if not (cf._outputs_differentiable or tr.all_out_rg):
-            ctx.mark_non_differentiable(*[o for o, rg in zip(res, tr.out_rg) if not rg])
-        return res
-
-    def backward(ctx, *gouts):
-        tensors = ctx.saved_tensors
-        vjp_cf = _vjp_function(ctx.cf, ctx.entry)
-        float_idx = [i for i, t in enumerate(tensors) if data_of(t).dtype.kind == "f"]
-        res = vjp_cf(*tensors, *gouts)
-        grads = [None] * len(tensors)
-        for k, i in enumerate(float_idx):
-            grads[i] = res[k]
-        return (None, None, *grads)
-
-    return type(eager.autograd.Function)("CompiledFunction", (eager.autograd.Function,), {
-        "forward": staticmethod(forward), "backward": staticmethod(backward),
-        "__doc__": "Autograd bridge: eager backward through a compiled region."})
-
-
-_CompiledAutograd = _make_autograd_function()
-
-
-def _same_kind(a, b) -> bool:
-    """Are two cache-key items the same kind of argument (array, tensor, static value, or
-    a container of one structure), differing only in a field or a leaf?"""
-    return (isinstance(a, tuple) and isinstance(b, tuple) and bool(a) and bool(b) and
-            type(a[0]) is type(b[0]) and a[0] == b[0])
-
-
-def _diff_item(name: str, a, b) -> str:
-    if isinstance(a, tuple) and isinstance(b, tuple) and a and b and a[0] == b[0] and \
-            a[0] in ("T", "A"):
-        parts = []
-        if a[1] != b[1]:
-            parts.append(f"shape {list(a[1])} -> {list(b[1])}")
-        if a[2] != b[2]:
-            parts.append(f"dtype {np.dtype(a[2]).str} -> {np.dtype(b[2]).str}"
-                         if np.dtype(a[2]).name == np.dtype(b[2]).name else
-                         f"dtype {np.dtype(a[2]).name} -> {np.dtype(b[2]).name}")
-        if a[0] == "T" and a[3] != b[3]:
-            parts.append(f"requires_grad {a[3]} -> {b[3]}")
-        if a[0] == "T" and a[4] != b[4]:       # .grad is a graph input once it is set
-            parts.append(f".grad {'set' if a[4] else 'None'} -> {'set' if b[4] else 'None'}")
-        return f"argument {name}: " + ", ".join(parts)
-    if isinstance(a, tuple) and isinstance(b, tuple) and a and b and \
-            isinstance(a[0], tree.TreeDef) and isinstance(b[0], tree.TreeDef):
-        if a[0] != b[0]:
-            return f"argument {name}: structure {a[0]!r} -> {b[0]!r}"
-        for path, x, y in zip(tree.leaf_paths(a[0], name), a[1:], b[1:]):
-            if x != y:
-                return _diff_item(path, x, y)
-    return f"argument {name}: {_describe_key_item(a)} -> {_describe_key_item(b)}"
 
 
 def compile(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
@@ -1050,50 +805,3 @@ def compile(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = ()
                                           recompile_limit=recompile_limit, **options)
     return CompiledFunction(fn, static_argnums=static_argnums, opt_level=opt_level,
                             recompile_limit=recompile_limit, **options)
-
-
-def where(condition: Any, x: Any, y: Any):
-    """Elementwise select, traced as one node (both sides are computed)."""
-    return eager.where(condition, x, y)
-
-
-def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
-    """Data-dependent choice: both branches are traced and run; the result is selected.
-
-    With a concrete predicate (a Python bool, or eager/numpy values outside a
-    trace) only the chosen branch runs.  Inside a trace both branches are
-    computed and ``where(pred, true, false)`` picks each output leaf, so the
-    branches must return the same structure, shapes and dtypes.  Gradients
-    flow only through the selected branch.
-    """
-    if not isinstance(pred, Tracer):
-        p = pred
-        if isinstance(p, (TensorOps, np.ndarray)):
-            if (p.numel() if isinstance(p, TensorOps) else p.size) != 1:
-                raise ValueError("cond: pred must be a scalar (0-d or one element)")
-            p = bool(p)
-        return true_fn(*operands) if p else false_fn(*operands)
-    if pred.numel() != 1:
-        raise ValueError(f"cond: pred must be a scalar, got shape {list(pred.shape)}")
-    if pred._npdtype.kind != "b":
-        pred = pred != 0
-    t_out = true_fn(*operands)
-    f_out = false_fn(*operands)
-    t_leaves, t_tree = tree.flatten(t_out)
-    f_leaves, f_tree = tree.flatten(f_out)
-    if t_tree != f_tree:
-        raise TypeError(f"cond: true_fn returned structure {t_tree!r} but false_fn returned "
-                        f"{f_tree!r}; both branches must return the same structure")
-    out = []
-    p = pred.reshape(())
-    for k, (a, b) in enumerate(zip(t_leaves, f_leaves)):
-        sa = tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
-        sb = tuple(b.shape) if hasattr(b, "shape") else np.shape(b)
-        if sa != sb:
-            raise TypeError(f"cond: output leaf {k} has shape {list(sa)} in true_fn but "
-                            f"{list(sb)} in false_fn; both branches must agree")
-        if isinstance(a, TensorOps) and isinstance(b, TensorOps) and a._npdtype != b._npdtype:
-            raise TypeError(f"cond: output leaf {k} has dtype {a._npdtype} in true_fn but "
-                            f"{b._npdtype} in false_fn; both branches must agree")
-        out.append(eager.where(p, a, b))
-    return tree.unflatten(t_tree, out)

@@ -8,8 +8,8 @@ differentiating them again (``grad(grad(f))``) is the same walk.
 
 On top of it:
 
-* ``grad``, ``value_and_grad``, ``vjp``: JAX-style transforms that compose with
-  ``graphc.compile`` and with each other;
+* what ``grad``, ``value_and_grad`` and ``vjp`` do inside a trace (the transforms
+  themselves, which compile outside one, are ``graphc.transforms``, a layer up);
 * ``Tracer.backward()``: the seeds' ``loss.backward()`` inside a traced
   function, accumulating into ``.grad`` of traced leaves;
 * ``grad_graph``: ``Graph.grad(wrt=...)`` on an existing graph.
@@ -25,19 +25,19 @@ from eager.interop import (data_of, grad_of, requires_grad_of, set_grad, set_req
                           sum_to)
 from eager.interop import OPS
 
-from . import tree
-from . import tracer as T
+from .pytree import flatten, leaf_paths, unflatten
+from .tracer import TraceContext, Tracer, _check_live, arg_names
 from .errors import GraphcError, TracerError
-from .ir import Graph
+from .ir import Graph, verify
 
 
-def _tracer_for(ctx: T.TraceContext, nid: int) -> T.Tracer:
+def _tracer_for(ctx: TraceContext, nid: int) -> Tracer:
     d = ctx.graph.nx.nodes[nid]
-    return T.Tracer(ctx, nid, d["shape"], d["dtype"])
+    return Tracer(ctx, nid, d["shape"], d["dtype"])
 
 
-def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
-             cotangent: Optional[T.Tracer] = None) -> list:
+def backprop(ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer],
+             cotangent: Optional[Tracer] = None) -> list:
     """Gradients of ``out`` (times ``cotangent``) w.r.t. each tracer in ``wrt``.
 
     Returns a list with a Tracer, or None where ``out`` does not depend on it.
@@ -70,8 +70,8 @@ def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
     results: dict = {}
     if out.node in relevant:
         ct[out.node] = cotangent
-    prev_role, prev_src, prev_by = T._ROLE[0], T._SRC[0], T._BY[0]
-    T._ROLE[0], T._BY[0] = "backward", "grad"
+    prev_role, prev_src, prev_by = ctx.role, ctx.src, ctx.by
+    ctx.role, ctx.by = "backward", "grad"
     try:
         with eager.no_grad():
             for nid in sorted(relevant, reverse=True):
@@ -87,7 +87,7 @@ def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
                 opdef = OPS[op]
                 if opdef.vjp is None:
                     continue
-                T._SRC[0] = d.get("src", "")
+                ctx.src = d.get("src", "")
                 operands = [_tracer_for(ctx, o) for o in d["operands"]]
                 out_t = _tracer_for(ctx, nid)
                 for i, o in enumerate(d["operands"]):
@@ -103,7 +103,7 @@ def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
                         r = r.to(np.dtype(g.nodes[o]["dtype"]))
                     ct[o] = r if o not in ct else ct[o] + r
     finally:
-        T._ROLE[0], T._SRC[0], T._BY[0] = prev_role, prev_src, prev_by
+        ctx.role, ctx.src, ctx.by = prev_role, prev_src, prev_by
     return [results.get(w.node) for w in wrt]
 
 
@@ -111,17 +111,17 @@ def backprop(ctx: T.TraceContext, out: T.Tracer, wrt: Sequence[T.Tracer],
 # loss.backward() inside a trace
 
 
-def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
+def traced_backward(loss: Tracer, gradient: Any = None) -> None:
     """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves."""
     ctx = loss._ctx
-    T._check_live(loss, "backward")
+    _check_live(loss, "backward")
     ctx.grads_used = True
     if gradient is None:
         if loss.numel() != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         ct = None
     else:
-        ct = gradient if isinstance(gradient, T.Tracer) else loss._wrap_const(
+        ct = gradient if isinstance(gradient, Tracer) else loss._wrap_const(
             np.asarray(data_of(gradient) if isinstance(gradient, eager.Tensor) else gradient,
                        dtype=loss._meta_dtype))
     if ctx.closed_rg:
@@ -149,51 +149,42 @@ def traced_backward(loss: T.Tracer, gradient: Any = None) -> None:
 
 
 # ---------------------------------------------------------------------------
-# grad / value_and_grad / vjp
+# what grad / value_and_grad / vjp (graphc.transforms) do inside a trace
 
 
-def _argnums(argnums, n: int) -> tuple:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    for a in nums:
-        if not -n <= a < n:
-            raise ValueError(f"argnums {a} is out of range for {n} positional arguments")
-    return tuple(a % n for a in nums)
-
-
-def _find_ctx(args: tuple) -> Optional[T.TraceContext]:
-    leaves, _ = tree.flatten(args)
+def _find_ctx(args: tuple) -> Optional[TraceContext]:
+    leaves, _ = flatten(args)
     for x in leaves:
-        if isinstance(x, T.Tracer):
+        if isinstance(x, Tracer):
             return x._ctx
     return None
 
 
 def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tuple:
     """Turn differentiated arguments into tracers of ``ctx``; return (args, [(i, td, leaves)])."""
-    from .tracer import arg_names
     names = arg_names(fn, len(args))
     args = list(args)
     info = []
     for i in nums:
-        leaves, td = tree.flatten(args[i])
-        paths = tree.leaf_paths(td, names[i])
+        leaves, td = flatten(args[i])
+        paths = leaf_paths(td, names[i])
         new = []
         for k, x in enumerate(leaves):
-            if not isinstance(x, T.Tracer):
+            if not isinstance(x, Tracer):
                 if isinstance(x, (int, float)) and not isinstance(x, bool):
                     raise TypeError(f"{fname}: argument {i} ({paths[k]}) is a Python number, "
                                     "which graphc treats as static; pass a float array to "
                                     "differentiate it")
                 arr = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
                 nid = ctx.const(arr)
-                x = T.Tracer(ctx, nid, arr.shape, arr.dtype)
+                x = Tracer(ctx, nid, arr.shape, arr.dtype)
             if x._npdtype.kind != "f":
                 raise TypeError(f"{fname}: argument {i} ({paths[k]}) has dtype "
                                 f"{x._npdtype.name}; only floating-point inputs can be "
                                 "differentiated -- convert it with .float()/.double() or leave it "
                                 "out of argnums")
             new.append(x)
-        args[i] = tree.unflatten(td, new)
+        args[i] = unflatten(td, new)
         info.append((i, td, new))
     return tuple(args), info
 
@@ -217,7 +208,7 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
         if not (isinstance(res, tuple) and len(res) == 2):
             raise TypeError(f"{fname}: has_aux=True requires fn to return (value, aux)")
         res, aux = res
-    if not isinstance(res, T.Tracer):
+    if not isinstance(res, Tracer):
         raise TypeError(f"{fname}: fn must return a traced scalar array, got "
                         f"{type(res).__name__}")
     if res.numel() != 1:
@@ -237,105 +228,18 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
             gr = grads[k]
             k += 1
             gl.append(gr if gr is not None else x.zeros_like_())
-        out.append(tree.unflatten(td, gl))
+        out.append(unflatten(td, gl))
     return res, (out[0] if single else tuple(out)), aux
-
-
-def value_and_grad(fn: Callable, argnums=0, has_aux: bool = False) -> Callable:
-    """``f -> (x -> (f(x), df/dx))``; composes with compile and with itself."""
-    single = isinstance(argnums, int)
-    fname = f"value_and_grad({getattr(fn, '__name__', 'fn')})"
-
-    def traced(*args):
-        nums = _argnums(argnums, len(args))
-        value, g, aux = _value_and_grad_traced(fn, args, nums, has_aux, fname, single)
-        return ((value, aux), g) if has_aux else (value, g)
-
-    return _dual(traced, fname)
-
-
-def grad(fn: Callable, argnums=0, has_aux: bool = False) -> Callable:
-    """``f -> df/dx`` for scalar-valued ``f`` (zeros for unused inputs, as in JAX)."""
-    single = isinstance(argnums, int)
-    fname = f"grad({getattr(fn, '__name__', 'fn')})"
-
-    def traced(*args):
-        nums = _argnums(argnums, len(args))
-        value, g, aux = _value_and_grad_traced(fn, args, nums, has_aux, fname, single)
-        return (g, aux) if has_aux else g
-
-    return _dual(traced, fname)
-
-
-def _dual(traced: Callable, fname: str) -> Callable:
-    """Inside a trace call ``traced`` directly; outside, compile it per signature."""
-    from .api import compile as _compile
-    compiled = [None]
-
-    def wrapper(*args):
-        if _find_ctx(args) is not None:
-            return traced(*args)
-        if compiled[0] is None:
-            compiled[0] = _compile(traced)
-            compiled[0].__name__ = _ident(fname)
-        return compiled[0](*args)
-
-    wrapper.__name__ = _ident(fname)
-    wrapper.__qualname__ = wrapper.__name__
-    wrapper._graphc_traced = traced
-    return wrapper
-
-
-def _ident(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
-
-
-def vjp(fn: Callable, *primals: Any) -> tuple:
-    """``(fn(*primals), vjp_fn)`` where ``vjp_fn(cotangent)`` returns one gradient per primal."""
-    fname = f"vjp({getattr(fn, '__name__', 'fn')})"
-    n = len(primals)
-
-    def traced_vjp(*args):
-        ps, ct = args[:n], args[n]
-        ctx = _find_ctx(args)
-        ps, info = _diff_leaves(ctx, ps, tuple(range(n)), fname, fn)
-        out = fn(*ps)
-        if not isinstance(out, T.Tracer):
-            raise TypeError(f"{fname}: fn must return a single array")
-        if not isinstance(ct, T.Tracer):
-            ct = out._wrap_const(np.asarray(data_of(ct) if isinstance(ct, eager.Tensor) else ct,
-                                            dtype=out._meta_dtype))
-        if tuple(ct.shape) != tuple(out.shape):
-            raise ValueError(f"{fname}: cotangent shape {list(ct.shape)} does not match the "
-                             f"output shape {list(out.shape)}")
-        flat = [x for _, _, leaves in info for x in leaves]
-        grads = backprop(ctx, out, flat, ct)
-        res, k = [], 0
-        for i, td, leaves in info:
-            gl = []
-            for x in leaves:
-                gl.append(grads[k] if grads[k] is not None else x.zeros_like_())
-                k += 1
-            res.append(tree.unflatten(td, gl))
-        return tuple(res)
-
-    if _find_ctx(primals) is not None:
-        out = fn(*primals)
-        return out, (lambda ct: traced_vjp(*primals, ct))
-    fwd = _dual(lambda *a: fn(*a), f"{fname}_fwd")
-    bwd = _dual(traced_vjp, fname)
-    out = fwd(*primals)
-    return out, (lambda ct: bwd(*primals, ct))
 
 
 # ---------------------------------------------------------------------------
 # Graph.grad
 
 
-def replay(graph: Graph, ctx: T.TraceContext, inputs: Sequence[T.Tracer]) -> list:
+def replay(graph: Graph, ctx: TraceContext, inputs: Sequence[Tracer]) -> list:
     """Re-emit ``graph``'s nodes into the trace ``ctx`` with ``inputs``; return output tracers."""
     env = dict(zip(graph.inputs, inputs))
-    prev_src, prev_role = T._SRC[0], T._ROLE[0]
+    prev_src, prev_role = ctx.src, ctx.role
     try:
         for nid in graph.topo_order():
             d = graph.nx.nodes[nid]
@@ -343,14 +247,14 @@ def replay(graph: Graph, ctx: T.TraceContext, inputs: Sequence[T.Tracer]) -> lis
                 continue
             if d["op"] == "const":
                 v = d["attrs"]["value"]
-                env[nid] = T.Tracer(ctx, ctx.const(v, d.get("src", "")), v.shape, v.dtype)
+                env[nid] = Tracer(ctx, ctx.const(v, d.get("src", "")), v.shape, v.dtype)
                 continue
-            T._SRC[0] = d.get("src", "")
-            T._ROLE[0] = d.get("role", "forward")
+            ctx.src = d.get("src", "")
+            ctx.role = d.get("role", "forward")
             ops = [env[o] for o in d["operands"]]
             env[nid] = ops[0]._apply(d["op"], "", tuple(ops), dict(d["attrs"]))
     finally:
-        T._SRC[0], T._ROLE[0] = prev_src, prev_role
+        ctx.src, ctx.role = prev_src, prev_role
     return [env[o] for o in graph.outputs]
 
 
@@ -368,12 +272,12 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
     if not graph.outputs:
         raise GraphcError("grad: the graph has no outputs")
     new = Graph(f"{graph.name}_grad")
-    ctx = T.TraceContext(new, new.name)
+    ctx = TraceContext(new, new.name)
     ins = []
     for i in graph.inputs:
         d = graph.nx.nodes[i]
         nid = new.add_input(d["attrs"]["name"], d["shape"], d["dtype"])
-        ins.append(T.Tracer(ctx, nid, d["shape"], d["dtype"]))
+        ins.append(Tracer(ctx, nid, d["shape"], d["dtype"]))
     outs = replay(graph, ctx, ins)
     out = outs[output]
     if out.numel() != 1:
@@ -387,6 +291,11 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
     new.outputs = [out.node] + [gr.node for gr in grads]
     new.meta["grad_of"] = graph.name
     ctx.active = False
-    from .ir import verify
     verify(new, "grad")
     return new
+
+
+# ``Graph.grad`` and a traced ``loss.backward()`` are these functions: the IR and the
+# tracer sit below autodiff and cannot import it
+Graph._grad_graph = staticmethod(grad_graph)
+Tracer._traced_backward = staticmethod(traced_backward)

@@ -16,8 +16,9 @@ from .errors import GraphcError
 from .ir import Graph, describe
 
 
-class Plan:
-    """A graph prepared for repeated interpretation (order, forwards, last uses)."""
+class Program:
+    """A graph prepared for repeated interpretation (order, forwards, last uses): the
+    interpreter's program, not to be confused with the backend's kernel Plan."""
 
     def __init__(self, g: Graph) -> None:
         order = g.topo_order()
@@ -79,11 +80,11 @@ class Plan:
 
 def interpret(graph: Graph, *arrays: Any) -> list:
     """Run ``graph`` on numpy arrays with each op's numpy forward; returns the outputs."""
-    return Plan(graph).run(arrays)
+    return Program(graph).run(arrays)
 
 
 def interpret_all(graph: Graph, *arrays: Any) -> dict:
     """Every node's value (for debugging: finding where two runs diverge)."""
     record: dict = {}
-    Plan(graph).run(arrays, record=record)
+    Program(graph).run(arrays, record=record)
     return record

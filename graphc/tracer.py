@@ -23,7 +23,7 @@ from eager.interop import Size, TensorOps, decode_index
 from eager.interop import OPS, check_size, data_of, grad_of, requires_grad_of, version_of
 from eager.interop import PINNED, TRACING, Tensor, set_grad, set_requires_grad_flag
 
-from . import tree
+from .pytree import flatten, leaf_paths, unflatten
 from .errors import (ConcretizationTypeError, LeakedTracerError, SignatureError,
                      TooBigError, TracerArrayConversionError, TracerBoolConversionError,
                      TracerError)
@@ -73,6 +73,13 @@ class TraceContext:
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
         self.grad_on = _GRAD.enabled
+        # how new nodes are attributed, per trace (so threads tracing at once never see
+        # each other's): ``role`` "backward" and ``by`` "grad" while graphc.autodiff emits
+        # gradient nodes; ``src`` the source line to give them while it replays or
+        # differentiates (None: the user's line, found on the stack)
+        self.role = "forward"
+        self.src: Optional[str] = None
+        self.by = "trace"
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
         """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the
@@ -144,6 +151,10 @@ class Tracer(TensorOps):
     __slots__ = ("_ctx", "_node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
                  "_view", "_stor", "_gen", "_lay", "__weakref__")
     _priority = 2
+    # ``loss.backward()`` while tracing is reverse mode, which graphc.autodiff (the layer
+    # above) provides: it installs its ``traced_backward`` here when it is imported, as
+    # graphc's package import always does
+    _traced_backward: Optional[Callable] = None
 
     def __init__(self, ctx: TraceContext, node: int, shape: tuple, dtype: np.dtype,
                  lay: Optional[Layout] = None) -> None:
@@ -180,7 +191,7 @@ class Tracer(TensorOps):
         ctx = self._ctx
         _check_live(self, op)
         ids = []
-        src = _SRC[0] if _SRC[0] is not None else user_src(2)
+        src = ctx.src if ctx.src is not None else user_src(2)
         for o in operands:
             if o.__class__ is Tracer:
                 if o._ctx is not ctx:
@@ -189,7 +200,7 @@ class Tracer(TensorOps):
                         f"{op} at {src}: a value traced by another (outer) trace was used inside "
                         f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
                         "over it")
-                if o._ng is not None and _GRAD.enabled and _ROLE[0] == "forward":
+                if o._ng is not None and _GRAD.enabled and ctx.role == "forward":
                     ids.append(_stop_gradient(o, src))
                 else:
                     ids.append(o.node)
@@ -206,13 +217,13 @@ class Tracer(TensorOps):
         except (RuntimeError, ValueError, IndexError, TypeError) as e:
             raise type(e)(f"{e}  [while tracing {ctx.fn_name} at {src}]") from None
         nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
-                                 role=_ROLE[0], by=_BY[0])
+                                 role=ctx.role, by=ctx.by)
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
         _place(out, op, operands, attrs, src)
-        if _ROLE[0] == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
+        if ctx.role == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
                 o.__class__ is Tracer and requires_grad_of(o) for o in operands):
             set_requires_grad_flag(out, True)
-        elif (not _GRAD.enabled and ctx.grad_on and _ROLE[0] == "forward" and _SRC[0] is None
+        elif (not _GRAD.enabled and ctx.grad_on and ctx.role == "forward" and ctx.src is None
               and op in _DIFF_OPS):
             out._ng = True    # a later grad-mode use reads it through a detach node
         return out
@@ -393,8 +404,7 @@ class Tracer(TensorOps):
         return self.node in self._ctx.input_paths or not self._rg
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from .autodiff import traced_backward
-        traced_backward(self, gradient)
+        Tracer._traced_backward(self, gradient)
 
     # --- in-place ops become rebinding (functionalization) ----------------------------------
     def _rebind(self, new: "Tracer") -> "Tracer":
@@ -403,9 +413,9 @@ class Tracer(TensorOps):
         or transpose) up to the buffer's owner; every other alias of the buffer re-derives
         its value from the owner when next read; a written argument is written back."""
         src = user_src(3)
-        recording = (_ROLE[0] == "forward" and eager.is_grad_enabled() and
+        recording = (self._ctx.role == "forward" and eager.is_grad_enabled() and
                      (self._rg or getattr(new, "_rg", False)))
-        if _ROLE[0] == "forward" and not eager.is_grad_enabled():
+        if self._ctx.role == "forward" and not eager.is_grad_enabled():
             root = self
             while root._view is not None:
                 root = root._view[0]
@@ -556,9 +566,6 @@ def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional
 
 
 _GRAD = GRAD_MODE
-_ROLE = ["forward"]     # "backward" while graphc.autodiff emits gradient nodes
-_SRC = [None]           # source line to attribute new nodes to (set while replaying/differentiating)
-_BY = ["trace"]         # which transform creates nodes: "trace" or "grad"
 _DIFF_OPS = None        # set below: names of differentiable ops
 _REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__",
               np.true_divide: "__rtruediv__", np.power: "__rpow__", np.matmul: "__rmatmul__",
@@ -699,12 +706,13 @@ def _sync(t: Tracer) -> None:
     while u._view is not None and u._gen != u._stor.gen:
         chain.append(u)
         u = u._view[0]
-    graph = t._ctx.graph
+    ctx = t._ctx
+    graph = ctx.graph
     gen = t._stor.gen
     for v in reversed(chain):
         parent, op, attrs, _, extra = v._view
         v._node = graph.add_node(op, (parent._node,) + extra, attrs, shape=v._meta_shape,
-                                 dtype=v._meta_dtype, src=user_src(3), role=_ROLE[0], by=_BY[0])
+                                 dtype=v._meta_dtype, src=user_src(3), role=ctx.role, by=ctx.by)
         v._gen = gen
         if requires_grad_of(parent) and op != "detach" and v._view[3] is None:
             set_requires_grad_flag(v, True)   # the base's new history reaches its views
@@ -713,19 +721,20 @@ def _sync(t: Tracer) -> None:
 def _unview(parent: Tracer, op: str, attrs: dict, extra: tuple, value: int, src: str) -> int:
     """The node of ``parent``'s value after ``value`` was written into its view (``extra``:
     the index operands of a gather view)."""
-    g = parent._ctx.graph
+    ctx = parent._ctx
+    g = ctx.graph
     shape, dtype = parent._meta_shape, parent._meta_dtype
     if op == "getitem":
         return g.add_node("setitem", (parent.node, value) + extra, {"index": attrs["index"]},
-                          shape=shape, dtype=dtype, src=src, role=_ROLE[0], by=_BY[0])
+                          shape=shape, dtype=dtype, src=src, role=ctx.role, by=ctx.by)
     if op == "reshape":
         return g.add_node("reshape", (value,), {"shape": shape}, shape=shape, dtype=dtype,
-                          src=src, role=_ROLE[0], by=_BY[0])
+                          src=src, role=ctx.role, by=ctx.by)
     if op == "transpose":
         perm = attrs["perm"]
         inv = tuple(sorted(range(len(perm)), key=perm.__getitem__))
         return g.add_node("transpose", (value,), {"perm": inv}, shape=shape, dtype=dtype,
-                          src=src, role=_ROLE[0], by=_BY[0])
+                          src=src, role=ctx.role, by=ctx.by)
     return value                              # detach: the same buffer, no history
 
 
@@ -748,7 +757,7 @@ def _check_view_write(t: Tracer, recording: bool, src: str) -> None:
         u = parent
     creation = t._view[3]
     if not recording:
-        if creation == "no_grad" and requires_grad_of(u) and _ROLE[0] == "forward" and \
+        if creation == "no_grad" and requires_grad_of(u) and t._ctx.role == "forward" and \
                 eager.is_grad_enabled():
             # PyTorch refuses this; eager's no_grad views do not require grad, so eager
             # writes without recording and its gradient ignores the write, which a graph
@@ -909,9 +918,9 @@ def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: lis
           watched: list, used_names: set) -> list:
     """A graph input and tracer for every eager tensor ``fn`` reaches by name (see
     graphc.capture), after the arguments' inputs: [(Captured, Tracer)]."""
-    from . import capture
+    from .capture import find as find_captured
     out = []
-    for cap in capture.find(fn, args).values():
+    for cap in find_captured(fn, args).values():
         t = cap.tensor
         d = data_of(t).dtype
         if d not in _SUPPORTED:
@@ -1123,8 +1132,8 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         if i in static_argnums:
             call_args.append(a)
             continue
-        leaves, td = tree.flatten(a)
-        paths = tree.leaf_paths(td, names[i])
+        leaves, td = flatten(a)
+        paths = leaf_paths(td, names[i])
         new_leaves = []
         for leaf, path in zip(leaves, paths):
             _, spec = classify_leaf(leaf, path)
@@ -1159,7 +1168,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
                 if leaf.grad_fn is not None:
                     ctx.nonleaf_args.add(nid)
             arg_leaves.append((leaf, path, spec))
-        call_args.append(tree.unflatten(td, new_leaves))
+        call_args.append(unflatten(td, new_leaves))
     members = _alias_inputs(ctx, aliases, inputs)
     n_args = len(specs)
     lifted = _lift(ctx, fn, args, specs, inputs, watched, used_names)
@@ -1191,7 +1200,7 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         _check_untouched(fname, watched)
         _check_arguments_unchanged(fname, arg_leaves)
         _warn_if_global_random_used(fname, py_state, np_state)
-        out_leaves, out_tree = tree.flatten(out)
+        out_leaves, out_tree = flatten(out)
         out_static = {}
         out_rg = []                           # does eager give each output a grad_fn?
         for k, leaf in enumerate(out_leaves):

@@ -312,8 +312,8 @@ def test_no_inputs(tmp_path):
 # bench
 
 
-@pytest.mark.skipif(importlib.util.find_spec("graphc.bench") is None,
-                    reason="graphc/bench.py (written by the lead) is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("graphc.tools.bench") is None,
+                    reason="graphc/tools/bench.py (written by the lead) is not there yet")
 def test_bench_quick():
     r = run("bench", "--quick", "--only", "W0", "W3", "--json", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -327,7 +327,7 @@ def test_bench_quick():
 
 
 def test_bench_verdicts_against_pytorch_eager_and_the_products():
-    from graphc.bench import _verdict
+    from graphc.tools.bench import _verdict
     times = {"numpy": 2.0, "matmuls only": 1.0, "eager": 3.0, "compiled": 1.2,
              "torch eager": 3.3}
     assert _verdict("<=t", 1.0, times, "eager") == "target <= 1.0x torch eager (0.91x): met"

@@ -171,7 +171,6 @@ def _open() -> _Blas:
         SGEMM_SYMBOL: ctypes.cast(sgemm, ctypes.c_void_p).value,
         DGEMM_SYMBOL: ctypes.cast(dgemm, ctypes.c_void_p).value,
     }
-    _register_symbols(state.addresses)
     # One thread: graphc shares a big product out among its own worker pool (rows or
     # columns of the result, each share one single-threaded gemm, see backend/parallel_policy.py),
     # so its loops and its products never have two pools spinning against each other on
@@ -182,15 +181,10 @@ def _open() -> _Blas:
     return state
 
 
-def _register_symbols(addresses: dict[str, int]) -> None:
-    """Make the stable names resolvable by every JIT engine (LLVM's global symbol table)."""
-    import llvmlite.binding as llvm  # noqa: PLC0415
-
-    from graphc.runtime.jit import LLVM_LOCK  # noqa: PLC0415
-
-    with LLVM_LOCK:
-        for name, addr in addresses.items():
-            llvm.add_symbol(name, addr)
+def addresses() -> dict[str, int]:
+    """The gemm functions' addresses under the names the generated code calls them by
+    (graphc.runtime.native registers them with LLVM); empty when BLAS is unavailable."""
+    return dict(_load().addresses) if available() else {}
 
 
 def available() -> bool:

@@ -1,1 +1,1 @@
-"""Runtime: JIT engines (``jit``); the calling convention and cache build on it."""
+"""Runtime: LLVM engines (``llvm_engine``); the calling convention and cache build on it."""

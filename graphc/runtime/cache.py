@@ -257,7 +257,7 @@ def _backend_source_hash() -> str:
         backend = os.path.join(os.path.dirname(here), "backend")
         h = hashlib.sha256()
         files = [os.path.join(backend, f) for f in sorted(os.listdir(backend)) if f.endswith(".py")]
-        files += [os.path.join(here, f) for f in ("jit.py", "native.py", "pool.py")]
+        files += [os.path.join(here, f) for f in ("llvm_engine.py", "native.py", "pool.py")]
         for p in files:
             h.update(os.path.basename(p).encode() + b"\0")
             with open(p, "rb") as fh:
@@ -336,8 +336,8 @@ class DiskCache:
         ``codegen`` holds the executable's code generation options (``fuse``,
         ``poison``...): JSON-able values that change the generated code.
         """
-        from . import jit
-        from .. import __version__
+        from . import llvm_engine
+        from .._version import __version__
         from ..backend import blas
         parts = {
             "format": FORMAT_VERSION,
@@ -346,7 +346,7 @@ class DiskCache:
             "codegen": {k: codegen[k] for k in sorted(codegen)},
             "graphc": __version__,
             "backend_source": _backend_source_hash(),
-            "host": jit.host_cpu_key(),
+            "host": llvm_engine.host_cpu_key(),
             "blas": blas.available(),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -526,30 +526,30 @@ def load_or_compile(module_factory, disk: Optional[DiskCache], key: Optional[str
     holding the default 512 live signatures stays near 100 MB instead of 500.
     The IR texts are kept, so ``llvm_ir()`` and ``asm()`` still work.
     """
-    from . import jit
+    from . import llvm_engine
     if disk is not None and key is not None:
         payload = disk.load(key)
         if payload is not None:
             from ..backend import blas
             blas.available()        # the code may call gemm: its symbol must be registered
             try:
-                return jit.load_object_code(payload, name=name), "disk-hit"
-            except jit.JitError as e:       # verified bytes LLVM still refuses: recompile
+                return llvm_engine.load_object_code(payload, name=name), "disk-hit"
+            except llvm_engine.JitError as e:       # verified bytes LLVM still refuses: recompile
                 disk._reject(disk.file_for(key), str(e))
-    mod = jit.compile_module(module_factory(), opt_level, name=name)
+    mod = llvm_engine.compile_module(module_factory(), opt_level, name=name)
     try:
         code = mod.object_code()
-    except jit.JitError:
+    except llvm_engine.JitError:
         code = None
     how = "compiled"
     if disk is not None and key is not None and code is not None and disk.store(key, code, name):
         how = "disk-stored"
     if SLIM_ENGINES and code is not None:
         try:
-            slim = jit.load_object_code(code, name=name, function_names=mod.function_names,
+            slim = llvm_engine.load_object_code(code, name=name, function_names=mod.function_names,
                                         llvm_ir=mod.llvm_ir(optimized=False),
                                         optimized_ir=mod.llvm_ir(optimized=True))
-        except jit.JitError:            # keep the big engine: correct, only larger
+        except llvm_engine.JitError:            # keep the big engine: correct, only larger
             return mod, how
         slim.opt_level = opt_level      # asm() regenerates code at the level it was built with
         mod.close()

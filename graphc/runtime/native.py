@@ -20,13 +20,13 @@ import numpy as np
 from llvmlite import binding as llvm
 
 from ..backend import irtext
-from ..backend import abi
+from ..backend import abi, blas
 from ..backend import lower as L
 from ..backend import parallel_policy
 from ..backend.schedule import Schedule
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
-from . import cache, jit, parallel, pool
+from . import cache, llvm_engine as jit, parallel, pool
 
 _PYAPI = ("PyTuple_New", "PyLong_FromSsize_t", "Py_IncRef", "Py_DecRef", "PyEval_SaveThread",
           "PyEval_RestoreThread")
@@ -116,6 +116,19 @@ def _register_symbols() -> None:
 if ABI_PROBLEM is None:
     _register_symbols()
 
+_BLAS_REGISTERED = [False]
+
+
+def register_blas() -> None:
+    """Give JIT code the gemm functions of graphc's OpenBLAS (graphc.backend.blas), once."""
+    if _BLAS_REGISTERED[0]:
+        return
+    addrs = blas.addresses()
+    with jit.LLVM_LOCK:
+        for name, addr in addrs.items():
+            llvm.add_symbol(name, addr)
+    _BLAS_REGISTERED[0] = bool(addrs)
+
 
 class _MethodDef(ctypes.Structure):
     """CPython's ``PyMethodDef``."""
@@ -156,6 +169,8 @@ class NativeExecutable:
         self.opt_level = opt_level
         if parallel_policy.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
             pool.ensure()
+        if any(k.kind == "matmul" for k in self.plan.kernels):   # its code may call BLAS's gemm
+            register_blas()
         self._inspect = None            # a JIT module with IR text, for code from disk
         key = None
         if disk_cache is not None:

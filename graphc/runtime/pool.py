@@ -59,7 +59,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..backend.abi import CHUNK_FN, POOL_RUN as RUN_SYMBOL, POOL_RUN_FN as RUN_FN
-from . import jit
+from . import llvm_engine
 
 #: the most workers the pool starts (a job uses at most nthreads - 1 of them)
 MAX_WORKERS = 63
@@ -468,7 +468,7 @@ _hooks: dict = {}
 
 def _new_lock_in_child() -> None:
     global _lock
-    _lock = threading.Lock()     # held by a thread of the parent: see jit._new_lock_in_child
+    _lock = threading.Lock()     # held by a thread of the parent: see llvm_engine._new_lock_in_child
 
 
 if hasattr(os, "register_at_fork"):
@@ -489,7 +489,7 @@ def ensure() -> None:
             return
         # O0: nothing in the pool is hot enough to need LLVM's optimizer (the chunks
         # are the generated code's), and it compiles in ~10 ms instead of ~40 ms
-        mod = jit.compile_module(build_module(), opt_level=0, name="graphc_pool")
+        mod = llvm_engine.compile_module(build_module(), opt_level=0, name="graphc_pool")
         # Never freed: sleeping workers return into this code, even during
         # interpreter shutdown.  The extra reference keeps the module (and its
         # engine and context) alive for the life of the process.
@@ -505,7 +505,7 @@ def ensure() -> None:
         init()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=init)
-        with jit.LLVM_LOCK:
+        with llvm_engine.LLVM_LOCK:
             llvm.add_symbol(RUN_SYMBOL, mod.address(RUN_SYMBOL))
         _jit = mod
 

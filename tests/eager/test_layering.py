@@ -124,6 +124,8 @@ def _eager_chains(tree) -> list:
 
 def _reaches_inside(chain: str) -> bool:
     parts = chain.split(".")
+    if parts[1].startswith("__") and parts[1].endswith("__"):
+        return False                         # module metadata (eager.__file__), not internals
     if parts[1].startswith("_"):
         return True
     for i in range(3, len(parts) + 1):       # eager.a.b: a submodule of a package

@@ -331,7 +331,7 @@ _FORK_PRELUDE = """
 import multiprocessing, threading, time, warnings
 import numpy as np
 import graphc
-from graphc.runtime import jit
+from graphc.runtime import llvm_engine as jit
 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads (meant)
 CTX = multiprocessing.get_context("fork")
 

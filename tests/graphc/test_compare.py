@@ -15,8 +15,9 @@ import pytest
 
 import eager
 import graphc
+from graphc.tools.workloads import seed_step
 
-compare_mod = importlib.import_module("graphc.compare")   # graphc.compare is the function
+compare_mod = importlib.import_module("graphc.tools.compare")   # graphc.compare is the function
 
 FAST = dict(repeat=3, warmup=1, budget=0.02)      # keep each comparison well under a second
 
@@ -33,17 +34,8 @@ def mlp_loss(x, y, w1, w2):
     return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
 
 
-def mlp_step(x, y, w1, w2):
-    # seed tutorial 003, the torch.autograd training step
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with eager.no_grad():
-        w1 -= 1e-6 * w1.grad
-        w2 -= 1e-6 * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
+# seed tutorial 003, the torch.autograd training step
+mlp_step = seed_step
 
 
 def data_dependent(x):
@@ -219,7 +211,7 @@ def test_bad_arguments(seed_args):
 
 def test_divergence_is_located(seed_args, monkeypatch):
     """When compiled values differ from the reference, the report runs
-    graphc.debug.first_divergence on the optimized graph and says what it found."""
+    graphc.tools.debug.first_divergence on the optimized graph and says what it found."""
     real = compare_mod._split_compiled
 
     def corrupt(res, grads, single):

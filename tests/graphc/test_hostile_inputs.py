@@ -42,7 +42,7 @@ import eager as torch
 import graphc
 from graphc.backend import irtext
 from graphc.ir import Graph
-from graphc.runtime import cache, jit
+from graphc.runtime import cache, llvm_engine as jit
 from graphc.runtime.native import NativeExecutable
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import pytest
 import graphc
 from eager.surface import _dispatch
 from eager.ops import OPS
-from graphc import serialize
+from graphc.ir import serialize
 from graphc.interpreter import interpret
 
 RNG = np.random.default_rng(0)

@@ -927,7 +927,7 @@ def _rss_mb() -> float:
 def test_memory_bounded_over_2000_distinct_compiles(engine_limit):
     """2,000 compile-and-call cycles of distinct signatures: with the LRU at 64 engines the
     resident size plateaus.  opt_level=0 because llvmlite leaks ~90 KB per *optimized*
-    compile (graphc.runtime.jit docstring); that leak is llvmlite's, not the engines'."""
+    compile (graphc.runtime.llvm_engine docstring); that leak is llvmlite's, not the engines'."""
     engine_limit(64)
     cf = graphc.compile(lambda x, y: (x * 2 + y).exp().sum(), opt_level=0,
                         recompile_limit=10 ** 6)

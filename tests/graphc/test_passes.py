@@ -26,7 +26,7 @@ import graphc
 import graphc.passes as P
 from graphc.errors import GraphVerificationError
 from graphc.ir import Graph, verify
-from graphc.passes.bisect import BisectReport
+from graphc.tools.bisect import BisectReport
 
 F64, F32 = "float64", "float32"
 

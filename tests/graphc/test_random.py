@@ -134,7 +134,7 @@ def test_native_draws_are_the_interpreters(dist, dtype, shape):
 
 
 def test_a_graph_with_random_draws_round_trips_through_json():
-    from graphc.serialize import from_json, to_json
+    from graphc.ir import from_json, to_json
     g = graphc.trace(lambda x: x + eager.randn(3) * eager.rand(3), np.zeros(3))
     text = to_json(g)
     assert to_json(from_json(text)) == text

@@ -55,21 +55,9 @@ def _seed_data(n=64, d_in=1000, h=100, d_out=10, seed=0):
 # ---------------------------------------------------------------------------
 # the seed's step, compiled as written
 
-learning_rate = 1e-6
-
-
-def seed_step(x, y, w1, w2):
-    # seed tutorial 003, "Two-Layer Network (MLP) using (built-in) torch.autograd"
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with eager.no_grad():
-        w1 -= learning_rate * w1.grad
-        w2 -= learning_rate * w2.grad
-
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
+# seed tutorial 003, "Two-Layer Network (MLP) using (built-in) torch.autograd", as written
+from graphc.tools.workloads import LEARNING_RATE as learning_rate  # noqa: E402
+from graphc.tools.workloads import seed_step  # noqa: E402
 
 
 @pytest.fixture

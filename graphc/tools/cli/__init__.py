@@ -21,13 +21,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-EXIT_USAGE = 2
-EXIT_FAILED = 1
+from .common import EXIT_FAILED, EXIT_USAGE, CompileFailed, UsageError, _progress
+from .demo import cmd_demo
 
 STAGES = ("traced", "grad", "optimized", "llvm", "asm", "plan")
 
@@ -48,26 +47,11 @@ where the inputs come from:
 """
 
 
-class UsageError(Exception):
-    """A problem with what the user typed: one line on stderr, exit status 2."""
-
-
-class CompileFailed(Exception):
-    """The function could not be traced or compiled: one line on stderr, exit status 1."""
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (usage is one ``--help`` away)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def _progress(enabled: bool) -> Callable[[str], None]:
-    """A progress printer: stderr on a terminal, silent when piped."""
-    if enabled and sys.stderr.isatty():
-        return lambda msg: print(f"[graphc] {msg}", file=sys.stderr, flush=True)
-    return lambda msg: None
 
 
 # ---------------------------------------------------------------------------
@@ -121,7 +105,7 @@ def load_function(target: str) -> tuple:
 def _failed(name: str, exc: BaseException, module: Any) -> "CompileFailed":
     """One line for a failure while running or compiling the user's function: at the
     user's line when the error is raised from their file, else marked as graphc's own."""
-    from .errors import GraphcError
+    from ...errors import GraphcError
     path = getattr(module, "__file__", None) or ""
     line = _user_line(exc, path)
     where = f" ({os.path.basename(path)}{line.replace(' at line ', ':')})" if line else ""
@@ -286,7 +270,7 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from .compare import compare
+    from ..compare import compare
     module, fn, name = load_function(ns.target)
     args = resolve_inputs(ns, module, name, fn)
     prog = _progress(not ns.json)
@@ -304,10 +288,10 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ir(ns: argparse.Namespace) -> int:
-    import graphc
+    from ...api import compile as graphc_compile
     module, fn, name = load_function(ns.target)
     args = resolve_inputs(ns, module, name, fn)
-    cf = graphc.compile(fn)
+    cf = graphc_compile(fn)
     prog = _progress(True)
     prog(f"compiling {name}...")
     try:
@@ -352,152 +336,15 @@ def _write_dot(dot: str, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------
-# graphc demo
-
-N, D_IN, H, D_OUT = 64, 1000, 100, 10
-LEARNING_RATE = 1e-6
-
-
-# The demo's code, compiled under its own file name so the IR's source comments
-# (``# demo_step.py:3``) point at the numbered listing the demo prints, not into graphc.
-DEMO_FILE = "demo_step.py"
-DEMO_SOURCE = """\
-def seed_step(x, y, w1, w2):
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with torch.no_grad():
-        w1 -= learning_rate * w1.grad
-        w2 -= learning_rate * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
-
-
-def seed_loss(x, y, w1, w2):
-    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
-"""
-
-
-def demo_functions() -> tuple:
-    """(seed_step, seed_loss): the seeds' training step (seed tutorial 003, torch.autograd
-    two-layer network, ``import eager as torch``) and its loss."""
-    import eager
-    ns: dict = {"torch": eager, "learning_rate": LEARNING_RATE}
-    exec(compile(DEMO_SOURCE, DEMO_FILE, "exec"), ns)
-    return ns["seed_step"], ns["seed_loss"]
-
-
-def cmd_demo(ns: argparse.Namespace) -> int:
-    import eager
-    import graphc
-    if ns.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {ns.steps}")
-    prog = _progress(True)
-    out = (lambda *a, **k: None) if ns.quiet else print
-    seed_step, seed_loss = demo_functions()
-    eager.manual_seed(0)
-    x = eager.randn(N, D_IN)
-    y = eager.randn(N, D_OUT)
-    w1 = eager.randn(D_IN, H, requires_grad=True)
-    w2 = eager.randn(H, D_OUT, requires_grad=True)
-    init = [t.detach().numpy().copy() for t in (w1, w2)]
-    c1 = eager.from_numpy(init[0].copy()).requires_grad_()
-    c2 = eager.from_numpy(init[1].copy()).requires_grad_()
-    every = 50 if ns.steps >= 100 else max(1, ns.steps // 10)
-
-    out(f"graphc demo: the seeds' two-layer MLP (N={N}, D_in={D_IN}, H={H}, D_out={D_OUT}, "
-        f"float32, lr={LEARNING_RATE:g}),")
-    out(f"trained {ns.steps} steps eagerly and compiled (graphc.compile(seed_step)) from the "
-        "same initial weights:")
-    out("")
-    for k, line in enumerate(DEMO_SOURCE.splitlines()[:10], 1):
-        out(f"  {DEMO_FILE}:{k:<3} {line}")
-    out("")
-
-    prog(f"training eagerly ({ns.steps} steps)...")
-    e_losses = {}
-    t0 = time.perf_counter()
-    for t in range(ns.steps):
-        loss = seed_step(x, y, w1, w2)
-        if t % every == 0 or t == ns.steps - 1:
-            e_losses[t] = float(loss)
-    eager_total = time.perf_counter() - t0
-
-    prog("compiling the step (trace, differentiate, optimize, LLVM)...")
-    step = graphc.compile(seed_step)
-    c_losses = {}
-    warm_from = min(2, ns.steps)      # the first two calls trace (.grad None, then set)
-    t0 = time.perf_counter()
-    for t in range(warm_from):
-        loss = step(x, y, c1, c2)
-        if t % every == 0 or t == ns.steps - 1:
-            c_losses[t] = float(loss)
-    first_calls = time.perf_counter() - t0
-    prog(f"training compiled ({ns.steps} steps)...")
-    t0 = time.perf_counter()
-    for t in range(warm_from, ns.steps):
-        loss = step(x, y, c1, c2)
-        if t % every == 0 or t == ns.steps - 1:
-            c_losses[t] = float(loss)
-    warm_total = time.perf_counter() - t0
-
-    out(f"  {'step':>5}  {'eager loss':>16}  {'compiled loss':>16}")
-    for t in sorted(e_losses):
-        out(f"  {t:>5}  {e_losses[t]:>16.6g}  {c_losses[t]:>16.6g}")
-    out("")
-
-    e_step = eager_total / ns.steps
-    n_warm = ns.steps - warm_from
-    print("final weights, compiled vs eager:")
-    for nm, a, b in (("w1", w1, c1), ("w2", w2, c2)):
-        ea, cb = a.detach().numpy(), b.detach().numpy()
-        diff = float(np.max(np.abs(ea - cb)))
-        scale = float(np.max(np.abs(ea))) or 1.0
-        ok = np.allclose(cb, ea, rtol=1e-4, atol=1e-5)
-        print(f"  {nm}: max abs difference {diff:.3g} (relative {diff / scale:.3g})  "
-              f"{'agree' if ok else 'DIFFER'}")
-    print(f"final loss: eager {e_losses[ns.steps - 1]:.6g}, compiled "
-          f"{c_losses[ns.steps - 1]:.6g}")
-    if n_warm:
-        c_step = warm_total / n_warm
-        print(f"time per step: eager {_ms(e_step)}, compiled {_ms(c_step)} -> speedup "
-              f"{e_step / c_step:.2f}x (compiled's first {warm_from} calls, which trace and "
-              f"compile, took {first_calls * 1e3:.0f} ms and are not counted)")
-    else:
-        print(f"time per step: eager {_ms(e_step)}; compiled: every step traced and compiled "
-              f"({first_calls * 1e3:.0f} ms in all), run 3 or more steps to time it")
-    info = step.cache_info()
-    print(f"compiled cache: {info.traces} traces, {info.hits} hits "
-          f"(.grad None -> set is a new input signature)")
-    if ns.quiet:
-        return 0
-
-    prog("comparing the step's loss (graphc.compare)...")
-    print("")
-    xs, ys = x.numpy(), y.numpy()
-    report = graphc.compare(seed_loss, xs, ys, init[0], init[1], argnums=(2, 3))
-    print(report)
-    print("")
-    print("optimized IR of the compiled training step:")
-    print(step.ir(x, y, c1, c2, stage="optimized"))
-    return 0
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.3f} ms"
-
-
-# ---------------------------------------------------------------------------
 # graphc bench
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
     import inspect
     try:
-        from . import bench
+        from .. import bench
     except ImportError as e:
-        raise CompileFailed(f"graphc.bench is not available: {e}") from None
+        raise CompileFailed(f"graphc.tools.bench is not available: {e}") from None
     if ns.threads is not None and ns.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {ns.threads}")
     if ns.blas_threads is not None and ns.blas_threads < 1:
@@ -522,7 +369,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         if "threads" in params:
             kwargs["threads"] = ns.threads
         else:
-            from .runtime import parallel
+            from ...runtime import parallel
             parallel.set_num_threads(ns.threads)
     prog = _progress(True)
     if "progress" in params and sys.stderr.isatty():
@@ -544,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "Start with 'graphc demo'.",
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="Run 'graphc COMMAND --help' for the options of each command.")
-    from . import __version__
+    from ..._version import __version__
     p.add_argument("--version", action="version", version=f"graphc {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 

@@ -9,7 +9,7 @@ which a result stops matching is reported with the IR before and after it.
 
 The traced graph itself is compiled first: if native code already disagrees
 with the interpreter before any pass ran, the bug is in the backend, not in a
-pass (``graphc.debug.first_divergence`` finds the node), and later native
+pass (``graphc.tools.debug.first_divergence`` finds the node), and later native
 comparisons are skipped so they do not all blame innocent passes.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ class BisectReport:
             lines.append("  traced graph: native code matches the interpreter")
         else:
             lines.append(f"  traced graph: {self.baseline} -- a backend bug, not a pass bug "
-                         "(graphc.debug.first_divergence names the node); native checks "
+                         "(graphc.tools.debug.first_divergence names the node); native checks "
                          "after passes are skipped")
         for s in self.steps:
             if s.error is not None:
@@ -197,7 +197,7 @@ def bisect_passes(fn: Union[Callable, Graph], *args: Any, rtol: Optional[float] 
     Returns a :class:`BisectReport` (print it); ``report.ok`` is True when all passes
     preserve results.
     """
-    from . import PassManager
+    from ..passes import PassManager
     graph, arrays = _graph_and_arrays(fn, args, static_argnums)
     verify(graph, "trace")
     want = interpret(graph, *arrays)

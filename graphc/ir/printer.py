@@ -1,9 +1,12 @@
-"""Text (jaxpr-like) and DOT forms of a graph.  The grammar is in docs/ir.md."""
+"""Text (jaxpr-like) and DOT forms of a graph.  The grammar is in docs/ir.md.
+
+The functions take any ``graphc.ir.graph.Graph``; this module does not import it
+(``str(graph)`` and ``Graph.to_dot`` call down into it)."""
 from __future__ import annotations
 
 import numpy as np
 
-from .ir import Graph, printable as _show, type_str
+from .text import printable as _show, type_str
 
 
 def _fmt_scalar(v: np.ndarray) -> str:
@@ -32,7 +35,7 @@ def _fmt_attr(v) -> str:
     return repr(v)
 
 
-def operand_names(g: Graph) -> dict:
+def operand_names(g) -> dict:
     """How each node is referenced in text: inputs by name, 0-d consts inline, else %id."""
     names = {}
     for nid, d in g.nx.nodes(data=True):
@@ -45,7 +48,7 @@ def operand_names(g: Graph) -> dict:
     return names
 
 
-def node_line(g: Graph, nid: int, names: dict) -> str:
+def node_line(g, nid: int, names: dict) -> str:
     d = g.nx.nodes[nid]
     args = [names[o] for o in d["operands"]]
     attrs = d["attrs"]
@@ -67,7 +70,7 @@ def node_line(g: Graph, nid: int, names: dict) -> str:
     return line
 
 
-def to_text(g: Graph) -> str:
+def to_text(g) -> str:
     names = operand_names(g)
     params = ", ".join(f"{names[i]}: {type_str(g.nx.nodes[i]['shape'], g.nx.nodes[i]['dtype'])}"
                        for i in g.inputs)
@@ -88,7 +91,7 @@ def _dot_escape(s: str) -> str:
                       for part in s.split("\n"))
 
 
-def to_dot(g: Graph) -> str:
+def to_dot(g) -> str:
     """Graphviz DOT: inputs as ellipses, consts as notes, backward nodes shaded."""
     out_ids = set(g.outputs)
     lines = [f'digraph "{_dot_escape(g.name)}" {{', "  rankdir=TB;",

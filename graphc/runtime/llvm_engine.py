@@ -1,4 +1,4 @@
-"""Thread-safe JIT layer: LLVM IR text (or an llvmlite.ir.Module) in, callable addresses out.
+"""The LLVM engine wrapper (thread-safe): LLVM IR text (or an llvmlite.ir.Module) in, callable addresses out.
 
 Every compiled module gets its own LLVM context and its own MCJIT execution
 engine, so modules never see each other's symbols (two modules may both define

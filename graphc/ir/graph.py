@@ -15,44 +15,28 @@ after any rewrite.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import networkx as nx
 import numpy as np
 
-from eager.interop import OPS, Meta, check_size, norm_axes
+from eager.interop import OPS, Meta, check_size
 
-from .errors import GraphVerificationError, TooBigError
+from ..errors import GraphVerificationError, TooBigError
+from .printer import to_dot as _to_dot, to_text as _to_text
+from .serialize import from_json as _from_json, to_json as _to_json
+from .text import describe, printable, short_dtype, type_str
+from .verify import verify
 
 IR_OPS = ("input", "const")
-_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
-          "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "bool"}
-
-
-def short_dtype(dtype: Any) -> str:
-    name = np.dtype(dtype).name
-    return _SHORT.get(name, name)
-
-
-def type_str(shape: Sequence[int], dtype: Any) -> str:
-    return f"{short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
-
-
-def printable(text: object) -> str:
-    """A name or source location as one visible line: control, format and separator
-    characters (``\\r``, ``\\x1b``, ``\\u2028``...) are spelled as escapes, so a
-    hostile string cannot rewrite or hide lines of the printed IR, an error message or a
-    terminal.  Printable Unicode (a non-ASCII file name) is kept."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(ch if ch.isprintable() else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
-                    if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}") for ch in s)
 
 
 class Graph:
     """A traced program: ordered inputs, ordered outputs, nodes in a MultiDiGraph."""
+
+    # graphc.autodiff installs its ``grad_graph`` here when it is imported (graphc's
+    # package import always does): the IR sits below autodiff and never imports it
+    _grad_graph: Optional[Callable] = None
 
     def __init__(self, name: str = "graph") -> None:
         self.nx = nx.MultiDiGraph()
@@ -172,25 +156,21 @@ class Graph:
 
     # --- printing ------------------------------------------------------------------------
     def __str__(self) -> str:
-        from .printer import to_text
-        return to_text(self)
+        return _to_text(self)
 
     def __repr__(self) -> str:
         return (f"<graphc.Graph {self.name}: {len(self.inputs)} inputs, {len(self)} nodes, "
                 f"{len(self.outputs)} outputs>")
 
     def to_dot(self) -> str:
-        from .printer import to_dot
-        return to_dot(self)
+        return _to_dot(self)
 
     def to_json(self) -> str:
-        from .serialize import to_json
-        return to_json(self)
+        return _to_json(self)
 
     @staticmethod
     def from_json(text: str) -> "Graph":
-        from .serialize import from_json
-        return from_json(text)
+        return _from_json(text, Graph)
 
     def verify(self, pass_name: Optional[str] = None) -> "Graph":
         verify(self, pass_name)
@@ -198,87 +178,9 @@ class Graph:
 
     def grad(self, wrt: Optional[Iterable[int]] = None, output: int = 0) -> "Graph":
         """Forward + backward graph: outputs are (value, d value / d each ``wrt`` input)."""
-        from .autodiff import grad_graph
-        return grad_graph(self, wrt=wrt, output=output)
-
-
-def describe(g: Graph, nid: int) -> str:
-    """One-line description of a node for error messages."""
-    d = g.nx.nodes[nid]
-    ops = ", ".join(f"%{o}" for o in d["operands"])
-    where = f" (from {printable(d['src'])})" if d.get("src") else ""
-    return f"%{nid} = {d['op']}({ops}) : {type_str(d['shape'], d['dtype'])}{where}"
-
-
-def verify(g: Graph, pass_name: Optional[str] = None) -> None:
-    """Check the invariants; raise GraphVerificationError naming the node and the pass."""
-    after = f" after pass {pass_name!r}" if pass_name else ""
-
-    def fail(msg: str, nid: Optional[int] = None) -> None:
-        node = f" at {describe(g, nid)}" if nid is not None and nid in g.nx else ""
-        raise GraphVerificationError(f"invalid graph {g.name!r}{after}{node}: {msg}")
-
-    G = g.nx
-    if not nx.is_directed_acyclic_graph(G):
-        cycle = nx.find_cycle(G)
-        fail(f"the graph has a cycle through nodes {[e[0] for e in cycle]}")
-    for nid in g.inputs:
-        if nid not in G or G.nodes[nid]["op"] != "input":
-            fail(f"input %{nid} is not an input node", nid)
-    for nid in g.outputs:
-        if nid not in G:
-            fail(f"output %{nid} does not exist")
-    for nid, d in G.nodes(data=True):
-        op = d["op"]
-        operands = d["operands"]
-        edges = sorted((k, u) for u, _, k in G.in_edges(nid, keys=True))
-        if edges != list(enumerate(operands)):
-            fail(f"edges {edges} do not match the operand list {list(operands)}", nid)
-        if op == "input":
-            if operands:
-                fail("input nodes take no operands", nid)
-            if nid not in g.inputs:
-                fail("input node is not listed in graph.inputs", nid)
-            continue
-        if op == "const":
-            v = d["attrs"].get("value")
-            if not isinstance(v, np.ndarray) or v.shape != tuple(d["shape"]) or \
-                    v.dtype.name != d["dtype"]:
-                fail("const value does not match the node's shape/dtype", nid)
-            continue
-        if op not in OPS:
-            fail(f"unknown op {op!r}", nid)
-        opdef = OPS[op]
-        if opdef.arity is not None and len(operands) != opdef.arity:
-            fail(f"{op} takes {opdef.arity} operands, got {len(operands)}", nid)
-        if opdef.arity is None and not operands:
-            fail(f"{op} needs at least one operand", nid)
-        if set(d["attrs"]) != set(opdef.attrs):
-            fail(f"{op} expects attrs {sorted(opdef.attrs)}, got {sorted(d['attrs'])}", nid)
-        try:
-            m = opdef.shape(*[g.meta_of(o) for o in operands], **d["attrs"])
-        except Exception as e:  # the shape rule's own error, re-raised with the node
-            fail(f"shape rule failed: {e}", nid)
-        if tuple(m.shape) != tuple(d["shape"]) or m.dtype.name != d["dtype"]:
-            fail(f"recorded type {type_str(d['shape'], d['dtype'])} but the shape rule derives "
-                 f"{type_str(m.shape, m.dtype)}", nid)
-        if "axis" in d["attrs"]:
-            want = _canonical_axis(op, d["attrs"]["axis"], len(g.nx.nodes[operands[0]]["shape"]))
-            if want is not None:
-                fail(f"axis={d['attrs']['axis']!r} is not in the canonical form {want!r} the "
-                     "tracer records and the passes and backend rely on", nid)
-
-
-def _canonical_axis(op: str, axis: Any, ndim: int) -> Any:
-    """None if ``axis`` (already accepted by the op's shape rule) is canonical, else the
-    canonical form: a sorted tuple of distinct non-negative dims for reductions, one
-    non-negative dim (an int) for argmax/argmin."""
-    dims = norm_axes(axis, ndim, op)
-    if op in ("argmax", "argmin"):
-        ok = type(axis) is int and len(dims) == 1 and axis == dims[0]
-        return None if ok else (dims[0] if len(dims) == 1 else dims)
-    ok = type(axis) is tuple and all(type(a) is int for a in axis) and axis == dims
-    return None if ok else dims
+        if Graph._grad_graph is None:
+            raise RuntimeError("Graph.grad needs graphc.autodiff: import graphc first")
+        return Graph._grad_graph(self, wrt=wrt, output=output)
 
 
 def iter_nodes(g: Graph) -> Iterator[tuple]:

@@ -9,6 +9,9 @@ before ``json.loads`` recurses), and every string is free of control
 characters, because names and source lines end up in LLVM IR comments where a
 ``\r`` would end the comment.  Whatever the document holds, loading returns a
 Graph or raises GraphFormatError.
+
+This module sits below ``graphc.ir.graph`` and does not import it: ``Graph.to_json``
+and ``Graph.from_json`` call down into it, the latter passing the class to build.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ import numpy as np
 from eager.interop import FROM_NP
 from eager.interop import ATTR_TYPES, OPS
 
-from .errors import GraphFormatError, GraphVerificationError
-from .ir import Graph, verify
+from ..errors import GraphFormatError, GraphVerificationError
+from .verify import verify
 
 FORMAT = "graphc-ir"
 VERSION = 1
@@ -62,7 +65,7 @@ def _enc(v: Any) -> Any:
     return v
 
 
-def to_json(g: Graph) -> str:
+def to_json(g) -> str:
     nodes = []
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
@@ -227,8 +230,9 @@ def _index_item_ok(x: Any) -> bool:
     return len(x) == 1
 
 
-def from_json(text: str) -> Graph:
-    """Parse and validate a graph; raises GraphFormatError naming the offending node."""
+def from_json(text: str, graph_type: type):
+    """Parse and validate a graph into a new ``graph_type`` (``graphc.ir.Graph``); raises
+    GraphFormatError naming the offending node."""
     if not isinstance(text, str):
         _fail(f"expected a str, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
@@ -252,7 +256,7 @@ def from_json(text: str) -> Graph:
     nodes = doc["nodes"]
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
         _fail(f"nodes must be a list of at most {MAX_NODES} entries")
-    g = Graph(_str(doc["name"], "", "name"))
+    g = graph_type(_str(doc["name"], "", "name"))
     idmap: dict = {}
     node_keys = {"id", "op", "operands", "attrs", "shape", "dtype", "src", "role", "by"}
     for k, n in enumerate(nodes):

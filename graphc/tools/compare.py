@@ -1,5 +1,7 @@
 """``graphc.compare``: run one function eagerly and compiled, side by side.
 
+(The module is ``graphc.tools.compare``; its report is ``graphc.tools.report``.)
+
 The two ways of running the same code differ in speed, memory, graph size,
 numerics and what they can express at all.  ``compare`` measures each of these
 on the caller's own inputs and returns a :class:`ComparisonReport` that prints
@@ -23,12 +25,10 @@ as a table and serializes to JSON:
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import re
 import statistics
-import textwrap
 import time
 import tracemalloc
 import traceback
@@ -39,10 +39,11 @@ import numpy as np
 import eager
 from eager.interop import Tensor
 
-from . import tree
-from .errors import GraphcError
-from .ir import type_str
-from .tracer import arg_names
+from ..pytree import flatten, leaf_paths, unflatten
+from ..errors import GraphcError
+from ..ir import type_str
+from ..tracer import arg_names
+from .report import ComparisonReport
 
 # Largest normwise relative error (max|x - ref| / max|ref|) still called agreement,
 # by dtype of the value.  float32 sums and products of a few thousand terms stay
@@ -54,164 +55,8 @@ MEMORY_NOTE = ("eager peak = tracemalloc peak during one forward+backward call (
                "alive on the tape); compiled peak = planned arena bytes + output bytes")
 
 
-class ComparisonReport:
-    """Eager vs compiled on one set of inputs.  ``str()`` is a table; see ``to_dict``."""
-
-    FIELDS = ("function", "signature", "mode", "grads", "eager", "compiled", "compiled_error",
-              "speedup", "break_even_calls", "agreement", "all_agree", "divergence",
-              "timing", "notes")
-
-    def __init__(self, **fields: Any) -> None:
-        for k in self.FIELDS:
-            setattr(self, k, fields.get(k))
-
-    # --- serialization ----------------------------------------------------------------
-    def to_dict(self) -> dict:
-        return {k: _plain(getattr(self, k)) for k in self.FIELDS}
-
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ComparisonReport":
-        return cls(**{k: d.get(k) for k in cls.FIELDS})
-
-    @classmethod
-    def from_json(cls, text: str) -> "ComparisonReport":
-        return cls.from_dict(json.loads(text))
-
-    @property
-    def compiled_possible(self) -> bool:
-        return self.compiled_error is None
-
-    def __repr__(self) -> str:
-        return f"<graphc.ComparisonReport {self.function}: {self._headline()}>"
-
-    def _headline(self) -> str:
-        if not self.compiled_possible:
-            return "compiled: not possible"
-        return (f"eager {_fmt_time(self.eager['time_per_call_s'])}, compiled "
-                f"{_fmt_time(self.compiled['time_per_call_s'])}")
-
-    # --- the table --------------------------------------------------------------------
-    def __str__(self) -> str:
-        e, c = self.eager, self.compiled
-        lines = [f"graphc.compare: {self.signature}  [{self.mode}]", ""]
-        w = 26
-        lines.append(f"  {'':<{w}} {'eager':>14} {'compiled':>14}")
-
-        def row(label: str, ev: str, cv: str, note: str = "") -> None:
-            lines.append(f"  {label:<{w}} {ev:>14} {cv:>14}" + (f"   {note}" if note else ""))
-
-        if c is None:
-            row("time per call", _fmt_time(e["time_per_call_s"]), "-")
-            row("peak memory", _fmt_bytes(e["peak_bytes"]), "-")
-            row("graph nodes", f"{e['tape_nodes']} on tape", "-")
-            lines.append("")
-            err = self.compiled_error
-            lines.append(f"  compiled: not possible -- {err['type']}")
-            if err.get("argument"):
-                lines.append(f"    argument: {err['argument']}")
-            if err.get("line"):
-                lines.append(f"    line:     {err['line']}")
-            if err.get("source"):
-                lines.append(f"              {err['source']}")
-            if err.get("fix"):
-                lines.extend(textwrap.wrap(err["fix"], 96, initial_indent="    instead:  ",
-                                           subsequent_indent="              "))
-            msg = err["message"].split(" Instead: ")[0] if err.get("fix") else err["message"]
-            lines.extend(textwrap.wrap(msg, 96, initial_indent="    message:  ",
-                                       subsequent_indent="              "))
-        else:
-            sp = self.speedup
-            note = (f"compiled is {sp:.2f}x faster" if sp >= 1 else
-                    f"compiled is {1 / sp:.2f}x slower") if sp else ""
-            row("time per call (median)", _fmt_time(e["time_per_call_s"]),
-                _fmt_time(c["time_per_call_s"]), note)
-            n = c.get("cold_calls", 1)
-            row("first call (cold)" if n == 1 else f"first {n} calls (cold)",
-                _fmt_time(e["first_call_s"]), _fmt_time(c["first_call_s"]),
-                "" if n == 1 else f"{n} input signatures traced (.grad None, then set)")
-            row("compile time", "-", _fmt_time(c["compile_s"]),
-                "cold call" + ("s" if n > 1 else "") + " minus warm call" + ("s" if n > 1 else ""))
-            be = self.break_even_calls
-            row("break-even", "", "never" if be == "never" else f"{be:,} calls",
-                "calls after which compiling has paid for itself" if be != "never" else
-                "compiled is not faster per call")
-            row("peak memory", _fmt_bytes(e["peak_bytes"]), _fmt_bytes(c["peak_bytes"]),
-                f"arena {_fmt_bytes(c['arena_bytes'])} + outputs "
-                f"{_fmt_bytes(c['output_bytes'])}")
-            row("tape / traced nodes", str(e["tape_nodes"]), str(c["traced_nodes"]),
-                f"{c['gradient_nodes']} of the traced nodes compute gradients")
-            row("optimized nodes", "-", str(c["optimized_nodes"]))
-            row("native kernels", "-", str(c["kernels"]),
-                f"{c['fused_nodes']} nodes fused into {c['loop_kernels']} loop kernel(s)")
-        lines.append("")
-        lines.append("  numerics: max abs / max rel error against a float64 eager run "
-                     "(rel = max|x-ref| / max|ref|)")
-        lines.append(f"  {'value':<22} {'type':<14} {'eager abs':>10} {'rel':>9}   "
-                     f"{'compiled abs':>12} {'rel':>9}")
-        for a in self.agreement or []:
-            ca = "-" if a["compiled_abs"] is None else f"{a['compiled_abs']:.2e}"
-            cr = "-" if a["compiled_rel"] is None else f"{a['compiled_rel']:.2e}"
-            ok = "" if a["compiled_abs"] is None else ("ok" if a["ok"] else "DIFFERS")
-            lines.append(f"  {a['name']:<22} {a['type']:<14} {a['eager_abs']:>10.2e} "
-                         f"{a['eager_rel']:>9.2e}   {ca:>12} {cr:>9}  {ok}")
-        if c is not None:
-            if self.all_agree:
-                lines.append("  all values agree within tolerance "
-                             "(float32 1e-4, float64 1e-9, or as close as eager)")
-            else:
-                lines.append("  compiled values DIFFER from the reference")
-                if self.divergence:
-                    lines.append(f"  first diverging node: {self.divergence}")
-        lines.append("")
-        t = self.timing or {}
-        per = f"{t.get('eager_number')} (eager)"
-        if t.get("compiled_number"):
-            per += f" / {t.get('compiled_number')} (compiled)"
-        lines.append(f"  timing: median of {t.get('repeat')} repeats x {per} calls, after "
-                     f"{t.get('warmup')} warm-up calls")
-        for n in self.notes or []:
-            lines.extend(textwrap.wrap(n, 96, initial_indent="  note: ",
-                                       subsequent_indent="        "))
-        return "\n".join(ln.rstrip() for ln in lines)
-
-
 # ---------------------------------------------------------------------------
 # measurement helpers
-
-
-def _plain(v: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, tuples to lists, inf/nan to strings."""
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
-
-
-def _fmt_time(s: Optional[float]) -> str:
-    if s is None:
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} us"
-    if s < 1:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s:.2f} s"
-
-
-def _fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _measure(call: Callable, repeat: Optional[int], warmup: int,
@@ -287,8 +132,8 @@ def _error_info(exc: BaseException, fn: Callable) -> dict:
     if m:
         info["fix"] = m.group(1).strip()
     # the innermost frame in user code (outside eager/ and graphc/)
-    pkg_dirs = tuple(os.path.dirname(os.path.abspath(p.__file__)) + os.sep
-                     for p in (eager, __import__("graphc")))
+    pkg_dirs = (os.path.dirname(os.path.abspath(eager.__file__)) + os.sep,
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not os.path.abspath(f.filename).startswith(pkg_dirs)]
     code = getattr(fn, "__code__", None)
@@ -318,8 +163,8 @@ class _Inputs:
         self.trees = []          # per argument: (treedef, [leaf or None for arrays], paths)
         self.arrays = []         # per argument: list of (leaf index, np.ndarray)
         for i, a in enumerate(args):
-            leaves, td = tree.flatten(a)
-            paths = tree.leaf_paths(td, self.names[i])
+            leaves, td = flatten(a)
+            paths = leaf_paths(td, self.names[i])
             arrs = []
             for k, x in enumerate(leaves):
                 if isinstance(x, (Tensor, np.ndarray, np.generic)):
@@ -342,14 +187,14 @@ class _Inputs:
             new = list(leaves)
             for k, a in arrs:
                 new[k] = make(a, i)
-            args.append(tree.unflatten(td, new))
+            args.append(unflatten(td, new))
         return tuple(args)
 
     def array_leaves(self, args: tuple) -> list:
         """(path, value) of every array leaf of ``args`` (built by ``build``)."""
         out = []
         for a, (_, _, paths), arrs in zip(args, self.trees, self.arrays):
-            leaves = tree.flatten(a)[0]
+            leaves = flatten(a)[0]
             out.extend((paths[k], leaves[k]) for k, _ in arrs)
         return out
 
@@ -372,7 +217,7 @@ class _Inputs:
 
 
 def _leaf_tensors(args: tuple) -> list:
-    return [x for x in tree.flatten(args)[0] if isinstance(x, Tensor) and x.requires_grad]
+    return [x for x in flatten(args)[0] if isinstance(x, Tensor) and x.requires_grad]
 
 
 def _tensor_maker(track: set, cast: Optional[np.dtype] = None) -> Callable:
@@ -388,7 +233,7 @@ def _tensor_maker(track: set, cast: Optional[np.dtype] = None) -> Callable:
 
 
 def _first(out: Any) -> Any:
-    return out if isinstance(out, Tensor) else tree.flatten(out)[0][0]
+    return out if isinstance(out, Tensor) else flatten(out)[0][0]
 
 
 class _EagerRun:
@@ -406,7 +251,7 @@ class _EagerRun:
         self.leaves = _leaf_tensors(self.args)
         self.step = False
         self.fn, self.grads = fn, grads
-        self.grad_tensors = [x for i in grad_pos for x in tree.flatten(self.args[i])[0]]
+        self.grad_tensors = [x for i in grad_pos for x in flatten(self.args[i])[0]]
         t0 = time.perf_counter()
         out = fn(*self.args)
         self.tape_nodes = _tape_nodes(_first(out))
@@ -414,7 +259,7 @@ class _EagerRun:
             self._backward(out)
         self.first_call_s = time.perf_counter() - t0
         self.out_is_tensor = isinstance(out, Tensor)
-        self.outputs = [_as_array(v) for v in tree.flatten(out)[0]]
+        self.outputs = [_as_array(v) for v in flatten(out)[0]]
         self.gradients = [np.zeros(t.shape, t.numpy().dtype) if t.grad is None
                           else _as_array(t.grad) for t in self.grad_tensors]
         self.step = not grads and any(t.grad is not None for t in self.leaves)
@@ -479,7 +324,7 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     """
     if not callable(fn):
         raise TypeError(f"graphc.compare expects a callable, got {type(fn).__name__}")
-    from .api import CompiledFunction
+    from ..api import CompiledFunction
     if isinstance(fn, CompiledFunction):      # compare the Python function it compiles
         fn = fn.__wrapped__
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -522,7 +367,7 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     cargs = inputs.build(_tensor_maker(track) if ev.step else (lambda a, i: a.copy()))
     cf, compiled_col, error, c_outs, c_grads, c_number = None, None, None, None, None, None
     try:
-        from .api import compile as _compile
+        from ..api import compile as _compile
         target = _compiled_target(fn, grads, grad_pos, ev.out_is_tensor)
         cf = _compile(target)
         t0 = time.perf_counter()
@@ -591,7 +436,7 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     if error is None and not all_agree:
         try:
             from .debug import first_divergence
-            from .api import _arrays
+            from ..api import _arrays
             key, dyn = cf._signature(cargs)
             entry = cf._entry_for(cargs)
             if entry.trace.captured or entry.trace.randoms:
@@ -639,7 +484,7 @@ def _compiled_target(fn: Callable, grads: bool, grad_pos: list, single: bool) ->
     output as aux and is differentiated through its first leaf."""
     if not grads:
         return fn
-    from .autodiff import value_and_grad
+    from ..transforms import value_and_grad
     if single:
         inner = fn
     else:
@@ -658,12 +503,12 @@ def _compiled_target(fn: Callable, grads: bool, grad_pos: list, single: bool) ->
 def _split_compiled(res: Any, grads: bool, single: bool) -> tuple:
     """(output arrays, gradient arrays) from what the compiled target returned."""
     if not grads:
-        return [_as_array(v) for v in tree.flatten(res)[0]], []
+        return [_as_array(v) for v in flatten(res)[0]], []
     value, g = res
     if not single:
         value = value[1]                    # (value, aux): aux is the whole output
-    outs = [_as_array(v) for v in tree.flatten(value)[0]]
-    return outs, [_as_array(v) for v in tree.flatten(g)[0]]
+    outs = [_as_array(v) for v in flatten(value)[0]]
+    return outs, [_as_array(v) for v in flatten(g)[0]]
 
 
 __all__ = ["compare", "ComparisonReport"]

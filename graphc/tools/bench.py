@@ -23,10 +23,12 @@ from typing import Callable, Optional
 import numpy as np
 
 import eager
-import graphc
 
-N, D_IN, H, D_OUT = 64, 1000, 100, 10
-LR = 1e-6
+from ..api import compile as graphc_compile
+from ..transforms import value_and_grad
+from .workloads import D_IN, D_OUT, H, LEARNING_RATE as LR, N, seed_functions, seed_step
+
+mlp_step = seed_step         # the seeds' training step (graphc.tools.workloads)
 
 
 # Each implementation runs this long before it is timed, so it is timed in its own
@@ -79,7 +81,7 @@ def _optional(name: str):
 def w0(quick: bool) -> dict:
     a_np = np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32)
     a = eager.from_numpy(a_np.copy())
-    f = graphc.compile(lambda a: a + a)
+    f = graphc_compile(lambda a: a + a)
     rows = {"numpy": _median_time(lambda: a_np + a_np, quick),
             "eager": _median_time(lambda: a + a, quick),
             "compiled": _median_time(lambda: f(a_np), quick)}
@@ -98,19 +100,6 @@ def _mlp_data():
     w1 = rng.standard_normal((D_IN, H)).astype(np.float32)
     w2 = rng.standard_normal((H, D_OUT)).astype(np.float32)
     return x, y, w1, w2
-
-
-def mlp_step(x, y, w1, w2):
-    """The seeds' autograd training step (seed 003), as written."""
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with eager.no_grad():
-        w1 -= LR * w1.grad
-        w2 -= LR * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
 
 
 def w1(quick: bool) -> dict:
@@ -151,7 +140,7 @@ def w1(quick: bool) -> dict:
     ew2 = eager.tensor(w2_, requires_grad=True)
     cw1 = eager.tensor(w1_, requires_grad=True)
     cw2 = eager.tensor(w2_, requires_grad=True)
-    cstep = graphc.compile(mlp_step)
+    cstep = graphc_compile(mlp_step)
     rows = {"numpy": _median_time(numpy_step, quick),
             "matmuls only": _median_time(matmuls_only, quick),
             "eager": _median_time(lambda: mlp_step(tx, ty, ew1, ew2), quick),
@@ -161,24 +150,12 @@ def w1(quick: bool) -> dict:
         tw1 = torch.tensor(w1_, requires_grad=True)
         tw2 = torch.tensor(w2_, requires_grad=True)
         txx, tyy = torch.from_numpy(x), torch.from_numpy(y)
-        rows["torch eager"] = _median_time(lambda: mlp_step_torch(torch, txx, tyy, tw1, tw2),
-                                           quick)
+        torch_step = seed_functions(torch)[0]
+        rows["torch eager"] = _median_time(lambda: torch_step(txx, tyy, tw1, tw2), quick)
     return {"id": "W1", "what": "seed MLP training step f32 (fwd+bwd+SGD)", "times": rows,
             # eager: PyTorch's own eager is the reference (its C++ engine measures 1.4x
             # numpy here; the step's arithmetic under PyTorch's semantics alone is 1.14x)
             "targets": {"eager": ("<=t", 1.0), "compiled": ("<=m", 1.3)}}
-
-
-def mlp_step_torch(torch, x, y, w1, w2):
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with torch.no_grad():
-        w1 -= LR * w1.grad
-        w2 -= LR * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
 
 
 def w2_fn(x, w, b):
@@ -210,8 +187,8 @@ def w2(quick: bool) -> dict:
         v.backward()
         return v, tw.grad, tb.grad
 
-    vg = graphc.compile(graphc.value_and_grad(w2_fn, argnums=(1, 2)))
-    fwd = graphc.compile(w2_fn)
+    vg = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
+    fwd = graphc_compile(w2_fn)
     rows = {"numpy": _median_time(numpy_vg, quick),
             "eager": _median_time(eager_vg, quick),
             "compiled": _median_time(lambda: vg(x, w, b), quick),
@@ -260,7 +237,7 @@ def w3(quick: bool) -> dict:
         L.backward()
         return L
 
-    vg = graphc.compile(graphc.value_and_grad(seed_graph, argnums=(0, 1, 2, 3, 4)))
+    vg = graphc_compile(value_and_grad(seed_graph, argnums=(0, 1, 2, 3, 4)))
     rows = {"numpy": _median_time(lambda: numpy_vg(*arrs), quick),
             "eager": _median_time(eager_vg, quick),
             "compiled": _median_time(lambda: vg(*arrs), quick)}
@@ -290,7 +267,7 @@ def w4(quick: bool) -> dict:
     for _ in range(reps):
         cw1 = eager.tensor(w1_, requires_grad=True)
         cw2 = eager.tensor(w2_, requires_grad=True)
-        f = graphc.compile(mlp_step)
+        f = graphc_compile(mlp_step)
         t0 = time.perf_counter()
         f(tx, ty, cw1, cw2)
         mlp.append(time.perf_counter() - t0)
@@ -298,7 +275,7 @@ def w4(quick: bool) -> dict:
         f(tx, ty, cw1, cw2)
         f(tx, ty, cw1, cw2)
         recompiles += f.cache_info().traces - before - 1   # the 2nd call has .grad set: 1 trace
-        g = graphc.compile(graphc.value_and_grad(w2_fn, argnums=(1, 2)))
+        g = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
         t0 = time.perf_counter()
         g(xx, w, b)
         vg.append(time.perf_counter() - t0)
@@ -325,7 +302,7 @@ def w5(quick: bool) -> dict:
     _, eager_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del v
-    vg = graphc.compile(graphc.value_and_grad(w2_fn, argnums=(1, 2)))
+    vg = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
     vg(x, w, b)
     st = vg.stats(x, w, b)
     return {"id": "W5", "what": "peak intermediate bytes of W2 value+grad",
@@ -338,10 +315,10 @@ WORKLOADS = {"W0": w0, "W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5}
 
 
 def environment() -> dict:
-    from .backend import blas
+    from ..backend import blas
     info = {"python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count()}
-    from .runtime import parallel
+    from ..runtime import parallel
     info["graphc threads"] = (f"{parallel.get_num_threads()} (loops and matrix products; "
                               "its BLAS single-threaded in each share)")
     if not blas.available():

@@ -5,22 +5,22 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .interpreter import interpret_all
-from .ir import Graph, describe
+from ..interpreter import interpret_all
+from ..ir import Graph, describe
 
 
 def first_divergence(graph: Graph, arrays: Sequence, opt_level: int = 2, rtol: float = 1e-6,
                      atol: float = 1e-9) -> Optional[str]:
     """Compile each node of ``graph`` as the sole output (in topological order) and
     compare with the interpreter; describe the first node that differs, or None."""
-    from .runtime.native import NativeExecutable
+    from ..runtime.native import NativeExecutable
     ref = interpret_all(graph, *arrays)
     for n in graph.topo_order():
         if graph.nx.nodes[n]["op"] in ("input", "const"):
             continue
         sub = graph.copy()
         sub.outputs = [n]
-        from .passes import dce
+        from ..passes import dce
         dce(sub)
         got = NativeExecutable(sub, opt_level).run(list(arrays))[0]
         want = ref[n]
