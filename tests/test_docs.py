@@ -1,30 +1,51 @@
 """The docs are executable: what they print is what the code prints.
 
-* docs/concepts.md (and docs/eager-engine.md, docs/models.md, and the "Adding a pass"
-  section of docs/passes.md): every ```python block runs, in order, in one namespace
-  (as if the page were one script); when a ```text block follows it (only blank
-  lines between), the block's stdout must equal that text, else it must print
-  nothing.  Object addresses (``0x7f...``) are normalized.  Each block is
-  compiled with the page's line numbers, so source lines printed in IR
-  comments (``# concepts.md:123``) are the page's own lines.
-* README.md opens with exactly the two commands, and its taste prints what it shows.
+Every fenced block of every page (docs/*.md and README.md) is one of these, by its
+fence language (``test_every_block_is_run_or_excused`` checks it):
+
+* ```python: runs.  A page's python blocks run in order, in one namespace (as if
+  the page were one script); when an output block (```text, or a bare ``` block)
+  follows one (only blank lines between), the block's stdout must equal it, else
+  it must print nothing.  Each block is compiled with the page's line numbers, so
+  source lines printed in IR comments (``# concepts.md:123``) are the page's own.
+  - docs/concepts.md, docs/eager-engine.md, docs/models.md and the "Adding a pass"
+    section of docs/passes.md run in this process (their own tests below);
+  - every other page runs in one subprocess per page (``test_page_prints_what_it_says``),
+    in a temporary directory that is also its XDG_CACHE_HOME, so a page that turns on
+    the disk cache or changes process-wide settings cannot leak into other tests;
+  - README.md's taste runs in its own test; docs/adding-an-op.md's blocks are edits
+    that the worked-example test applies to a copy of the project (slow);
+  - a block listed in ``EXCUSED`` (with the reason) does not run.
+* ```sh: runs when listed in ``SH_RUN`` (cheap, deterministic ``graphc ir``
+  commands), else it must be listed in ``EXCUSED`` with the reason.
+* a bare ``` block that is not an output: only when listed in ``EXCUSED``.
+* any other language (```text, ```ebnf, ```json, ```c, ...) is not code: shown, never run.
+
+Normalized before comparing (``normalize``): object addresses (``0x7f...``) and
+wall-clock times printed by the code (``0.123 ms``, ``compile_seconds``: see
+``TIMES``), which differ on every run; nothing else.
+
+* README.md opens with exactly the two commands.
 * docs/adding-an-op.md: the worked example is applied to a copy of the
   project and the completeness tests pass for the new op (slow).
 * the fresh-clone check of the README's two commands (slow).
 
-``python tests/test_docs.py --update docs/concepts.md`` rewrites the ```text
-blocks from a run (review the diff before committing it).
+``python tests/test_docs.py --update docs/concepts.md`` rewrites the output blocks
+from a run (review the diff before committing it).
 """
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -34,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 ADDR = re.compile(r"0x[0-9a-fA-F]+")
 FENCE = re.compile(r"^```(\w*)\s*$")
+OUTPUT_LANGS = ("text", "")          # an output block right after a python block
 
 
 # ---------------------------------------------------------------------------
@@ -69,8 +91,8 @@ def blocks(path: Path) -> list:
 
 
 def snippets(path: Path) -> list:
-    """(python block, expected output or None) pairs; the output is the ```text block
-    that comes right after the python block (only blank lines in between)."""
+    """(python block, expected output or None) pairs; the output is the ```text (or bare
+    ```) block that comes right after the python block (only blank lines in between)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     bs = blocks(path)
     pairs = []
@@ -79,7 +101,8 @@ def snippets(path: Path) -> list:
             continue
         nxt = bs[k + 1] if k + 1 < len(bs) else None
         between = lines[b.end_line:nxt.fence_line - 1] if nxt is not None else ["x"]
-        if nxt is not None and nxt.lang == "text" and not any(s.strip() for s in between):
+        if (nxt is not None and nxt.lang in OUTPUT_LANGS
+                and not any(s.strip() for s in between)):
             pairs.append((b, nxt))
         else:
             pairs.append((b, None))
@@ -88,7 +111,19 @@ def snippets(path: Path) -> list:
 
 def normalize(text: str) -> str:
     text = ADDR.sub("0x...", text)
+    text = TIMES.sub(_time_placeholder, text)
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+# Wall-clock times the code prints (they differ on every run): a number with a time
+# unit ("0.31 ms", "12 us"), and the values of the keys named *_seconds / *_ms in a
+# printed dict.  Both become "<time>" in what is printed and in what the page says.
+TIMES = re.compile(r"(?P<num>\b\d+(?:\.\d+)?(?:e[-+]?\d+)?) ?(?P<unit>ns|us|µs|ms|s)\b"
+                   r"|(?P<key>'\w+_(?:seconds|ms)': )(?P<val>[-+0-9.e]+)")
+
+
+def _time_placeholder(m: re.Match) -> str:
+    return m.group("key") + "<time>" if m.group("key") else "<time>"
 
 
 def section_lines(path: Path, heading: str) -> tuple:
@@ -101,25 +136,183 @@ def section_lines(path: Path, heading: str) -> tuple:
     return start, end
 
 
-def run_page(path: Path, section: Optional[tuple] = None) -> list:
+# ---------------------------------------------------------------------------
+# which blocks run, and the ones that do not (with the reason)
+
+# Pages whose python blocks run in this process, each in its own test below.
+IN_PROCESS = ("concepts.md", "eager-engine.md", "models.md", "README.md")
+# Pages whose python blocks are run by another test.
+RUN_ELSEWHERE = {
+    "adding-an-op.md": "its blocks are edits to the project, applied to a copy by "
+                       "test_adding_an_op_worked_example_passes_the_completeness_tests (slow), "
+                       "which also runs its check.py",
+}
+
+# (page, first non-blank line of the block): why the block does not run.
+EXCUSED = {
+    ("README.md", "python3 dev.py demo"):
+        "the two bootstrap commands: they create .venv and install packages; "
+        "test_readme_commands_work_in_a_fresh_clone runs them (slow)",
+    ("README.md", "eager/      the Tensor API: tensor.py, surface.py (the op surface shared with graphc's tracer),"):
+        "a directory listing, not code",
+    ("graphc-layers.md", "graphc/__init__.py   the public surface: imports every room, nothing imports it"):
+        "a diagram of the layers, not code",
+    ("concepts.md", ".venv/bin/graphc compare examples/seed_graph_3x3.py:L3     # its L3_example_args(): 3x3 float64"):
+        "prints timings, and `graphc demo`/`graphc bench` take minutes",
+    ("adding-an-op.md", ".venv/bin/python -m pytest -q -k softplus tests/eager/test_ops.py \\"):
+        "the worked-example test runs these pytest commands on a copy of the project (slow)",
+    ("benchmarks.md", ".venv/bin/graphc bench            # about a minute; --quick for fewer repeats, --json for data"):
+        "takes about a minute and prints timings",
+    ("testing.md", "python3 -m pytest tests/graphc/test_fuzz.py --fuzz 2000             # 2000 programs"):
+        "runs thousands of fuzz programs (minutes)",
+    ("backend-accuracy.md", '.venv/bin/python -c "'):
+        "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
+        "below is its output on the machine it names",
+    ("backend-accuracy.md", "import mpmath as mp"):
+        "needs mpmath, which is not a dependency of the project (only for regenerating "
+        "the polynomial tables)",
+}
+
+# sh blocks made only of these commands run (cheap and deterministic), compared with
+# the output block after them.
+SH_RUNNABLE = re.compile(r"^(?:\.venv/bin/)?graphc ir ")
+
+
+def _first_line(block: Block) -> str:
+    return next((ln.strip() for ln in block.text.splitlines() if ln.strip()), "")
+
+
+def excuse(path: Path, block: Block) -> Optional[str]:
+    return EXCUSED.get((path.name, _first_line(block)))
+
+
+def sh_commands(block: Block) -> Optional[list]:
+    """The commands of a runnable sh block (each as argv after `graphc`), or None."""
+    cmds = [ln.strip() for ln in block.text.splitlines()
+            if ln.strip() and not ln.strip().startswith("#")]
+    if not cmds or not all(SH_RUNNABLE.match(c) for c in cmds):
+        return None
+    import shlex
+    return [shlex.split(c.split("  #")[0])[1:] for c in cmds]
+
+
+def pages() -> list:
+    return [ROOT / "README.md", *sorted(p for p in DOCS.glob("*.md"))]
+
+
+def isolated_pages() -> list:
+    """The pages run by test_page_prints_what_it_says: every page with a python block
+    or a runnable sh block that no other test runs."""
+    out = []
+    for page in pages():
+        if page.name in IN_PROCESS or page.name in RUN_ELSEWHERE:
+            continue
+        if any((b.lang == "python" and excuse(page, b) is None)
+               or (b.lang == "sh" and sh_commands(b) is not None) for b in blocks(page)):
+            out.append(page)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# running a page
+
+
+def run_page(path: Path, section: Optional[tuple] = None, catch: bool = False) -> list:
     """Run every python block of ``path`` (or of the ``section`` lines) in one namespace;
-    [(block, expected, got)]."""
+    [(block, expected, got, error)].  With ``catch``, a block that raises ends the run
+    with its traceback as ``error`` (else the exception propagates)."""
     ns: dict = {"__name__": "__docs__"}
     results = []
     for block, expected in snippets(path):
         if section is not None and not section[0] <= block.fence_line < section[1]:
             continue
+        if excuse(path, block) is not None:
+            continue
         code = "\n" * block.fence_line + block.text + "\n"
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            exec(compile(code, path.name, "exec"), ns)
-        results.append((block, expected, buf.getvalue()))
+        try:
+            with contextlib.redirect_stdout(buf):
+                exec(compile(code, path.name, "exec"), ns)
+        except BaseException:
+            if not catch:
+                raise
+            results.append((block, expected, buf.getvalue(), traceback.format_exc()))
+            break
+        results.append((block, expected, buf.getvalue(), None))
     return results
 
 
-def _mismatches(path: Path, section: Optional[tuple] = None) -> list:
+def _sh_results(path: Path, cwd: Path, env: dict) -> list:
+    """Run the runnable sh blocks of ``path``: [(block, expected, got, error)]."""
+    bs = blocks(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    results = []
+    for k, b in enumerate(bs):
+        cmds = sh_commands(b) if b.lang == "sh" else None
+        if cmds is None:
+            continue
+        nxt = bs[k + 1] if k + 1 < len(bs) else None
+        expected = None
+        if (nxt is not None and nxt.lang in OUTPUT_LANGS
+                and not any(s.strip() for s in lines[b.end_line:nxt.fence_line - 1])):
+            expected = nxt
+        got, error = "", None
+        for argv in cmds:
+            r = subprocess.run([sys.executable, "-c", "import sys; from graphc.tools.cli "
+                                "import main; sys.exit(main(sys.argv[1:]))", *argv],
+                               cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+            got += r.stdout
+            if r.returncode:
+                error = f"graphc {' '.join(argv)} exited {r.returncode}: {r.stderr[-3000:]}"
+                break
+        results.append((b, expected, got, error))
+    return results
+
+
+def _child_env(tmp: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp))
+    env.pop("GRAPHC_CACHE_DIR", None)
+    return env
+
+
+def run_page_isolated(path: Path) -> list:
+    """Run the page's python blocks (in one namespace, in a subprocess whose current
+    directory and XDG_CACHE_HOME are a fresh temporary directory), then its runnable sh
+    blocks (from the project root); [(block, expected, got, error)] in page order."""
+    with tempfile.TemporaryDirectory(prefix="graphc-docs-") as tmp:
+        tmp_path = Path(tmp).resolve()
+        env = _child_env(tmp_path)
+        results = []
+        if any(b.lang == "python" for b in blocks(path)):
+            out = tmp_path / "results.json"
+            r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run",
+                                str(path), str(out)], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=600)
+            if r.returncode or not out.exists():
+                raise AssertionError(f"{path.name}: the page's run failed:\n"
+                                     f"{r.stdout[-3000:]}{r.stderr[-3000:]}")
+            by_line = {d["line"]: d for d in json.loads(out.read_text(encoding="utf-8"))}
+            for block, expected in snippets(path):
+                if block.fence_line in by_line:
+                    d = by_line[block.fence_line]
+                    results.append((block, expected, d["got"], d["error"]))
+        results += _sh_results(path, ROOT, env)
+    return sorted(results, key=lambda r: r[0].fence_line)
+
+
+def _run_for_test(path: Path) -> list:
+    if path.name in IN_PROCESS:
+        return run_page(path)
+    return run_page_isolated(path)
+
+
+def _report(path: Path, results: list) -> list:
     bad = []
-    for block, expected, got in run_page(path, section):
+    for block, expected, got, error in results:
+        if error is not None:
+            bad.append(f"{path.name}:{block.fence_line}: raised\n{textwrap.indent(error, '    ')}"
+                       f"\n  after printing\n{textwrap.indent(got, '    ')}")
+            continue
         want = normalize(expected.text) if expected is not None else ""
         if normalize(got) != want:
             bad.append(f"{path.name}:{block.fence_line}: printed\n{textwrap.indent(got, '    ')}"
@@ -127,23 +320,51 @@ def _mismatches(path: Path, section: Optional[tuple] = None) -> list:
     return bad
 
 
+def _mismatches(path: Path, section: Optional[tuple] = None) -> list:
+    return _report(path, run_page(path, section))
+
+
 def update(path: Path) -> None:
-    """Rewrite the ```text blocks of ``path`` with what the python blocks print."""
+    """Rewrite the output blocks of ``path`` with what its python (and runnable sh)
+    blocks print (a new ```text block after a block that prints and has none).  Output
+    that names the page's own lines moves when a block above grows, so it reruns until
+    the page stops changing."""
+    for _ in range(4):
+        before = path.read_text(encoding="utf-8")
+        _update_once(path)
+        if path.read_text(encoding="utf-8") == before:
+            return
+    raise SystemExit(f"{path.name}: the output blocks do not settle; check the diff")
+
+
+def _update_once(path: Path) -> None:
+    results = _run_for_test(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     edits = []
-    for block, expected, got in run_page(path):
+    for block, expected, got, error in results:
+        if error is not None:
+            raise SystemExit(f"{path.name}:{block.fence_line} raised:\n{error}")
         got = ADDR.sub("0x...", got).rstrip("\n")
         if expected is not None:
-            edits.append((expected.fence_line, expected.end_line, got))
+            if normalize(got) == normalize(expected.text):
+                continue                     # same up to times: keep the page's text
+            edits.append((expected.fence_line, expected.end_line, got, expected.lang))
         elif got.strip():
-            edits.append((block.end_line + 1, block.end_line, got))   # insert a new block
-    for start, end, got in reversed(edits):
-        new = ["```text", *[ln.rstrip() for ln in got.splitlines()], "```"]
+            edits.append((block.end_line + 1, block.end_line, got, "text"))   # a new block
+    for start, end, got, lang in reversed(edits):
+        new = ["```" + lang, *[ln.rstrip() for ln in got.splitlines()], "```"]
         if end < start:                      # insertion after a python block
             lines[start - 1:start - 1] = ["", *new] if lines[start - 1:start] != [""] else new
         else:
             lines[start - 1:end] = new
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _child_run(path: Path, out: Path) -> None:
+    """``--run PAGE OUT``: run the page here and write [{line, got, error}] to OUT."""
+    results = run_page(path, catch=True)
+    out.write_text(json.dumps([{"line": b.fence_line, "got": got, "error": err}
+                               for b, _, got, err in results]), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +412,51 @@ def test_passes_adding_a_pass_section_prints_what_the_page_says():
     assert not left, f"the example leaves passes registered: {sorted(left)}"
 
 
+@pytest.mark.parametrize("page", [p.name for p in isolated_pages()])
+def test_page_prints_what_it_says(page):
+    """Every python block of the page runs (one subprocess per page) and prints its
+    output block, or nothing; its runnable sh blocks too."""
+    path = ROOT / page if page == "README.md" else DOCS / page
+    results = run_page_isolated(path)
+    assert results, f"{page}: nothing ran"
+    bad = _report(path, results)
+    assert not bad, "\n\n".join(bad)
+
+
+def test_every_block_is_run_or_excused():
+    """No page has a python, sh or bare block that no test runs, unless EXCUSED says
+    why; every other block is labelled as not code by its fence language; and every
+    excuse still names a block."""
+    problems, used = [], set()
+    isolated = {p.name for p in isolated_pages()}
+    for page in pages():
+        outputs = {o.fence_line for _, o in snippets(page) if o is not None}
+        for b in blocks(page):
+            where = f"{page.name}:{b.fence_line} ```{b.lang}"
+            reason = excuse(page, b)
+            if reason is not None:
+                used.add((page.name, _first_line(b)))
+                assert reason.strip(), where
+                continue
+            if b.lang == "python":
+                if not (page.name in IN_PROCESS or page.name in RUN_ELSEWHERE
+                        or page.name in isolated):
+                    problems.append(f"{where}: no test runs it")
+            elif b.fence_line in outputs:
+                continue
+            elif b.lang == "sh":
+                if sh_commands(b) is None:
+                    problems.append(f"{where}: neither a runnable `graphc ir` block nor EXCUSED")
+            elif b.lang == "":
+                problems.append(f"{where}: unlabelled block; fence it as ```text (or the "
+                                f"language it is in) if it is not code, or list it in EXCUSED")
+    for page in IN_PROCESS:
+        assert page == "README.md" or (DOCS / page).exists(), page
+    stale = sorted(set(EXCUSED) - used)
+    assert not stale, f"EXCUSED names blocks no page has: {stale}"
+    assert not problems, "\n".join(problems)
+
+
 def test_concepts_blocks_parse_and_pair():
     """Every python block of concepts.md shows its output (no silent blocks there)."""
     path = DOCS / "concepts.md"
@@ -206,9 +472,20 @@ def test_harness_pairs_and_normalizes(tmp_path):
     pairs = snippets(page)
     assert [(b.fence_line, o.fence_line if o else None) for b, o in pairs] == [(3, 8), (14, None)]
     assert normalize("<X object at 0x7f3a2b>  \n\n") == "<X object at 0x...>"
+    assert normalize("took 0.31 ms, 12 us, 1.5e-05 s; {'compile_seconds': 0.0123}") == \
+        "took <time>, <time>, <time>; {'compile_seconds': <time>}"
+    assert normalize("3 kernels, 2 cores, 10 steps") == "3 kernels, 2 cores, 10 steps"
     assert _mismatches(page) == []
     page.write_text(page.read_text().replace("> a", "> b"))
     assert len(_mismatches(page)) == 1
+    # a bare block right after a python block is its output too
+    page.write_text("```python\nprint('hi')\n```\n\n```\nhi\n```\n", encoding="utf-8")
+    (b, o), = snippets(page)
+    assert o is not None and o.lang == "" and _mismatches(page) == []
+    # a block that raises is reported in a subprocess run, not a crash of the runner
+    page.write_text("```python\nprint('a')\n```\n\n```python\n1/0\n```\n", encoding="utf-8")
+    bad = _report(page, run_page_isolated(page))
+    assert len(bad) == 2 and "ZeroDivisionError" in bad[1], bad
 
 
 # ---------------------------------------------------------------------------
@@ -374,8 +651,12 @@ def test_readme_commands_work_in_a_fresh_clone(tmp_path):
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))      # not tests/eager (a directory of tests) as `eager`
+    if sys.path[1:2] == [str(Path(__file__).resolve().parent)]:
+        del sys.path[1]                # the script's own directory (tests/) holds `eager/`
     if len(sys.argv) == 3 and sys.argv[1] == "--update":
-        update(Path(sys.argv[2]))
+        update(Path(sys.argv[2]).resolve())
+    elif len(sys.argv) == 4 and sys.argv[1] == "--run":
+        _child_run(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         print(__doc__)
 
