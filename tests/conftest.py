@@ -12,7 +12,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("fuzz", "differential fuzzing (tests/graphc/test_fuzz.py)")
+    group = parser.getgroup("fuzz", "differential fuzzing (tests/parity/test_fuzz.py)")
     group.addoption("--fuzz", type=int, default=None, metavar="N",
                     help="number of random programs to check (default 120)")
     group.addoption("--fuzz-seed", type=int, default=0, metavar="S",

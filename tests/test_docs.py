@@ -594,9 +594,9 @@ def test_adding_an_op_worked_example_passes_the_completeness_tests(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-k", "softplus or every_op_has_a_native_lowering",
-         "tests/eager/test_ops.py", "tests/graphc/test_interpreter_parity.py",
-         "tests/graphc/test_native.py", "tests/graphc/test_autodiff.py",
-         "tests/graphc/test_ir_json.py"],
+         "tests/eager/ops/test_ops.py", "tests/parity/test_interpreter_parity.py",
+         "tests/graphc/backend/test_native.py", "tests/graphc/test_autodiff.py",
+         "tests/graphc/ir/test_ir_json.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     m = re.search(r"(\d+) passed", r.stdout)

@@ -32,7 +32,7 @@ for ``MulBackward0`` with both inputs needing a gradient::
 
 Later nodes with the same signature call it directly.  It calls the same numpy
 forwards, in the same order and dtypes, as the rules do on tensors, so results
-are bit-identical (tests/eager/test_backward_codegen.py checks every op sample).
+are bit-identical (tests/eager/autograd/test_backward_codegen.py checks every op sample).
 
 Plans are used only when backward does not record (``create_graph=False``);
 with ``create_graph=True`` the rules run on tensors and record the graph of the

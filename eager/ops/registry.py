@@ -101,7 +101,7 @@ FAMILIES = {
 }
 
 #: The types a static attribute may have; an op declares each attribute's type, and the
-#: JSON reader (graphc.serialize) checks a loaded attribute against it.
+#: JSON reader (graphc.ir.serialize) checks a loaded attribute against it.
 ATTR_TYPES = {
     "axes": "None, an int or a tuple of ints: dimensions",
     "bool": "True or False",

@@ -198,7 +198,7 @@ def _number(v: Any) -> bool:
 
 # one check per attribute type of the op records (eager.ops.registry.ATTR_TYPES): an op's
 # record declares each attribute's type, so a new op's attributes are checked here with no
-# new line (tests/graphc/test_ir_json.py fails when a type has no check)
+# new line (tests/graphc/ir/test_ir_json.py fails when a type has no check)
 TYPE_CHECKS = {
     "axes": lambda v: v is None or _is_int(v) or (
         isinstance(v, tuple) and all(_is_int(x) for x in v)),

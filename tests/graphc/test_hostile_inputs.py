@@ -14,9 +14,9 @@ Sections (add cases to the section they belong to):
 4. Native entry and planner (spoofed array types, size overflows).  Also
    covered elsewhere, not repeated here: objects faking ``__class__``, int
    subclasses and ndarray subclasses at the native entry
-   (test_native_safety.py), huge expands, arenas and constants
-   (test_size_limits.py), huge ``--args`` of the CLI (test_cli.py), bool
-   indices whose shape depends on values (test_api_robustness.py).
+   (runtime/test_native_safety.py), huge expands, arenas and constants
+   (ir/test_size_limits.py), huge ``--args`` of the CLI (tests/test_cli.py),
+   bool indices whose shape depends on values (test_api_robustness.py).
 
 Cases that could crash or hang the interpreter run in a subprocess
 (:func:`run_isolated`), which must exit normally, never by a signal.
@@ -766,11 +766,12 @@ def test_symlinked_cache_directory_policy(tmp_path, quiet_env):
 # ---------------------------------------------------------------------------------------
 # 4. Native entry and planner: spoofed array types, size overflows
 #
-# Type spoofing at the native entry point is covered case by case in test_native_safety.py
-# (objects faking ``__class__``, int subclasses, mocks) and sizes in test_size_limits.py
-# (huge expands at every opt level, arenas, constants, BLAS dims).  Here one clean process
-# takes every hostile argument through the whole public path, for every backend and opt
-# level, and a graph file declaring huge shapes goes through the public debugging entry.
+# Type spoofing at the native entry point is covered case by case in
+# runtime/test_native_safety.py (objects faking ``__class__``, int subclasses, mocks) and
+# sizes in ir/test_size_limits.py (huge expands at every opt level, arenas, constants, BLAS
+# dims).  Here one clean process takes every hostile argument through the whole public
+# path, for every backend and opt level, and a graph file declaring huge shapes goes through
+# the public debugging entry.
 
 SPOOF_BATTERY = """
     import json, sys

@@ -18,7 +18,7 @@ others         ``kernel(kb, n)``: a kernel of its own (matmul, argmax, gather, s
 This module holds the table and its decorators; the entries are registered by the family
 files of this package (``elementwise.py``, ``reduce.py``, ``views.py``, ``matmul.py``,
 ``indexing.py``, ``random.py``), which ``graphc.backend.lowering`` imports.
-tests/graphc/test_native.py checks every record has exactly the entry its family needs.
+tests/graphc/backend/test_native.py checks every record has exactly the entry its family needs.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import eager
 import graphc
 from graphc.runtime import cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # repository root
 
 
 def f2(x, y):

@@ -9,7 +9,7 @@ on ``eager`` and on ``torch``) and each float dtype:
   When ``torch`` imports the comparison is live; otherwise eager is checked
   against ``special_values_torch.json``, the classes PyTorch 2.13 (CPU) gave,
   recorded by running this file with torch installed:
-  ``python tests/graphc/test_special_values.py --record``.
+  ``python tests/parity/test_special_values.py --record``.
 * compiled at opt levels 0-3 == eager: the same classes bit for bit (NaN
   positions, signs of zero) and values exact, or within the documented
   accuracy of graphc's vector math for transcendentals.

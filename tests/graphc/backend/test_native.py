@@ -3,7 +3,8 @@ threads and memory.
 
 * every op sample (float32 and float64) compiled at opt_level=0 agrees with the
   interpreter and stays identical when its inputs arrive Fortran-ordered,
-  strided, reversed or read-only (test_interpreter_parity.py covers opt_level=2);
+  strided, reversed or read-only (opt_level=2 is covered by
+  tests/parity/test_interpreter_parity.py);
 * int64/int32/bool programs (comparisons, where, argmax/argmin, integer sums,
   logical ops, casts) and broadcasting / 0-d / size-1 / size-0 shapes: native ==
   interpreter == eager, same dtype and shape;
@@ -36,10 +37,10 @@ from graphc.backend import schedule as P
 from graphc.interpreter import interpret
 from graphc.runtime import cache
 
-from test_interpreter_parity import Program, _native_tol, _with_dtype
+from tests.parity.test_interpreter_parity import Program, _native_tol, _with_dtype
 
 FLOATS = [np.float32, np.float64]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # repository root
 
 
 def _flat(x) -> list:

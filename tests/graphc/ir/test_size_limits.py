@@ -24,7 +24,7 @@ from graphc.backend.schedule import Schedule
 from graphc.errors import TooBigError
 from graphc.ir import Graph
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # repository root
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

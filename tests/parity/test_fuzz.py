@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-import fuzzgen
+from tests.parity import fuzzgen
 
 try:                                    # an oracle when present, never a dependency
     import torch as _torch

@@ -70,7 +70,7 @@ NOT_GENERATED = {
     "getitem_grad": "made only by the gradient of getitem; every value_and_grad of a program "
                     "with getitem runs it",
     "philox": "random draws differ from eager's by design (graphc's own stream); "
-              "tests/graphc/test_random.py checks them against the interpreter bit for bit",
+              "tests/graphc/runtime/test_random.py checks them against the interpreter bit for bit",
 }
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e30, -1e30, 1.0, -1.0])
