@@ -159,11 +159,11 @@ EXCUSED = {
         "a diagram of the layers, not code",
     ("concepts.md", ".venv/bin/graphc compare examples/seed_graph_3x3.py:L3     # its L3_example_args(): 3x3 float64"):
         "prints timings, and `graphc demo`/`graphc bench` take minutes",
-    ("adding-an-op.md", ".venv/bin/python -m pytest -q -k softplus tests/eager/test_ops.py \\"):
+    ("adding-an-op.md", ".venv/bin/python -m pytest -q -k softplus tests/eager/ops/test_ops.py \\"):
         "the worked-example test runs these pytest commands on a copy of the project (slow)",
     ("benchmarks.md", ".venv/bin/graphc bench            # about a minute; --quick for fewer repeats, --json for data"):
         "takes about a minute and prints timings",
-    ("testing.md", "python3 -m pytest tests/graphc/test_fuzz.py --fuzz 2000             # 2000 programs"):
+    ("testing.md", "python3 -m pytest tests/parity/test_fuzz.py --fuzz 2000             # 2000 programs"):
         "runs thousands of fuzz programs (minutes)",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
