@@ -8,6 +8,7 @@ installed into .venv from the package index on first use.
     python3 dev.py test      # the test suite (extra args go to pytest)
     python3 dev.py bench     # the benchmark tables
     python3 dev.py docs      # regenerate docs/ir.md's op table from the op records
+    python3 dev.py lint      # ruff (lint and format check) and mypy, as CI runs them
 """
 from __future__ import annotations
 
@@ -58,6 +59,21 @@ def write_op_table() -> int:
     return 0
 
 
+def lint() -> int:
+    """ruff's lint rules on all Python files, ruff's format check on the packages, mypy on
+    the packages (settings in pyproject.toml); stops at the first that fails."""
+    steps = [[str(BIN / "ruff"), "check", "eager", "graphc", "tests", "examples", "dev.py"],
+             [str(BIN / "ruff"), "format", "--check", "eager", "graphc"],
+             [str(BIN / "mypy")]]
+    for cmd in steps:
+        print("dev.py lint:", " ".join(Path(cmd[0]).name if i == 0 else c
+                                       for i, c in enumerate(cmd)), flush=True)
+        rc = subprocess.call(cmd, cwd=ROOT)
+        if rc:
+            return rc
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -74,9 +90,11 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(BIN / "graphc"), "bench", *rest], cwd=ROOT)
     if cmd == "docs":
         return write_op_table()
+    if cmd == "lint":
+        return lint()
     if cmd == "setup":
         return 0
-    print(f"dev.py: unknown command {cmd!r}; use demo, test, bench, docs or setup",
+    print(f"dev.py: unknown command {cmd!r}; use demo, test, bench, lint, docs or setup",
           file=sys.stderr)
     return 2
 
