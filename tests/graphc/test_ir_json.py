@@ -391,7 +391,7 @@ def test_every_attribute_type_has_a_json_check():
     type of the registry has a check, and a value of the wrong type is refused, naming the
     attribute and the type expected."""
     from eager.ops.registry import ATTR_TYPES, OPS
-    from graphc.serialize import TYPE_CHECKS
+    from graphc.ir.serialize import TYPE_CHECKS
     assert set(TYPE_CHECKS) == set(ATTR_TYPES)
     for name, op in OPS.items():
         assert set(op.attr_types) == set(op.attrs), name
