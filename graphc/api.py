@@ -22,13 +22,17 @@ from .errors import GraphcError, SignatureError
 from .autograd_bridge import (_arrays, _graph_inputs, _note_no_grad,  # noqa: F401 - tools
                               _run_differentiable, _write_back)
 from .cond import cond, where  # noqa: F401 - graphc.api.cond / where, as before
+from .entry import _Entry, _foreign_byte_order, _inplace_pairs, _native_order
+from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
 from .interpreter import Program
 from .runtime import cache as _engine_cache
-from .ir import Graph, verify
+from .ir import verify
 from .signature import describe_key_item, diff_item, same_kind
-from .tracer import Tracer, TraceResult, arg_names, classify_leaf, static_key, trace_flat
+from .tracer import Tracer, arg_names, classify_leaf, static_key, trace_flat
 
 _tick = _engine_cache.tick
+# the files of CompiledFunction's methods (a warning points at the caller's line)
+_OWN_FILES = frozenset({__file__, sys.modules[Inspection.__module__].__file__})
 _ndarray = np.ndarray
 
 # every CompiledFunction, so a forked child can replace locks its parent's threads held
@@ -50,122 +54,7 @@ class _InlineCall(Exception):
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
 
 
-class _Entry:
-    """One cached signature: its trace and the executable that runs it."""
-
-    # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
-    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call",
-                 "mem_ok", "sibling")
-
-    def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
-        self.trace = trace
-        self.run = run
-        self.stages = stages
-        self.key = key
-        # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
-        # write back -- decided once per signature so the call does no extra checks
-        self.fast = (not trace.tensor_io and not trace.mutated_inputs and
-                     not trace.grad_writes and not trace.grad_clears and not trace.randoms and not trace.layout_inputs and
-                     all(_plain_array_item(it) for it in key))
-        self.build_out = _output_builder(trace)
-        self.call = _fast_call(run, self.build_out) if self.fast else None
-        self.mem_ok = ()        # weakrefs to the arrays of the last call found not to overlap
-        self.sibling: Optional["_Entry"] = None   # this signature traced in the other grad mode
-
-
-def _fast_call(run: Callable, build_out: Callable) -> Callable:
-    """The whole call for plain arrays, with everything it touches bound locally
-    (native executables: one builtin call allocates the outputs and runs the code)."""
-    exe = getattr(run, "__self__", None)
-    if exe is None or not hasattr(exe, "_native") or exe._inplace:
-        return lambda arrays: build_out(run(arrays))
-    native, slow = exe._native, exe._slow
-
-    def call(arrays):               # arrays: the tuple of the call's arguments
-        outs = native(arrays)
-        if outs.__class__ is int:   # a code instead of the outputs (e.g. strided inputs)
-            outs = slow(arrays, outs)
-        return build_out(outs)
-    return call
-
-
-def _inplace_pairs(tr) -> dict:
-    """{graph output: graph input} for in-place updates of arguments and of their .grad
-    (the backend writes them straight into the caller's buffers when that is safe)."""
-    from .tracer import _graph_input_pos
-    specs = tr.in_specs
-    pairs = {}
-    for idx, out_pos in tr.mutated_inputs:
-        pairs[out_pos] = _graph_input_pos(specs, idx)
-    for idx, out_pos in tr.grad_writes:
-        if specs[idx].has_grad:
-            pairs[out_pos] = _graph_input_pos(specs, idx) + 1
-    return pairs
-
-
-def _plain_array_item(item) -> bool:
-    """A key item of an exact, native-endian ndarray argument (or a static value)."""
-    if isinstance(item, tuple) and item and item[0] in ("static_arg", "S"):
-        return True
-    return (isinstance(item, tuple) and len(item) == 3 and item[0] == "A" and
-            isinstance(item[2], np.dtype) and item[2].isnative)
-
-
-def _output_builder(tr) -> Callable[[tuple], Any]:
-    """A function rebuilding the user's output structure from the tuple of outputs.
-
-    Plain outputs are taken with ``operator.itemgetter``, in C: a tuple of consecutive
-    outputs is one slice of the tuple, and a tuple of such items one itemgetter (so
-    value_and_grad's ``(value, (g0, g1...))`` is ``itemgetter(0, slice(1, n))``).
-    """
-    import operator
-    make = tensor_from_array if tr.tensor_io else None
-    leaves = iter(range(tr.out_tree.num_leaves))
-    next_out = [0]                  # index of the next array output (leaves are in order)
-
-    def fn(spec):
-        return operator.itemgetter(spec[1]) if spec[0] == "item" else spec[1]
-
-    def build(td):
-        """("item", int or slice) when the value is ``outs[item]``, else ("fn", f)."""
-        if td.kind == "leaf":
-            k = next(leaves)
-            if k in tr.out_static:
-                return "fn", (lambda o, v=tr.out_static[k]: v)
-            j = next_out[0]
-            next_out[0] += 1
-            return ("item", j) if make is None else ("fn", lambda o, j=j: make(o[j]))
-        if td.kind == "none":
-            return "fn", (lambda o: None)
-        kids = [build(c) for c in td.children]
-        if td.kind == "tuple":
-            items = [k[1] for k in kids if k[0] == "item"]
-            if len(items) == len(kids):
-                ints = [i for i in items if isinstance(i, int)]
-                if items and len(ints) == len(items) and ints == list(range(ints[0],
-                                                                            ints[-1] + 1)):
-                    return "item", slice(ints[0], ints[-1] + 1)   # a flat tuple: one slice
-                if len(items) >= 2:
-                    return "fn", operator.itemgetter(*items)
-            fs = [fn(k) for k in kids]
-            if len(fs) == 2:
-                f0, f1 = fs
-                return "fn", (lambda o: (f0(o), f1(o)))
-            return "fn", (lambda o: tuple([f(o) for f in fs]))
-        fs = [fn(k) for k in kids]
-        if td.kind == "list":
-            return "fn", (lambda o: [f(o) for f in fs])
-        if td.kind == "dict":
-            keys = td.aux
-            return "fn", (lambda o: {k: f(o) for k, f in zip(keys, fs)})
-        cls = td.aux                                  # namedtuple
-        return "fn", (lambda o: cls(*[f(o) for f in fs]))
-
-    return fn(build(tr.out_tree))
-
-
-
-class CompiledFunction:
+class CompiledFunction(Inspection):
     """A function compiled per input signature.  Call it like the original."""
 
     # every float output has a gradient history when an input requires grad (set for the
@@ -373,8 +262,8 @@ class CompiledFunction:
                 _engine_cache.register(self, entry)     # may evict least recently used entries
             if len(self._cache) > self.recompile_limit and not self._warned:
                 self._warned = True
-                level, f = 1, sys._getframe(0)      # point at the first frame outside this file
-                while f is not None and f.f_code.co_filename == __file__:
+                level, f = 1, sys._getframe(0)      # point at the first frame outside the
+                while f is not None and f.f_code.co_filename in _OWN_FILES:     # api's files
                     level, f = level + 1, f.f_back
                 warnings.warn(
                     f"graphc: {self.__name__} was traced {len(self._cache)} times (limit "
@@ -624,91 +513,14 @@ class CompiledFunction:
                 best, best_rank = diffs, rank
         return f"re-traced {self.__name__}: " + "; ".join(best or ["new signature"])
 
-    # --- inspection ---------------------------------------------------------------------
+    # --- the entry of a signature, for inspection and the tools ------------------------
     def _entry_for(self, args: tuple) -> _Entry:
         key, _ = self._signature(args)
         entry = self._cache.get(key)
         return entry if entry is not None else self._miss(args, key)
 
-    def graph(self, *args: Any) -> Graph:
-        """The traced graph for these arguments (traces if needed)."""
-        return self._entry_for(args).stages["traced"]
-
-    def ir(self, *args: Any, stage: str = "traced", after_each_pass: bool = False) -> str:
-        """Text IR of a stage: ``traced``, ``grad`` (forward + backward nodes, marked) or
-        ``optimized``; ``after_each_pass=True`` (optimized only) gives the IR after every
-        pass run, round by round, as the pass manager produced it."""
-        stages = self._entry_for(args).stages
-        if after_each_pass:
-            if stage != "optimized":
-                raise ValueError("after_each_pass=True needs stage='optimized'")
-            from .passes import PassManager
-            pm = PassManager(self.opt_level, disable=self.disable_passes, snapshot_each=True)
-            pm.run(stages["traced"].copy())
-            return "\n".join([f"// traced\n{stages['traced']}"] +
-                             [text for _, text in pm.snapshots])
-        if stage == "grad" and "grad" not in stages:
-            stages["grad"] = _grad_stage(stages["traced"], self.__name__)
-        if stage not in stages or stage.startswith("_"):
-            avail = dict.fromkeys([s for s in stages if not s.startswith("_")] + ["grad"])
-            raise ValueError(f"unknown stage {stage!r}; available: {', '.join(avail)}")
-        return str(stages[stage])
-
-    def llvm_ir(self, *args: Any, optimized: bool = False) -> str:
-        """LLVM IR of the compiled entry point (before or after LLVM's optimizer)."""
-        return self._native(args).llvm_ir(optimized=optimized)
-
-    def asm(self, *args: Any) -> str:
-        """Host assembly of the compiled function."""
-        return self._native(args).asm()
-
-    def plan(self, *args: Any) -> str:
-        """The native schedule: kernels (fused loops, BLAS calls) and arena size."""
-        return self._native(args).plan.describe()
-
-    def stats(self, *args: Any) -> dict:
-        """Node counts per stage, fused kernels, planned arena bytes and compile time."""
-        st = self._entry_for(args).stages
-        out = {"traced_nodes": len(st["traced"]), "optimized_nodes": len(st["optimized"]),
-               "compile_seconds": st["_compile_seconds"]}
-        n_bwd = sum(1 for _, d in st["traced"].nx.nodes(data=True) if d.get("role") == "backward")
-        if n_bwd or "grad" in st:      # the function ran backward(), or ir(stage='grad') ran
-            out["grad_nodes"] = len(st["traced"]) if n_bwd else len(st["grad"])
-        log = st["_passes"].log
-        out.update(pass_runs=len(log), pass_rounds=max((r.round for r in log), default=0),
-                   pass_seconds=sum(r.seconds for r in log))
-        exe = st["_executable"]
-        if self.backend == "native":
-            out.update(exe.plan.summary())
-            out["native_code"] = exe.cache_status   # compiled / disk-stored / disk-hit
-        return out
-
-    def _native(self, args: tuple):
-        if self.backend != "native":
-            raise GraphcError("llvm_ir/asm/plan need backend='native'")
-        return self._entry_for(args).stages["_executable"]
-
     def cache_info(self) -> CacheInfo:
         return CacheInfo(self._hits, self._misses, self._traces, len(self._cache))
-
-    def explain(self) -> str:
-        lines = [f"{self.__name__}: {len(self._cache)} cached signature(s), "
-                 f"{self._hits} hits, {self._misses} misses"]
-        lines += [f"  {r}" for r in self.recompile_reasons]
-        for entry in list(self._cache.values())[-1:]:       # the latest signature's inputs
-            tr = entry.trace
-            if tr.captured:
-                lines.append("  tensors read by name (graph inputs, read at every call): " +
-                             ", ".join(c.name for c in tr.captured))
-            if tr.randoms:
-                lines.append(f"  random draws per call: {len(tr.randoms)} "
-                             f"({tr.rng_count} numbers, generated natively by Philox 4x32-10)")
-            consts = [n for n in tr.graph.node_ids() if tr.graph[n]["op"] == "const" and
-                      tr.graph[n]["attrs"]["value"].size > 1]
-            if consts:
-                lines.append(f"  constants captured at trace time: {len(consts)} array(s) "
-                             "(numpy arrays and tensors reached other than by name)")
-        return "\n".join(lines)
 
     def _evict_entry(self, entry: _Entry) -> bool:
         """Drop ``entry`` (called by the engine LRU); False when a compile holds the lock."""
@@ -733,50 +545,6 @@ class CompiledFunction:
 
     def __repr__(self) -> str:
         return f"<graphc.CompiledFunction {self.__name__} ({len(self._cache)} signatures)>"
-
-
-def _grad_stage(graph: Graph, name: str) -> Graph:
-    """The traced graph with its gradient: itself if the function ran backward(), else
-    ``graph.grad()`` (d output 0 / d every float input)."""
-    if any(d.get("role") == "backward" for _, d in graph.nx.nodes(data=True)):
-        return graph
-    if not graph.outputs:
-        raise GraphcError(f"ir(stage='grad'): {name} returns no arrays to differentiate")
-    d = graph.nx.nodes[graph.outputs[0]]
-    if np.dtype(d["dtype"]).kind != "f" or int(np.prod(d["shape"], dtype=np.int64)) != 1:
-        raise TypeError(f"ir(stage='grad'): {name} must return a floating-point scalar as its "
-                        f"first output, got {np.dtype(d['dtype']).name}{list(d['shape'])}; use "
-                        "graphc.vjp with a cotangent for other outputs")
-    return graph.grad()
-
-
-def _foreign_byte_order(key) -> bool:
-    """Does a signature hold an ndarray in non-native byte order (e.g. ``'>f8'``)?
-
-    The graph's inputs are native (the tracer normalizes them) and native code
-    reads raw bytes, so such arguments must be converted before the call.
-    """
-    stack = [key]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, tuple) or not item:
-            continue
-        if item[0] in ("S", "static_arg"):
-            continue
-        if item[0] == "A" and len(item) == 3 and isinstance(item[2], np.dtype):
-            if not item[2].isnative:
-                return True
-            continue
-        stack.extend(item)
-    return False
-
-
-def _native_order(run: Callable) -> Callable:
-    """Wrap an executable's run: byte-swapped arrays are converted to native order first."""
-    def run_native_order(arrays):
-        return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
-                    for a in arrays])
-    return run_native_order
 
 
 def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:

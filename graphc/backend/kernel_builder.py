@@ -221,52 +221,13 @@ class KernelBuilder:
         roots = plan.kernel_roots(kern)
         computed_roots = [r for r in roots if r in stores or
                           (r not in plan.views and r not in plan.scalars)]
-        # stride vectors of every access, to merge dims that are contiguous for all of them
-        vecs = []
-        for n in plan.expr_nodes(computed_roots):
-            for o in g.nx.nodes[n]["operands"]:
-                if o in plan.views and o not in computed_roots:
-                    vecs.append(plan.views[o].broadcast_to(space))
-        for r in roots:
-            if r not in computed_roots and r in plan.views:
-                vecs.append(plan.views[r].broadcast_to(space))
-        for n, dest in kern.stores:
-            if dest == n and n in plan.copies and plan.copies[n] is not None:
-                vecs.append(plan.copies[n].broadcast_to(space))
-            elif dest != n and n in plan.views:
-                vecs.append(plan.views[n].broadcast_to(space))
-        vecs.append(cstrides(space))
-        red_out = {}
-        full = {}
-        for r in kern.reduces:
-            axes = g.nx.nodes[r]["attrs"]["axis"]
-            keep = tuple(1 if i in axes else s for i, s in enumerate(space))
-            # a size-1 dim that is kept indexes only 0: stride 0, so a reduction to one
-            # element (a (N, 1) input summed over dim 0) is a full one, whatever its shape
-            ost = tuple(0 if k == 1 else st for k, st in zip(keep, cstrides(keep)))
-            red_out[r] = ost
-            full[r] = all(s == 0 for s in ost)
-            vecs.append(ost)
+        vecs, red_out, full = self._access_strides(kern, roots, computed_roots)
         sizes, merged = _merge_dims(space, vecs)
 
         def remap(st):
             return merged(st)
 
-        # reduction setup
-        accs = {}
-        for r in kern.reduces:
-            d = g.nx.nodes[r]
-            dt = np.dtype(d["dtype"])
-            acc_t, ident = accumulator(d["op"], dt)
-            if full[r]:
-                slot = self.alloca(reg_type(acc_t), name=f"acc_n{r}")
-                b.store(ident, slot)
-                accs[r] = slot
-            else:
-                n_out = numel(d["shape"])
-                self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
-                    r, dt, ix[0], self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0],
-                                               dt)), name=f"init_n{r}_")
+        accs = self._init_accumulators(kern, full)
 
         def body(idx):
             memo: dict = {}
@@ -313,17 +274,80 @@ class KernelBuilder:
         if self.par is not None:
             self.outer_size = sizes[0]
             self.loop(sizes, body, outer_range=(self.par[0], self.par[1]))
-            for k, r in enumerate(kern.reduces):        # all full reductions (see _parallel_ok)
-                d = g.nx.nodes[r]
-                acc_t, _ = accumulator(d["op"], np.dtype(d["dtype"]))
-                v = b.load(accs[r], typ=reg_type(acc_t))
-                if acc_t.kind == "f":
-                    v = b.bitcast(v, I64)            # 8-byte slots (see _parallel_ok)
-                b.store(v, b.gep(self.par[2], [ir.Constant(I64, k)], source_etype=I64))
+            self._store_partials(kern, accs)
             self.kern = kern
             return
         self.loop(sizes, body)
-        # reduction epilogues: write full accumulators, scale means
+        self._reduction_epilogues(kern, accs, full)
+
+    def _access_strides(self, kern: Kernel, roots: list, computed_roots: list) -> tuple:
+        """The stride vectors of every access of the loop (to merge dims that are
+        contiguous for all of them), and per reduction its output strides and whether
+        it reduces to one element: (vectors, {node: strides}, {node: full})."""
+        plan, g = self.plan, self.g
+        space = kern.space
+        vecs = []
+        for n in plan.expr_nodes(computed_roots):
+            for o in g.nx.nodes[n]["operands"]:
+                if o in plan.views and o not in computed_roots:
+                    vecs.append(plan.views[o].broadcast_to(space))
+        for r in roots:
+            if r not in computed_roots and r in plan.views:
+                vecs.append(plan.views[r].broadcast_to(space))
+        for n, dest in kern.stores:
+            if dest == n and n in plan.copies and plan.copies[n] is not None:
+                vecs.append(plan.copies[n].broadcast_to(space))
+            elif dest != n and n in plan.views:
+                vecs.append(plan.views[n].broadcast_to(space))
+        vecs.append(cstrides(space))
+        red_out = {}
+        full = {}
+        for r in kern.reduces:
+            axes = g.nx.nodes[r]["attrs"]["axis"]
+            keep = tuple(1 if i in axes else s for i, s in enumerate(space))
+            # a size-1 dim that is kept indexes only 0: stride 0, so a reduction to one
+            # element (a (N, 1) input summed over dim 0) is a full one, whatever its shape
+            ost = tuple(0 if k == 1 else st for k, st in zip(keep, cstrides(keep)))
+            red_out[r] = ost
+            full[r] = all(s == 0 for s in ost)
+            vecs.append(ost)
+        return vecs, red_out, full
+
+    def _init_accumulators(self, kern: Kernel, full: dict) -> dict:
+        """Before the loop: an accumulator slot per full reduction ({node: slot}), and
+        the outputs of the other reductions filled with the identity."""
+        g, b = self.g, self.b
+        accs = {}
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            acc_t, ident = accumulator(d["op"], dt)
+            if full[r]:
+                slot = self.alloca(reg_type(acc_t), name=f"acc_n{r}")
+                b.store(ident, slot)
+                accs[r] = slot
+            else:
+                n_out = numel(d["shape"])
+                self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
+                    r, dt, ix[0], self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0],
+                                               dt)), name=f"init_n{r}_")
+        return accs
+
+    def _store_partials(self, kern: Kernel, accs: dict) -> None:
+        """After a parallel loop's chunk: its partial of every (full) reduction, into the
+        thread's 8-byte slots that the entry folds (see _parallel_ok, combine_partials)."""
+        g, b = self.g, self.b
+        for k, r in enumerate(kern.reduces):        # all full reductions (see _parallel_ok)
+            d = g.nx.nodes[r]
+            acc_t, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+            v = b.load(accs[r], typ=reg_type(acc_t))
+            if acc_t.kind == "f":
+                v = b.bitcast(v, I64)            # 8-byte slots (see _parallel_ok)
+            b.store(v, b.gep(self.par[2], [ir.Constant(I64, k)], source_etype=I64))
+
+    def _reduction_epilogues(self, kern: Kernel, accs: dict, full: dict) -> None:
+        """After the loop: write full accumulators to their outputs, scale means."""
+        g, b = self.g, self.b
         for r in kern.reduces:
             d = g.nx.nodes[r]
             dt = np.dtype(d["dtype"])

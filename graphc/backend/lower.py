@@ -65,6 +65,7 @@ class Lowerer:
 
     # --- entry point ------------------------------------------------------------
     def build(self) -> ir.Module:
+        # the entry's blocks are emitted in their order here, each step by a method below
         plan = self.plan
         self.builders: dict = {}
         self.epilogues = epilogues(plan)
@@ -82,6 +83,28 @@ class Lowerer:
                   f"type exactly ndarray, then its data pointer at +{DATA_OFFSET}, flags at "
                   f"+{FLAGS_OFFSET}")
         b.comment("returns a new tuple of the outputs, a Python int (rc) or NULL (MemoryError)")
+        objs = self._check_arguments(b, fn, args_tuple)
+        data = self._read_inputs(b, fn, objs)
+        result, out_data = self._allocate_outputs(b, fn, objs, data)
+        data = data + out_data
+        tstate, arena = self._prepare_run(b, fn, result)
+        fail = fn.append_basic_block("kernel_failed")
+        rc_slot = self._run_kernels(b, fn, kfns, data, arena, fail)
+        if arena is not None:
+            b.call(self._get_free(), [arena])
+        if tstate is not None:
+            b.call(self._py_fn("graphc_PyEval_RestoreThread"), [tstate])
+        b.ret(result)
+        b.position_at_end(fail)
+        if arena is not None:
+            b.call(self._get_free(), [arena])
+        self._fail(b, result, b.load(rc_slot, typ=I32) if rc_slot is not None
+                   else ir.Constant(I32, RC_INDEX))
+        return self.module
+
+    def _check_arguments(self, b, fn, args_tuple) -> list:
+        """The argument is a tuple of ``n_in`` objects, each exactly an ndarray (else
+        return RC_ARGS or RC_TYPE); returns the objects."""
         tp = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
                     typ=PTR, name="arrays_type")
         size = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_SIZE_OFFSET)], source_etype=I8),
@@ -109,6 +132,11 @@ class Lowerer:
             b.position_at_end(bad_type)
             b.ret(self._rc_object(b, RC_TYPE))
             b.position_at_end(read)
+        return objs
+
+    def _read_inputs(self, b, fn, objs: list) -> list:
+        """The inputs' data pointers, once every input is C-contiguous and aligned and the
+        in-place outputs may be written over their inputs (else return RC_LAYOUT)."""
         data, flags = [], []
         ok = ir.Constant(I1, 1)
         for i, obj in enumerate(objs):
@@ -126,8 +154,13 @@ class Lowerer:
         b.position_at_end(bad)
         b.ret(self._rc_object(b, RC_LAYOUT))
         b.position_at_end(alloc)
-        result, out_data = self._allocate_outputs(b, fn, objs, data)
-        data = data + out_data
+        return data
+
+    def _prepare_run(self, b, fn, result) -> tuple:
+        """Before the kernels: release the GIL (when they allow it), read the thread count
+        (for parallel kernels) and allocate the arena (else fail with RC_NOMEM).
+        Returns (thread state or None, arena pointer or None)."""
+        plan = self.plan
         tstate = None
         if releases_gil(plan):
             b.comment("release the GIL while the kernels run")
@@ -147,7 +180,13 @@ class Lowerer:
             b.position_at_end(nomem)
             self._fail(b, result, ir.Constant(I32, RC_NOMEM))
             b.position_at_end(go)
-        fail = fn.append_basic_block("kernel_failed")
+        return tstate, arena
+
+    def _run_kernels(self, b, fn, kfns: list, data: list, arena, fail):
+        """Call the kernels in order (parallel ones through the pool, an epilogue inside
+        its product's call); an indexing kernel's nonzero rc branches to ``fail``.
+        Returns the slot holding that rc, or None when no kernel can fail."""
+        plan = self.plan
         rc_slot = None
         self._data, self._arena_ptr = data, arena
         fused = set(self.epilogues.values())
@@ -174,17 +213,7 @@ class Lowerer:
                 b.position_at_end(nxt)
             for buf in plan.poison_after.get(i, ()):      # Schedule(poison=True) only
                 self._poison(b, buf, arena)
-        if arena is not None:
-            b.call(self._get_free(), [arena])
-        if tstate is not None:
-            b.call(self._py_fn("graphc_PyEval_RestoreThread"), [tstate])
-        b.ret(result)
-        b.position_at_end(fail)
-        if arena is not None:
-            b.call(self._get_free(), [arena])
-        self._fail(b, result, b.load(rc_slot, typ=I32) if rc_slot is not None
-                   else ir.Constant(I32, RC_INDEX))
-        return self.module
+        return rc_slot
 
     def _allocate_outputs(self, b, fn, objs: list, data: list) -> tuple:
         """The result tuple, filled with new arrays (numpy's ``PyArray_New``, C order, the

@@ -233,6 +233,22 @@ def _index_item_ok(x: Any) -> bool:
 def from_json(text: str, graph_type: type):
     """Parse and validate a graph into a new ``graph_type`` (``graphc.ir.Graph``); raises
     GraphFormatError naming the offending node."""
+    doc = _parse(text)
+    g = graph_type(_str(doc["name"], "", "name"))
+    idmap: dict = {}
+    for k, n in enumerate(doc["nodes"]):
+        _read_node(g, k, n, idmap)
+    g._next_id = max(idmap, default=-1) + 1
+    _read_inputs_outputs(g, doc, idmap)
+    try:
+        verify(g, "from_json")
+    except GraphVerificationError as e:
+        _fail(str(e))
+    return g
+
+
+def _parse(text: str) -> dict:
+    """The JSON document, within the size limits, with the top-level keys of the format."""
     if not isinstance(text, str):
         _fail(f"expected a str, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
@@ -256,75 +272,90 @@ def from_json(text: str, graph_type: type):
     nodes = doc["nodes"]
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
         _fail(f"nodes must be a list of at most {MAX_NODES} entries")
-    g = graph_type(_str(doc["name"], "", "name"))
-    idmap: dict = {}
-    node_keys = {"id", "op", "operands", "attrs", "shape", "dtype", "src", "role", "by"}
-    for k, n in enumerate(nodes):
-        where = f"nodes[{k}]"
-        if not isinstance(n, dict) or set(n) != node_keys:
-            _fail(f"each node needs exactly the keys {sorted(node_keys)}", where)
-        nid = _int(n["id"], where, 0, 2 ** 62)
-        if nid in idmap:
-            _fail(f"duplicate node id {nid}", where)
-        op = n["op"]
-        shown = op if isinstance(op, str) and op.isascii() and op.isprintable() and \
-            len(op) <= 60 else _show(op)
-        where = f"nodes[{k}] (%{nid} = {shown})"
-        if not isinstance(op, str) or (op not in OPS and op not in ("input", "const")):
-            _fail(f"unknown op {_show(op)}", where)
-        if not isinstance(n["operands"], list):
-            _fail("operands must be a list", where)
-        operands = []
-        for o in n["operands"]:
-            o = _int(o, where, 0, 2 ** 62)
-            if o not in idmap:
-                _fail(f"operand %{o} is not defined before its use", where)
-            operands.append(idmap[o])
-        if not isinstance(n["attrs"], dict):
-            _fail("attrs must be an object", where)
-        attrs = {key: _dec(v, where) for key, v in n["attrs"].items()}
-        shape = _shape(n["shape"], where, _dtype(n["dtype"], where))
-        for key in ("src", "role", "by"):
-            _str(n[key], where, key, MAX_PROVENANCE)
-        if n["role"] not in ("forward", "backward"):
-            _fail(f"role must be forward or backward, got {_show(n['role'])}", where)
-        g._next_id = nid        # keep the document's ids: the text form survives a round trip
-        if op == "input":
-            if operands or set(attrs) != {"name", "index"} or not isinstance(attrs["name"], str):
-                _fail("input nodes take no operands and attrs {name, index}", where)
-            new = g.add_node("input", (), attrs, shape=shape, dtype=n["dtype"], by=n["by"])
-        elif op == "const":
-            if operands or set(attrs) != {"value"} or not isinstance(attrs["value"], np.ndarray):
-                _fail("const nodes take no operands and an array attr 'value'", where)
-            v = attrs["value"]
-            if v.shape != shape or v.dtype.name != n["dtype"]:
-                _fail("const value does not match the node's shape/dtype", where)
-            new = g.add_node("const", (), attrs, shape=shape, dtype=n["dtype"], src=n["src"],
-                             role=n["role"], by=n["by"])
-        else:
-            opdef = OPS[op]
-            if opdef.arity is not None and len(operands) != opdef.arity:
-                _fail(f"{op} takes {opdef.arity} operands, got {len(operands)}", where)
-            if opdef.arity is None and not operands:
-                _fail(f"{op} needs at least one operand", where)
-            if set(attrs) != set(opdef.attrs):
-                _fail(f"{op} takes attrs {sorted(opdef.attrs)}, got {sorted(attrs)}", where)
-            for key, v in attrs.items():
-                kind = opdef.attr_types[key]
-                if not TYPE_CHECKS[kind](v):
-                    _fail(f"attr {key}={_show(v)} has the wrong type for {op} (expected "
-                          f"{ATTR_TYPES[kind]})", where)
-            try:
-                m = g.infer(op, operands, attrs)
-            except Exception as e:  # the shape rule rejected the operands/attrs
-                _fail(f"shape rule rejected the node: {e}", where)
-            if tuple(m.shape) != shape or m.dtype.name != n["dtype"]:
-                _fail(f"declared {n['dtype']}{list(shape)} but the shape rule derives "
-                      f"{m.dtype.name}{list(m.shape)}", where)
-            new = g.add_node(op, operands, attrs, shape=shape, dtype=n["dtype"], src=n["src"],
-                             role=n["role"], by=n["by"])
-        idmap[nid] = new
-    g._next_id = max(idmap, default=-1) + 1
+    return doc
+
+
+_NODE_KEYS = {"id", "op", "operands", "attrs", "shape", "dtype", "src", "role", "by"}
+
+
+def _read_node(g, k: int, n: Any, idmap: dict) -> None:
+    """Check node ``k`` of the document and add it to ``g`` under its own id; ``idmap``
+    maps the document's ids to the graph's."""
+    where = f"nodes[{k}]"
+    if not isinstance(n, dict) or set(n) != _NODE_KEYS:
+        _fail(f"each node needs exactly the keys {sorted(_NODE_KEYS)}", where)
+    nid = _int(n["id"], where, 0, 2 ** 62)
+    if nid in idmap:
+        _fail(f"duplicate node id {nid}", where)
+    op = n["op"]
+    shown = op if isinstance(op, str) and op.isascii() and op.isprintable() and \
+        len(op) <= 60 else _show(op)
+    where = f"nodes[{k}] (%{nid} = {shown})"
+    if not isinstance(op, str) or (op not in OPS and op not in ("input", "const")):
+        _fail(f"unknown op {_show(op)}", where)
+    if not isinstance(n["operands"], list):
+        _fail("operands must be a list", where)
+    operands = []
+    for o in n["operands"]:
+        o = _int(o, where, 0, 2 ** 62)
+        if o not in idmap:
+            _fail(f"operand %{o} is not defined before its use", where)
+        operands.append(idmap[o])
+    if not isinstance(n["attrs"], dict):
+        _fail("attrs must be an object", where)
+    attrs = {key: _dec(v, where) for key, v in n["attrs"].items()}
+    shape = _shape(n["shape"], where, _dtype(n["dtype"], where))
+    for key in ("src", "role", "by"):
+        _str(n[key], where, key, MAX_PROVENANCE)
+    if n["role"] not in ("forward", "backward"):
+        _fail(f"role must be forward or backward, got {_show(n['role'])}", where)
+    g._next_id = nid        # keep the document's ids: the text form survives a round trip
+    if op == "input":
+        if operands or set(attrs) != {"name", "index"} or not isinstance(attrs["name"], str):
+            _fail("input nodes take no operands and attrs {name, index}", where)
+        new = g.add_node("input", (), attrs, shape=shape, dtype=n["dtype"], by=n["by"])
+    elif op == "const":
+        if operands or set(attrs) != {"value"} or not isinstance(attrs["value"], np.ndarray):
+            _fail("const nodes take no operands and an array attr 'value'", where)
+        v = attrs["value"]
+        if v.shape != shape or v.dtype.name != n["dtype"]:
+            _fail("const value does not match the node's shape/dtype", where)
+        new = g.add_node("const", (), attrs, shape=shape, dtype=n["dtype"], src=n["src"],
+                         role=n["role"], by=n["by"])
+    else:
+        _check_op(g, op, operands, attrs, shape, n["dtype"], where)
+        new = g.add_node(op, operands, attrs, shape=shape, dtype=n["dtype"], src=n["src"],
+                         role=n["role"], by=n["by"])
+    idmap[nid] = new
+
+
+def _check_op(g, op: str, operands: list, attrs: dict, shape: tuple, dtype: str,
+              where: str) -> None:
+    """An op node as its record declares it: arity, attribute names and types, and the
+    shape and dtype its shape rule derives."""
+    opdef = OPS[op]
+    if opdef.arity is not None and len(operands) != opdef.arity:
+        _fail(f"{op} takes {opdef.arity} operands, got {len(operands)}", where)
+    if opdef.arity is None and not operands:
+        _fail(f"{op} needs at least one operand", where)
+    if set(attrs) != set(opdef.attrs):
+        _fail(f"{op} takes attrs {sorted(opdef.attrs)}, got {sorted(attrs)}", where)
+    for key, v in attrs.items():
+        kind = opdef.attr_types[key]
+        if not TYPE_CHECKS[kind](v):
+            _fail(f"attr {key}={_show(v)} has the wrong type for {op} (expected "
+                  f"{ATTR_TYPES[kind]})", where)
+    try:
+        m = g.infer(op, operands, attrs)
+    except Exception as e:  # the shape rule rejected the operands/attrs
+        _fail(f"shape rule rejected the node: {e}", where)
+    if tuple(m.shape) != shape or m.dtype.name != dtype:
+        _fail(f"declared {dtype}{list(shape)} but the shape rule derives "
+              f"{m.dtype.name}{list(m.shape)}", where)
+
+
+def _read_inputs_outputs(g, doc: dict, idmap: dict) -> None:
+    """``g.inputs`` (every input node once, renumbered in that order) and ``g.outputs``."""
     for key in ("inputs", "outputs"):
         if not isinstance(doc[key], list):
             _fail(f"{key} must be a list")
@@ -342,8 +373,3 @@ def from_json(text: str, graph_type: type):
         if not _is_int(o) or o not in idmap:
             _fail(f"output {_show(o)} is not a node")
     g.outputs = [idmap[o] for o in doc["outputs"]]
-    try:
-        verify(g, "from_json")
-    except GraphVerificationError as e:
-        _fail(str(e))
-    return g

@@ -329,16 +329,7 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
         fn = fn.__wrapped__
     name = getattr(fn, "__name__", type(fn).__name__)
     inputs = _Inputs(fn, args)
-    floats = inputs.float_args()
-    if argnums is not None:
-        argnums = [argnums] if isinstance(argnums, int) else [int(a) for a in argnums]
-        for a in argnums:
-            if a not in floats:
-                raise ValueError(f"graphc.compare: argnums {a} is not an argument made of "
-                                 f"floating-point arrays (those are positions {floats})")
-        track = set(argnums)
-    else:
-        track = set(floats)
+    track = _tracked(inputs, argnums)
     grad_pos = sorted(track) if grads else []
     notes = [MEMORY_NOTE]
     if grads and not grad_pos:
@@ -346,7 +337,49 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
                      "values only")
         grads = False
 
-    # eager, then the float64 reference
+    ev, ref = _eager_runs(fn, inputs, grads, grad_pos, track, notes)
+    e_time, e_number, reps = _measure(ev.call, repeat, warmup, budget)
+    eager_col = {"time_per_call_s": e_time, "first_call_s": ev.first_call_s,
+                 "peak_bytes": ev.peak_bytes, "tape_nodes": ev.tape_nodes}
+    if ev.step:
+        notes.append(f"{name} calls backward() itself: it is compared as a training step "
+                     "(inputs are eager Tensors on both sides; .grad and in-place updates after "
+                     "the first call are compared as values)")
+
+    comp = _CompiledRun(fn, inputs, ev, grads, grad_pos, track)
+    compiled_col = comp.measure(reps, warmup, budget) if comp.error is None else None
+    rows, all_agree = _agreement(inputs, grad_pos, ev, ref, comp)
+    divergence = None
+    if comp.error is None and not all_agree:
+        divergence = _divergence(comp.cf, comp.args)
+    speedup, break_even = _payoff(e_time, compiled_col)
+    return ComparisonReport(
+        function=name, signature=inputs.signature(name), grads=grads, eager=eager_col,
+        mode="training step" if ev.step else "value and gradients" if grads else "value",
+        compiled=compiled_col, compiled_error=comp.error, speedup=speedup,
+        break_even_calls=break_even, agreement=rows,
+        all_agree=all_agree if comp.error is None else None, divergence=divergence,
+        timing={"repeat": reps, "warmup": warmup, "eager_number": e_number,
+                "compiled_number": comp.number}, notes=notes)
+
+
+def _tracked(inputs: _Inputs, argnums: Optional[Sequence[int]]) -> set:
+    """Positions of the arguments eager tracks (requires_grad): ``argnums``, checked to
+    be arguments made of float arrays, or all of those."""
+    floats = inputs.float_args()
+    if argnums is None:
+        return set(floats)
+    argnums = [argnums] if isinstance(argnums, int) else [int(a) for a in argnums]
+    for a in argnums:
+        if a not in floats:
+            raise ValueError(f"graphc.compare: argnums {a} is not an argument made of "
+                             f"floating-point arrays (those are positions {floats})")
+    return set(argnums)
+
+
+def _eager_runs(fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list, track: set,
+                notes: list) -> tuple:
+    """The eager run (with its peak memory) and the float64 reference run."""
     ev = _EagerRun(fn, inputs, grads, grad_pos, track, measure_memory=True)
     try:
         ref = _EagerRun(fn, inputs, grads, grad_pos, track, cast=np.dtype(np.float64))
@@ -354,49 +387,57 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
         ref = ev
         notes.append(f"the float64 reference run failed ({type(exc).__name__}: {exc}); errors "
                      "are measured against the eager run instead")
-    e_time, e_number, reps = _measure(ev.call, repeat, warmup, budget)
-    eager_col = {"time_per_call_s": e_time, "first_call_s": ev.first_call_s,
-                 "peak_bytes": ev.peak_bytes, "tape_nodes": ev.tape_nodes}
+    return ev, ref
 
-    if ev.step:
-        notes.append(f"{name} calls backward() itself: it is compared as a training step "
-                     "(inputs are eager Tensors on both sides; .grad and in-place updates after "
-                     "the first call are compared as values)")
 
-    # compiled: arrays in, or for a step the same kind of Tensors eager got
-    cargs = inputs.build(_tensor_maker(track) if ev.step else (lambda a, i: a.copy()))
-    cf, compiled_col, error, c_outs, c_grads, c_number = None, None, None, None, None, None
-    try:
-        from ..api import compile as _compile
-        target = _compiled_target(fn, grads, grad_pos, ev.out_is_tensor)
-        cf = _compile(target)
-        t0 = time.perf_counter()
-        res = cf(*cargs)
-        first = time.perf_counter() - t0
-        c_outs, c_grads = _split_compiled(res, grads, ev.out_is_tensor)
-        c_updated = _updated(inputs, cargs)
-        # a call that creates .grad changes the next call's signature: keep calling (cold)
-        # while calls still trace, so compile time covers every signature a loop meets
-        n_cold = 1
-        while n_cold < 4:
-            traces = cf.cache_info().traces
+class _CompiledRun:
+    """The compiled side: its cold calls, outputs, gradients and in-place updates, or
+    why it could not compile (``error``, from ``_error_info``)."""
+
+    def __init__(self, fn: Callable, inputs: _Inputs, ev: _EagerRun, grads: bool,
+                 grad_pos: list, track: set) -> None:
+        # arrays in, or for a step the same kind of Tensors eager got
+        self.args = cargs = inputs.build(_tensor_maker(track) if ev.step
+                                         else (lambda a, i: a.copy()))
+        self.cf = self.error = self.outs = self.grads = self.updated = self.number = None
+        try:
+            from ..api import compile as _compile
+            target = _compiled_target(fn, grads, grad_pos, ev.out_is_tensor)
+            self.cf = cf = _compile(target)
             t0 = time.perf_counter()
-            cf(*cargs)
-            dt = time.perf_counter() - t0
-            if cf.cache_info().traces == traces:
-                break
-            first += dt
-            n_cold += 1
-    except GraphcError as exc:
-        error = _error_info(exc, fn)
-    if error is None:
-        c_time, c_number, _ = _measure(lambda: cf(*cargs), reps, warmup, budget)
+            res = cf(*cargs)
+            first = time.perf_counter() - t0
+            self.outs, self.grads = _split_compiled(res, grads, ev.out_is_tensor)
+            self.updated = _updated(inputs, cargs)
+            # a call that creates .grad changes the next call's signature: keep calling
+            # (cold) while calls still trace, so compile time covers every signature a
+            # loop meets
+            n_cold = 1
+            while n_cold < 4:
+                traces = cf.cache_info().traces
+                t0 = time.perf_counter()
+                cf(*cargs)
+                dt = time.perf_counter() - t0
+                if cf.cache_info().traces == traces:
+                    break
+                first += dt
+                n_cold += 1
+            self.first, self.n_cold = first, n_cold
+        except GraphcError as exc:
+            self.error = _error_info(exc, fn)
+
+    def measure(self, reps: int, warmup: int, budget: float) -> dict:
+        """The compiled column of the report: time per call, compile time, memory and
+        graph sizes."""
+        cf, cargs = self.cf, self.args
+        c_time, self.number, _ = _measure(lambda: cf(*cargs), reps, warmup, budget)
         st = cf.stats(*cargs)
         traced = cf.graph(*cargs)
-        out_bytes = sum(np.asarray(o).nbytes for o in c_outs + c_grads)
-        compiled_col = {
-            "time_per_call_s": c_time, "first_call_s": first,
-            "compile_s": max(first - n_cold * c_time, 0.0), "cold_calls": n_cold,
+        out_bytes = sum(np.asarray(o).nbytes for o in self.outs + self.grads)
+        return {
+            "time_per_call_s": c_time, "first_call_s": self.first,
+            "compile_s": max(self.first - self.n_cold * c_time, 0.0),
+            "cold_calls": self.n_cold,
             "peak_bytes": int(st.get("arena_bytes", 0)) + int(out_bytes),
             "arena_bytes": int(st.get("arena_bytes", 0)), "output_bytes": int(out_bytes),
             "traced_nodes": st["traced_nodes"],
@@ -406,8 +447,12 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
             "kernels": st.get("kernels", 0), "loop_kernels": st.get("loop_kernels", 0),
             "fused_nodes": st.get("fused_nodes", 0), "traces": cf.cache_info().traces}
 
-    # numerics
-    rows = []
+
+def _agreement(inputs: _Inputs, grad_pos: list, ev: _EagerRun, ref: _EagerRun,
+               comp: _CompiledRun) -> tuple:
+    """(one row per output, gradient and in-place update: the errors of eager and compiled
+    against the float64 reference, whether compiled agrees; do all agree)."""
+    c_outs, c_grads = comp.outs, comp.grads
     out_names = ["output"] if len(ev.outputs) == 1 else \
         [f"output[{k}]" for k in range(len(ev.outputs))]
     values = [(n, e, r, None if c_outs is None else c_outs[k])
@@ -416,9 +461,10 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     values += [(n, e, r, None if c_grads is None else c_grads[k])
                for k, (n, e, r) in enumerate(zip(gnames, ev.gradients, ref.gradients))]
     if ev.step:
-        c_upd = dict(c_updated) if c_outs is not None else {}
+        c_upd = dict(comp.updated) if c_outs is not None else {}
         r_upd = dict(ref.updated)
         values += [(p, e, r_upd[p], c_upd.get(p)) for p, e in ev.updated if p in r_upd]
+    rows = []
     all_agree = True
     for nm, e, r, c in values:
         ea, er = _errors(e, r)
@@ -432,36 +478,36 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
             row.update(compiled_abs=ca, compiled_rel=cr, ok=ok)
             all_agree = all_agree and ok
         rows.append(row)
-    divergence = None
-    if error is None and not all_agree:
-        try:
-            from .debug import first_divergence
-            from ..api import _arrays
-            key, dyn = cf._signature(cargs)
-            entry = cf._entry_for(cargs)
-            if entry.trace.captured or entry.trace.randoms:
-                entry, dyn = cf._with_captured(entry, cargs, dyn)
-            opt = entry.stages["optimized"]
-            divergence = first_divergence(opt, _arrays(dyn, entry.trace.in_specs)) or \
-                "no single node differs from the interpreter (the difference is in rounding " \
-                "order, not in one node)"
-        except Exception as exc:  # the search itself failed: report, do not hide the table
-            divergence = f"could not locate ({type(exc).__name__}: {exc})"
+    return rows, all_agree
 
-    speedup = break_even = None
-    if compiled_col is not None:
-        c_time = compiled_col["time_per_call_s"]
-        speedup = e_time / c_time if c_time > 0 else None
-        gain = e_time - c_time
-        break_even = math.ceil(compiled_col["compile_s"] / gain) if gain > 0 else "never"
-    return ComparisonReport(
-        function=name, signature=inputs.signature(name), grads=grads, eager=eager_col,
-        mode="training step" if ev.step else "value and gradients" if grads else "value",
-        compiled=compiled_col, compiled_error=error, speedup=speedup,
-        break_even_calls=break_even, agreement=rows,
-        all_agree=all_agree if error is None else None, divergence=divergence,
-        timing={"repeat": reps, "warmup": warmup, "eager_number": e_number,
-                "compiled_number": c_number}, notes=notes)
+
+def _divergence(cf: Any, cargs: tuple) -> str:
+    """The first node of the optimized graph whose native value differs from the
+    interpreter's, for a compiled function that disagrees with eager."""
+    try:
+        from .debug import first_divergence
+        from ..api import _arrays
+        key, dyn = cf._signature(cargs)
+        entry = cf._entry_for(cargs)
+        if entry.trace.captured or entry.trace.randoms:
+            entry, dyn = cf._with_captured(entry, cargs, dyn)
+        opt = entry.stages["optimized"]
+        return first_divergence(opt, _arrays(dyn, entry.trace.in_specs)) or \
+            "no single node differs from the interpreter (the difference is in rounding " \
+            "order, not in one node)"
+    except Exception as exc:  # the search itself failed: report, do not hide the table
+        return f"could not locate ({type(exc).__name__}: {exc})"
+
+
+def _payoff(e_time: float, compiled_col: Optional[dict]) -> tuple:
+    """(speedup, calls after which compiling paid off or "never"); Nones without a
+    compiled column."""
+    if compiled_col is None:
+        return None, None
+    c_time = compiled_col["time_per_call_s"]
+    speedup = e_time / c_time if c_time > 0 else None
+    gain = e_time - c_time
+    return speedup, math.ceil(compiled_col["compile_s"] / gain) if gain > 0 else "never"
 
 
 def _updated(inputs: _Inputs, args: tuple) -> list:

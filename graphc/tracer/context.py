@@ -1,0 +1,116 @@
+"""The TraceContext: everything one trace records (its graph, inputs, writes, random
+draws, leaves) and how new nodes are attributed.  Each trace has its own, so two
+threads trace at once without sharing state."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from eager.interop import GRAD_MODE as _GRAD
+from eager.interop import check_size
+
+from ..errors import TooBigError
+from ..ir import Graph
+from ..layout import c_layout
+from .source import user_src
+from .tensor import Tracer
+
+
+class TraceContext:
+    """One trace in progress: its graph and whether tracers may still be used."""
+
+    def __init__(self, graph: Graph, fn_name: str) -> None:
+        self.graph = graph
+        self.fn_name = fn_name
+        self.active = True
+        self.input_paths: dict = {}      # input node id -> readable argument path
+        self._consts: dict = {}          # id(array) -> (array, node) to dedupe closed-over arrays
+        self.mutations: dict = {}        # input index -> tracer holding its final value
+        self._input_of: dict = {}        # id(input tracer) -> flattened input index
+        self.leaves: list = []           # input tracers of tensors that require grad
+        self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
+        self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
+        self.lifted_nodes: dict = {}     # id(lifted tracer) -> its input node
+        self.randoms: list = []          # (kind, shape, dtype, params) of each random draw
+        self.rng_state = None            # tracer of the generator-state input, once drawn
+        self.rng_count = 0               # counters (elements) the draws take per call
+        # did the function read or write a .grad, or call backward()?  If not, whether a
+        # lifted parameter has a .grad does not matter to the trace
+        self.grads_used = False
+        self.nonleaf_args: set = set()   # input nodes of arguments that have a grad_fn
+        self.where = user_src(3)
+        # ops traced under eager.no_grad() inside a function traced with grad enabled give
+        # values autodiff must not look through (as eager records no tape for them)
+        self.grad_on = _GRAD.enabled
+        # how new nodes are attributed, per trace (so threads tracing at once never see
+        # each other's): ``role`` "backward" and ``by`` "grad" while graphc.autodiff emits
+        # gradient nodes; ``src`` the source line to give them while it replays or
+        # differentiates (None: the user's line, found on the stack)
+        self.role = "forward"
+        self.src: Optional[str] = None
+        self.by = "trace"
+
+    def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
+        """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the
+        call's generator state, an input the call fills from graphc's stream
+        (graphc.runtime.rng) with a fresh counter, so each call draws fresh numbers.
+        Each draw takes its own range of counters: ``offset`` is the elements drawn
+        before it in the same call."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        check_size(shape, dtype, kind, TooBigError)
+        if self.rng_state is None:
+            nid = self.graph.add_input("rng_state", (2,), np.dtype(np.int64))
+            self.input_paths[nid] = "graphc's random stream (key, counter)"
+            self.rng_state = Tracer(self, nid, (2,), np.dtype(np.int64), c_layout((2,)))
+        if kind == "integers":
+            draw = dtype if dtype in (np.int64, np.int32) else np.dtype(np.int64)
+            low, high = int(params["low"]), int(params["high"])
+            if not low < high:
+                raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got "
+                                   f"from={low} >= to={high}")
+        else:
+            draw = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
+            low, high = 0, 1
+        n = math.prod(shape)
+        out = self.rng_state._op("philox", None, dist=kind, shape=shape, dtype=draw.name,
+                                 low=low, high=high, offset=self.rng_count)
+        self.rng_count += n
+        self.randoms.append((kind, shape, dtype.name, dict(params)))
+        return out if draw == dtype else out.to(dtype)
+
+    def factory(self, arr: np.ndarray, requires_grad: bool) -> "Tracer":
+        """A tensor made by an eager factory while tracing (``eager.zeros`` & co.): a
+        constant of the graph, traced so that in-place writes into it are traced."""
+        arr = np.asarray(arr)
+        nid = self.graph.add_const(arr, src=user_src(3))
+        t = Tracer(self, nid, arr.shape, arr.dtype, c_layout(arr.shape))
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+    def const(self, value: Any, src: str = "") -> int:
+        if isinstance(value, np.ndarray):
+            hit = self._consts.get(id(value))
+            if hit is not None and hit[0] is value:
+                return hit[1]
+            nid = self.graph.add_const(value.copy(), src=src)
+            self._consts[id(value)] = (value, nid)
+            return nid
+        return self.graph.add_const(np.asarray(value), src=src)
+
+    def depends_on(self, nid: int) -> list:
+        """Readable paths of the inputs that node ``nid`` depends on (iterative walk)."""
+        g = self.graph.nx
+        seen, stack, found = {nid}, [nid], []
+        while stack:
+            n = stack.pop()
+            if n in self.input_paths:
+                found.append(self.input_paths[n])
+            for p in g.predecessors(n):
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return sorted(found)
