@@ -17,7 +17,8 @@ import numpy as np
 
 from .autograd.grad_mode import enable_grad
 from .nn import _typename, _zero_grad
-from .tensor import TRACING, Tensor
+from .factories import TRACING
+from .tensor import Tensor
 
 
 class Optimizer:

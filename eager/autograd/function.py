@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -235,6 +235,26 @@ class OpNode(Node):
                 res.append(None)
             i += 1
         return res
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        try:
+            self._hooks.remove(self._hook)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 def keep_mask(op, needs: tuple, n: int) -> tuple:

@@ -27,7 +27,8 @@ import numpy as np
 import eager._dtype as D  # by full name ("from .. import" is an edge to the package eager)
 from ..autograd.grad_mode import no_grad
 from ..surface import TensorOps
-from ..tensor import Tensor, empty, rand
+from ..factories import empty, rand
+from ..tensor import Tensor
 from . import functional as F
 
 # id(tensor) -> tensor for every live Parameter.  Keyed by id because Tensor.__eq__ is
