@@ -39,6 +39,11 @@ def bind(tensor_class) -> None:
 _NO_EDGE = (None, 0)
 _RAW = {name: getattr(op.forward, "raw", op.forward) for name, op in OPS.items()}
 _NODE_CLASSES = _function_mod._node_classes
+_new_op_node = _function_mod.new_op_node      # the one constructor of tape nodes
+_node_class = _function_mod.node_class
+_KEEP = _function_mod._KEEP
+_keep_mask = _function_mod.keep_mask
+_NO_ATTRS: dict = {}    # the attrs of every binary node (never mutated)
 
 
 def record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None:
@@ -68,7 +73,6 @@ def record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None
     if km is None:
         km = _keep_mask(opdef, needs, len(operands))
     keep, any_keep = km
-    # OpNode.__init__, inlined: the tape's hot path
     saved = []
     versions = []
     shapes = []
@@ -86,18 +90,10 @@ def record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None
             saved.append(o if k else None)
             versions.append(None)
         shapes.append((data.shape, data.dtype))
-    out.grad_fn = _new_op_node(gname, opdef, attrs, needs, tuple(edges), tuple(saved),
-                               tuple(versions), tuple(shapes), out, any_keep)
+    out.grad_fn = _new_op_node(_NODE_CLASSES.get(gname) or _node_class(gname), opdef, attrs,
+                               needs, tuple(edges), tuple(saved), tuple(versions),
+                               tuple(shapes), out, any_keep)
     out._rg = True
-
-
-_new = object.__new__
-_new_op_node = _function_mod.new_op_node
-_KEEP = _function_mod._KEEP
-_keep_mask = _function_mod.keep_mask
-_SEQ = _function_mod._seq
-_next = next
-_NO_ATTRS: dict = {}    # the attrs of every binary node (never mutated)
 
 
 def record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
@@ -111,9 +107,10 @@ def record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
         km = _keep_mask(opdef, _NEED1, 1)
     keep = km[1]
     dx = x._data
-    out.grad_fn = _new_op_node(gname, opdef, attrs, _NEED1, (edge,),
-                               (x if keep else None,), (x._version[0] if keep else None,),
-                               ((dx.shape, dx.dtype),), out, keep)
+    out.grad_fn = _new_op_node(_NODE_CLASSES.get(gname) or _node_class(gname), opdef, attrs,
+                               _NEED1, (edge,), (x if keep else None,),
+                               (x._version[0] if keep else None,), ((dx.shape, dx.dtype),), out,
+                               keep)
     out._rg = True
 
 
@@ -148,29 +145,12 @@ def record2(out: Tensor, recipes: list, x, y, dt) -> None:
         ey = _NO_EDGE
     dx = x._data if xt else x
     dy = y._data if yt else y
-    # new_op_node, inlined for a binary node without attrs
-    node = _new(cls)
-    node._seq = _next(_SEQ)
-    node._hooks = None
-    node._retained = None
-    node._metadata = None
-    node._op = opdef
-    node._attrs = _NO_ATTRS
-    node._needs = needs
-    node.next_functions = (ex, ey)
-    # a saved tensor's version now (constants have none)
-    node._saved = (x if kx else None, y if ky else None)
-    node._versions = (x._version[0] if kx and xt else None, y._version[0] if ky and yt else None)
-    node._shapes = ((dx.shape, dt), (dy.shape, dt))
-    if opdef.saves_out:
-        node._out = out._data
-        node._outv = out._version
-        node._freed = False
-    else:
-        node._out = None
-        node._outv = None
-        node._freed = False if keeps else None
-    out.grad_fn = node
+    # a saved tensor's version is its version now (constants have none)
+    out.grad_fn = _new_op_node(cls, opdef, _NO_ATTRS, needs, (ex, ey),
+                               (x if kx else None, y if ky else None),
+                               (x._version[0] if kx and xt else None,
+                                y._version[0] if ky and yt else None),
+                               ((dx.shape, dt), (dy.shape, dt)), out, keeps)
     out._rg = True
 
 
@@ -191,8 +171,7 @@ def _recipe2(recipes: list, i: int):
     else:
         needs = (nx, ny)
         (kx, ky), keeps = _keep_mask(opdef, needs, 2)
-        r = (_NODE_CLASSES.get(gname) or _function_mod.node_class(gname), opdef, needs, kx, ky,
-             keeps)
+        r = (_NODE_CLASSES.get(gname) or _node_class(gname), opdef, needs, kx, ky, keeps)
     recipes[i] = r
     return r
 

@@ -16,7 +16,6 @@ import eager._dtype as D
 import eager._tape as _tape
 import eager._views as _views
 import eager.autograd.engine as _engine_mod
-import eager.autograd.function as _function_mod
 import eager.surface as _surface_mod
 from ._format import format_tensor
 from ._tape import BINOPS as _BINOPS, RBINOPS as _RBINOPS
@@ -363,14 +362,7 @@ class Tensor(TensorOps):
     def _leaf_edge(self) -> tuple:
         """Make this leaf's AccumulateGrad (once: it refers to us weakly) and keep the
         edge ``(node, 0)`` that graphs point at in ``_acc``."""
-        acc = _new(AccumulateGrad)      # AccumulateGrad(self), without an __init__ frame
-        acc._seq = _next(_SEQ)
-        acc._hooks = None
-        acc._retained = None
-        acc._metadata = None
-        acc._var = _weakref(self)
-        acc.next_functions = ()
-        edge = self._acc = (acc, 0)
+        edge = self._acc = (AccumulateGrad(self), 0)
         return edge
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
@@ -567,9 +559,6 @@ class Tensor(TensorOps):
 
 
 _new = object.__new__
-_next = next
-_weakref = weakref.ref
-_SEQ = _function_mod._seq
 
 
 def _init(t: Tensor, arr: np.ndarray) -> None:

@@ -110,13 +110,14 @@ def bind(tensor_class, zeros) -> None:
     _Tensor, _zeros = tensor_class, zeros
 
 
-def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
+def new_op_node(cls: type, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
                 versions: tuple, shapes: tuple, out, keeps: bool):
-    """The backward node of one recorded op (``keeps``: some operand was saved).
+    """The backward node of one recorded op: an instance of ``cls`` (an OpNode subclass
+    from :func:`node_class`); ``keeps``: some operand was saved.
 
-    One constructor for every recorder: slots are set directly rather than through
-    ``__init__`` because this runs once per recorded op."""
-    node = _new(_node_classes.get(gname) or node_class(gname))
+    The one constructor of OpNodes, for every recorder (eager._tape): slots are set
+    directly rather than through ``__init__`` because this runs once per recorded op."""
+    node = _new(cls)
     node._seq = next(_seq)
     node._hooks = None
     node._retained = None
