@@ -19,6 +19,7 @@ import numpy as np
 # Layers below this module only (see docs/eager-layers.md).  Modules by full name: a
 # "from . import x" would also be an import of the package eager itself.
 import eager._dtype as D
+import eager._operands as _operands_mod
 import eager._tape as _tape_mod
 import eager._views as _views_mod
 import eager.autograd.backward_codegen as _codegen_mod
@@ -268,7 +269,7 @@ BoolTensor = _typed_ctor(np.bool_)
 
 
 # --- wiring: the one place where the layers below receive Tensor and its factories --------
-# tensor, _views, _tape, surface, autograd.function, autograd.engine and
+# tensor, _views, _tape, surface, _operands, autograd.function, autograd.engine and
 # autograd.backward_codegen sit below this module and never import it; each exposes a
 # bind() that stores what it needs in module globals (read at the same cost as before).
 # eager/__init__ imports this module before anything can run an op, so the wiring is
@@ -276,7 +277,8 @@ BoolTensor = _typed_ctor(np.bool_)
 _views_mod.bind(Tensor)
 _tape_mod.bind(Tensor)
 _tensor_mod.bind(tensor=tensor)
-_surface_mod.bind(tensor=tensor, device=device, rand=rand, randn=randn, bernoulli=bernoulli)
+_operands_mod.bind(tensor_ops=_surface_mod.TensorOps, tensor=tensor)
+_surface_mod.bind(device=device, rand=rand, randn=randn, bernoulli=bernoulli)
 _function_mod.bind(Tensor, zeros)
 _engine_mod.bind(Tensor, tensor, zeros_like)
 _codegen_mod.bind(Tensor)
