@@ -23,7 +23,7 @@ from ._dtype import FROM_NP, check_inplace_result
 from .autograd.engine import NO_GRAD_HINTS
 from .autograd.function import AccumulateGrad
 from .autograd.grad_mode import STATE as GRAD_MODE
-from .nn import CALLS, Module
+from .nn.module import CALLS, Module
 from .ops.movement import assigned_shape
 from .ops.registry import (ATTR_TYPES, FAMILIES, MAX_BYTES, OPS, Meta, check_size, norm_axes,
                            ops_of)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from .autograd.grad_mode import enable_grad
-from .nn import _typename, _zero_grad
+from .nn.module import _typename, _zero_grad
 from .factories import TRACING
 from .tensor import Tensor
 
