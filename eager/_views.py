@@ -8,8 +8,8 @@ gives its base a new history (CopySlices) instead of silently bypassing it.
 A view remembers how it was made in ``_view`` = (base, op, attrs, extra operands,
 creation kind).  :func:`inplace`, :func:`write`, :func:`setitem` and
 :func:`fast_inplace` are ``Tensor``'s ``_inplace``, ``_write``, ``_setitem_impl`` and
-``_fast_inplace`` (bound as methods in its class body).  This module sits below eager/tensor.py (docs/eager-layers.md) and receives ``Tensor``
-through :func:`bind`.
+``_fast_inplace`` (bound as methods in its class body).  This module sits below
+eager/tensor.py (docs/eager-layers.md) and receives ``Tensor`` through :func:`bind`.
 """
 from __future__ import annotations
 

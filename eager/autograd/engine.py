@@ -25,15 +25,15 @@ def _ones(shape: tuple, dtype) -> np.ndarray:
     return out
 
 
-# eager.tensor's Tensor class and its ``tensor``/``zeros_like`` factories: eager.tensor (a
-# layer above) hands them down once, at its import, through bind().
+# eager.tensor's Tensor class and eager.factories' ``tensor``/``zeros_like``: the wiring
+# block of eager.factories (a layer above) hands them down once, through bind().
 _Tensor = None
 _tensor = None
 _zeros_like = None
 
 
 def bind(tensor_class, tensor, zeros_like) -> None:
-    """Receive eager.tensor's Tensor, tensor and zeros_like (called once, by eager.tensor)."""
+    """Receive Tensor, tensor and zeros_like (called once, by eager.factories' wiring block)."""
     global _Tensor, _tensor, _zeros_like
     _Tensor, _tensor, _zeros_like = tensor_class, tensor, zeros_like
 

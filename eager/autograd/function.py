@@ -98,14 +98,15 @@ def node_class(name: str) -> type:
 
 _new = object.__new__
 _CACHE = _codegen._CACHE
-# eager.tensor's Tensor class and ``zeros`` factory: eager.tensor (a layer above) hands them
-# down once, at its import, through bind(); nodes use them only when backward runs.
+# eager.tensor's Tensor class and eager.factories' ``zeros``: the wiring block of
+# eager.factories (a layer above) hands them down once, through bind(); nodes use them
+# only when backward runs.
 _Tensor = None
 _zeros = None
 
 
 def bind(tensor_class, zeros) -> None:
-    """Receive eager.tensor.Tensor and eager.tensor.zeros (called once, by eager.tensor)."""
+    """Receive Tensor and zeros (called once, by eager.factories' wiring block)."""
     global _Tensor, _zeros
     _Tensor, _zeros = tensor_class, zeros
 
@@ -148,7 +149,7 @@ class OpNode(Node):
     version a saved tensor had when recorded.  ``_freed`` is False while saved
     values are held, True once released, and None for a node that saved nothing
     (such a node can run again after backward, as in PyTorch).
-    Built by :func:`new_op_node` (eager.tensor's recorders call it on the hot path).
+    Built by :func:`new_op_node` (eager._tape's recorders call it on the hot path).
     """
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
