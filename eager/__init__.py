@@ -10,11 +10,12 @@ from ._dtype import (bool, double, dtype, float, float16, float32, float64, half
 from .surface import Size, TensorOps, matmul, maximum, minimum, where
 from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
                        set_grad_enabled)
-from .tensor import (BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor, Tensor,
-                     arange, as_tensor, device, empty, empty_like, eye, from_numpy, full,
-                     bernoulli, full_like, linspace, manual_seed, ones, ones_like, rand,
-                     rand_like, randint,
-                     randn, randn_like, seed, tensor, zeros, zeros_like)
+from .tensor import Tensor, device
+from .factories import (BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor,
+                        arange, as_tensor, empty, empty_like, eye, from_numpy, full,
+                        bernoulli, full_like, linspace, manual_seed, ones, ones_like, rand,
+                        rand_like, randint,
+                        randn, randn_like, seed, tensor, zeros, zeros_like)
 from . import autograd  # noqa: E402
 
 __version__ = "0.1.0"

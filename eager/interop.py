@@ -23,13 +23,14 @@ from ._dtype import FROM_NP, check_inplace_result
 from .autograd.engine import NO_GRAD_HINTS
 from .autograd.function import AccumulateGrad
 from .autograd.grad_mode import STATE as GRAD_MODE
-from .nn import CALLS, Module
+from .nn.module import CALLS, Module
 from .ops.movement import assigned_shape
 from .ops.registry import (ATTR_TYPES, FAMILIES, MAX_BYTES, OPS, Meta, check_size, norm_axes,
                            ops_of)
 from .surface import Size, TensorOps, decode_index, encode_index, sum_to
-from .tensor import (MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE, PINNED, SEED, TRACING,
-                     VIEW_OF_LEAF_INPLACE, Tensor)
+from ._views import MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE, VIEW_OF_LEAF_INPLACE
+from .factories import SEED, TRACING
+from .tensor import PINNED, Tensor
 
 # --- a tensor's fields, read and written without the public properties' checks ------------
 data_of = attrgetter("_data")               # the numpy array holding a tensor's values

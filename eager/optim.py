@@ -16,8 +16,9 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from .autograd.grad_mode import enable_grad
-from .nn import _typename, _zero_grad
-from .tensor import TRACING, Tensor
+from .nn.module import _typename, _zero_grad
+from .factories import TRACING
+from .tensor import Tensor
 
 
 class Optimizer:

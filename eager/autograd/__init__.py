@@ -14,7 +14,8 @@ from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 def Variable(data, requires_grad: bool = False, volatile: bool = False):
     """Deprecated since PyTorch 0.4: returns a plain Tensor (``volatile`` means no grad)."""
-    from ..tensor import Tensor, tensor
+    from ..factories import tensor
+    from ..tensor import Tensor
     warnings.warn("The Variable API is deprecated: Variable(tensor) returns a Tensor; use tensors "
                   "with requires_grad=True (and torch.no_grad() instead of volatile=True).",
                   DeprecationWarning, stacklevel=2)

@@ -61,7 +61,7 @@ _ids = itertools.count()
 
 
 def bind(tensor_class) -> None:
-    """Receive eager.tensor.Tensor (called once, by eager.tensor at import): the compiled
+    """Receive eager.tensor.Tensor (called once, by eager.factories' wiring block): the compiled
     code checks saved operands against it and wraps results with its ``_make``."""
     global _Tensor
     _Tensor = tensor_class

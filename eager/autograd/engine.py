@@ -25,15 +25,15 @@ def _ones(shape: tuple, dtype) -> np.ndarray:
     return out
 
 
-# eager.tensor's Tensor class and its ``tensor``/``zeros_like`` factories: eager.tensor (a
-# layer above) hands them down once, at its import, through bind().
+# eager.tensor's Tensor class and eager.factories' ``tensor``/``zeros_like``: the wiring
+# block of eager.factories (a layer above) hands them down once, through bind().
 _Tensor = None
 _tensor = None
 _zeros_like = None
 
 
 def bind(tensor_class, tensor, zeros_like) -> None:
-    """Receive eager.tensor's Tensor, tensor and zeros_like (called once, by eager.tensor)."""
+    """Receive Tensor, tensor and zeros_like (called once, by eager.factories' wiring block)."""
     global _Tensor, _tensor, _zeros_like
     _Tensor, _tensor, _zeros_like = tensor_class, tensor, zeros_like
 
@@ -167,6 +167,7 @@ def _input_edge(t) -> tuple:
     return (t._grad_accumulator(), 0)
 
 
+# Long on purpose: the per-node loop of every loss.backward() stays in one frame.
 def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: bool) -> None:
     """``backward()`` without ``inputs=``: the common case, kept lean.
 
@@ -268,10 +269,9 @@ def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
     _accumulate_leaf(var, g, create_graph, is_shared)
 
 
-def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
-         targets: Optional[list], capture: bool) -> dict:
-    """Execute the backward graph; return captured gradients when ``capture``."""
-    # 1. discover the graph (iteratively) and count dependencies
+def _discover(roots: list, track_parents: bool) -> tuple:
+    """Walk the backward graph from ``roots`` (iteratively): (dependency count of each
+    node, its parents when ``track_parents`` else {}, every node seen)."""
     deps: dict = {}
     parents: dict = {}
     seen = set()
@@ -280,7 +280,6 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
         if node is not None and node not in seen:
             seen.add(node)
             stack.append(node)
-    track_parents = targets is not None
     while stack:
         node = stack.pop()
         for nxt, _ in node.next_functions:
@@ -295,27 +294,32 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
+    return deps, parents, seen
 
-    # 2. with explicit inputs, run only nodes that lead to one of them
-    needed = None
+
+def _needed_nodes(targets: list, parents: dict, seen: set) -> tuple:
+    """With explicit inputs, run only nodes that lead to one of them: (the set of such
+    nodes, target node -> its output numbers asked for)."""
     target_nodes: dict = {}
-    if targets is not None:
-        for node, nr in targets:
-            target_nodes.setdefault(node, []).append(nr)
-        needed = set()
-        stack = [n for n in target_nodes if n in seen]
-        needed.update(stack)
-        while stack:
-            node = stack.pop()
-            for p in parents.get(node, ()):
-                if p not in needed:
-                    needed.add(p)
-                    stack.append(p)
+    for node, nr in targets:
+        target_nodes.setdefault(node, []).append(nr)
+    needed = set()
+    stack = [n for n in target_nodes if n in seen]
+    needed.update(stack)
+    while stack:
+        node = stack.pop()
+        for p in parents.get(node, ()):
+            if p not in needed:
+                needed.add(p)
+                stack.append(p)
+    return needed, target_nodes
 
-    # 3. seed the input buffers with the root gradients.  ``shared`` holds the ids of
-    # gradients whose buffer someone else may also hold (user-given roots, identity
-    # VJPs such as add's, views; as id -> weakref); a leaf stores a copy of those, never
-    # the buffer.
+
+def _seed(roots: list, grads: tuple, deps: dict) -> tuple:
+    """The input buffers seeded with the root gradients, the ``shared`` ids and the heap
+    of nodes ready to run.  ``shared`` holds the ids of gradients whose buffer someone
+    else may also hold (user-given roots, identity VJPs such as add's, views; as id ->
+    weakref); a leaf stores a copy of those, never the buffer."""
     buffers: dict = {}
     shared: dict = {}
     grads, owned = grads
@@ -327,6 +331,21 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool,
     for node in buffers:
         if deps.get(node, 0) == 0:
             heapq.heappush(heap, (-node._seq, node))
+    return buffers, shared, heap
+
+
+def _run(roots: list, grads: tuple, retain_graph: bool, create_graph: bool,
+         targets: Optional[list], capture: bool) -> dict:
+    """Execute the backward graph; return captured gradients when ``capture``.
+
+    ``grads`` is (root gradients, whether each is owned).  The loop below is the
+    backward hot loop, kept in one frame (a helper per node would cost a call each)."""
+    deps, parents, seen = _discover(roots, targets is not None)
+    needed = None
+    target_nodes: dict = {}
+    if targets is not None:
+        needed, target_nodes = _needed_nodes(targets, parents, seen)
+    buffers, shared, heap = _seed(roots, grads, deps)
 
     captured: dict = {}
     state = _STATE

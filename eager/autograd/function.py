@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -98,25 +98,27 @@ def node_class(name: str) -> type:
 
 _new = object.__new__
 _CACHE = _codegen._CACHE
-# eager.tensor's Tensor class and ``zeros`` factory: eager.tensor (a layer above) hands them
-# down once, at its import, through bind(); nodes use them only when backward runs.
+# eager.tensor's Tensor class and eager.factories' ``zeros``: the wiring block of
+# eager.factories (a layer above) hands them down once, through bind(); nodes use them
+# only when backward runs.
 _Tensor = None
 _zeros = None
 
 
 def bind(tensor_class, zeros) -> None:
-    """Receive eager.tensor.Tensor and eager.tensor.zeros (called once, by eager.tensor)."""
+    """Receive Tensor and zeros (called once, by eager.factories' wiring block)."""
     global _Tensor, _zeros
     _Tensor, _zeros = tensor_class, zeros
 
 
-def new_op_node(gname: str, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
+def new_op_node(cls: type, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
                 versions: tuple, shapes: tuple, out, keeps: bool):
-    """The backward node of one recorded op (``keeps``: some operand was saved).
+    """The backward node of one recorded op: an instance of ``cls`` (an OpNode subclass
+    from :func:`node_class`); ``keeps``: some operand was saved.
 
-    One constructor for every recorder: slots are set directly rather than through
-    ``__init__`` because this runs once per recorded op."""
-    node = _new(_node_classes.get(gname) or node_class(gname))
+    The one constructor of OpNodes, for every recorder (eager._tape): slots are set
+    directly rather than through ``__init__`` because this runs once per recorded op."""
+    node = _new(cls)
     node._seq = next(_seq)
     node._hooks = None
     node._retained = None
@@ -147,7 +149,7 @@ class OpNode(Node):
     version a saved tensor had when recorded.  ``_freed`` is False while saved
     values are held, True once released, and None for a node that saved nothing
     (such a node can run again after backward, as in PyTorch).
-    Built by :func:`new_op_node` (eager.tensor's recorders call it on the hot path).
+    Built by :func:`new_op_node` (eager._tape's recorders call it on the hot path).
     """
 
     __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
@@ -235,6 +237,26 @@ class OpNode(Node):
                 res.append(None)
             i += 1
         return res
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    def __init__(self, hooks: list, hook: Callable) -> None:
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        try:
+            self._hooks.remove(self._hook)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 def keep_mask(op, needs: tuple, n: int) -> tuple:

@@ -133,55 +133,83 @@ def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol:
     diff_inputs = [inputs[i] for i in diff]
     rng = np.random.default_rng(0)
 
-    # 1. analytical Jacobian, one row per output element; shapes and dtypes on the way
     analytical = {}
     for k in outs_idx:
         out = outputs[k]
-        rows = {i: np.zeros((out_sizes[k], inputs[i]._data.size)) for i in diff}
-        probes = [np.zeros(out.shape, dtype=out._data.dtype)]     # also covers size-0 outputs
-        for r in range(out_sizes[k]):
-            onehot = np.zeros(out._data.size, dtype=out._data.dtype)
-            onehot[r] = 1
-            probes.append(onehot.reshape(out.shape))
-        for r, g in enumerate(probes):
-            grads = _backward(out, diff_inputs, g)
-            for i, gi in zip(diff, grads):
-                if gi is None:
-                    continue
-                x = inputs[i]
-                if tuple(gi.shape) != tuple(x.shape):
-                    return _fail(f"Gradient for input {i} (w.r.t. output {k}) has shape "
-                                 f"{list(gi.shape)}, but the input has shape {list(x.shape)}",
-                                 raise_exception)
-                if gi._data.dtype != x._data.dtype:
-                    return _fail(f"Gradient for input {i} (w.r.t. output {k}) has dtype "
-                                 f"{gi.dtype}, but the input has dtype {x.dtype}", raise_exception)
-                if r:
-                    rows[i][r - 1] = gi._data.reshape(-1)
+        rows, msg = _analytical_rows(out, k, inputs, diff, diff_inputs)
+        if msg is not None:
+            return _fail(msg, raise_exception)
         for i in diff:
             analytical[(k, i)] = rows[i]
-
-        # 2. linear in grad_output, and reentrant (same numbers twice)
         if out._rg and out_sizes[k]:
-            v = rng.uniform(-1, 1, size=out.shape).astype(out._data.dtype)
-            first = _backward(out, diff_inputs, v)
-            second = _backward(out, diff_inputs, v)
-            for i, g1, g2 in zip(diff, first, second):
-                a1 = np.zeros(inputs[i]._data.size) if g1 is None else g1._data.reshape(-1)
-                a2 = np.zeros(inputs[i]._data.size) if g2 is None else g2._data.reshape(-1)
-                if a1.size and np.max(np.abs(a1 - a2)) > nondet_tol:
-                    return _fail(f"Backward is not reentrant for output {k} w.r.t. input {i}: "
-                                 "running backward with the same input and grad_output twice "
-                                 f"gave values that differ by {np.max(np.abs(a1 - a2)):.3g} "
-                                 f"(nondet_tol={nondet_tol})", raise_exception)
-                combo = v.reshape(-1).astype(np.float64) @ analytical[(k, i)]
-                if a1.size and not np.allclose(a1, combo, rtol=rtol, atol=atol):
-                    return _fail(f"Backward is not linear in grad_output for output {k} w.r.t. "
-                                 f"input {i}: a random grad_output gives {_show(a1)}, the sum of "
-                                 f"the one-hot rows gives {_show(combo)}", raise_exception)
+            msg = _linear_and_reentrant(out, k, inputs, diff, diff_inputs, analytical, rng,
+                                        nondet_tol, rtol, atol)
+            if msg is not None:
+                return _fail(msg, raise_exception)
 
-    # 3. numerical Jacobian and the comparison
     numerical = _numerical(func, inputs, diff, outs_idx, out_sizes, eps)
+    msg = _jacobian_mismatch(analytical, numerical, outs_idx, diff, eps, atol, rtol)
+    if msg is not None:
+        return _fail(msg, raise_exception)
+    return True
+
+
+def _analytical_rows(out, k: int, inputs: tuple, diff: list, diff_inputs: list) -> tuple:
+    """The analytical Jacobian of output ``k``, one row per output element (input index
+    -> rows), checking each gradient's shape and dtype on the way: (rows, None), or
+    (None, what is wrong)."""
+    rows = {i: np.zeros((out._data.size, inputs[i]._data.size)) for i in diff}
+    probes = [np.zeros(out.shape, dtype=out._data.dtype)]     # also covers size-0 outputs
+    for r in range(out._data.size):
+        onehot = np.zeros(out._data.size, dtype=out._data.dtype)
+        onehot[r] = 1
+        probes.append(onehot.reshape(out.shape))
+    for r, g in enumerate(probes):
+        grads = _backward(out, diff_inputs, g)
+        for i, gi in zip(diff, grads):
+            if gi is None:
+                continue
+            x = inputs[i]
+            if tuple(gi.shape) != tuple(x.shape):
+                return None, (f"Gradient for input {i} (w.r.t. output {k}) has shape "
+                              f"{list(gi.shape)}, but the input has shape {list(x.shape)}")
+            if gi._data.dtype != x._data.dtype:
+                return None, (f"Gradient for input {i} (w.r.t. output {k}) has dtype "
+                              f"{gi.dtype}, but the input has dtype {x.dtype}")
+            if r:
+                rows[i][r - 1] = gi._data.reshape(-1)
+    return rows, None
+
+
+def _linear_and_reentrant(out, k: int, inputs: tuple, diff: list, diff_inputs: list,
+                          analytical: dict, rng, nondet_tol: float, rtol: float,
+                          atol: float) -> Optional[str]:
+    """Backward of output ``k`` is linear in grad_output and reentrant (a random
+    grad_output gives the same numbers twice, and the matching sum of the one-hot rows):
+    None, or what is wrong."""
+    v = rng.uniform(-1, 1, size=out.shape).astype(out._data.dtype)
+    first = _backward(out, diff_inputs, v)
+    second = _backward(out, diff_inputs, v)
+    for i, g1, g2 in zip(diff, first, second):
+        a1 = np.zeros(inputs[i]._data.size) if g1 is None else g1._data.reshape(-1)
+        a2 = np.zeros(inputs[i]._data.size) if g2 is None else g2._data.reshape(-1)
+        if a1.size and np.max(np.abs(a1 - a2)) > nondet_tol:
+            return (f"Backward is not reentrant for output {k} w.r.t. input {i}: "
+                    "running backward with the same input and grad_output twice "
+                    f"gave values that differ by {np.max(np.abs(a1 - a2)):.3g} "
+                    f"(nondet_tol={nondet_tol})")
+        combo = v.reshape(-1).astype(np.float64) @ analytical[(k, i)]
+        if a1.size and not np.allclose(a1, combo, rtol=rtol, atol=atol):
+            return (f"Backward is not linear in grad_output for output {k} w.r.t. "
+                    f"input {i}: a random grad_output gives {_show(a1)}, the sum of "
+                    f"the one-hot rows gives {_show(combo)}")
+    return None
+
+
+def _jacobian_mismatch(analytical: dict, numerical: dict, outs_idx: list, diff: list,
+                       eps: float, atol: float, rtol: float) -> Optional[str]:
+    """Compare the analytical and numerical Jacobians: None, or the first mismatch
+    (its largest error, where, and both Jacobians when they are small)."""
     for k in outs_idx:
         for i in diff:
             a = analytical[(k, i)]
@@ -199,8 +227,8 @@ def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol:
                        f"eps={eps}); {int(bad.sum())} of {bad.size} entries differ")
                 if a.size <= _SHOW_LIMIT:
                     msg += f",\nnumerical:\n{_show(n)}\nanalytical:\n{_show(a)}"
-                return _fail(msg, raise_exception)
-    return True
+                return msg
+    return None
 
 
 def gradgradcheck(func: Callable[..., Any], inputs: Any, grad_outputs: Optional[Sequence] = None,

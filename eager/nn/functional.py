@@ -93,7 +93,7 @@ def dropout(input: TensorOps, p: float = 0.5, training: bool = True,
     if p == 1.0:
         out = input * 0.0
     else:
-        from ..tensor import rand
+        from ..factories import rand
         keep = rand(input.shape, dtype=input.dtype) >= p
         out = input * keep.to(input.dtype) * (1.0 / (1.0 - p))
     return input.copy_(out) if inplace else out
