@@ -2,20 +2,60 @@
 
 ``import eager as torch`` runs the seed tutorials' code unchanged.
 """
+
 from __future__ import annotations
 
 from . import ops  # noqa: F401  (registers every primitive)
-from ._dtype import (bool, double, dtype, float, float16, float32, float64, half, int, int8,  # noqa: A004
-                     int16, int32, int64, long, short, uint8)
+from ._dtype import (
+    bool,
+    double,
+    dtype,
+    float,
+    float16,
+    float32,
+    float64,
+    half,
+    int,
+    int8,  # noqa: A004
+    int16,
+    int32,
+    int64,
+    long,
+    short,
+    uint8,
+)
 from .surface import Size, TensorOps, matmul, maximum, minimum, where
-from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,
-                       set_grad_enabled)
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .tensor import Tensor, device
-from .factories import (BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor,
-                        arange, as_tensor, empty, empty_like, eye, from_numpy, full,
-                        bernoulli, full_like, linspace, manual_seed, ones, ones_like, rand,
-                        rand_like, randint,
-                        randn, randn_like, seed, tensor, zeros, zeros_like)
+from .factories import (
+    BoolTensor,
+    DoubleTensor,
+    FloatTensor,
+    IntTensor,
+    LongTensor,
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    bernoulli,
+    full_like,
+    linspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    seed,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from . import autograd  # noqa: E402
 
 __version__ = "0.1.0"
@@ -26,17 +66,66 @@ def _method(name):
         if not isinstance(input, TensorOps):
             input = tensor(input)
         return getattr(input, name)(*args, **kwargs)
+
     fn.__name__ = name
     fn.__doc__ = f"Module-level form of ``Tensor.{name}``."
     return fn
 
 
-for _name in ["add", "sub", "mul", "div", "true_divide", "pow", "neg", "abs", "exp", "log", "sqrt",
-              "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "sign", "clamp", "clip", "square",
-              "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
-              "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any",
-              "reshape", "flatten", "unsqueeze", "squeeze", "transpose", "permute", "t", "mm",
-              "dot", "clone", "detach", "unbind"]:
+for _name in [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "true_divide",
+    "pow",
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "sign",
+    "clamp",
+    "clip",
+    "square",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "argmax",
+    "argmin",
+    "all",
+    "any",
+    "reshape",
+    "flatten",
+    "unsqueeze",
+    "squeeze",
+    "transpose",
+    "permute",
+    "t",
+    "mm",
+    "dot",
+    "clone",
+    "detach",
+    "unbind",
+]:
     globals()[_name] = _method(_name)
 
 subtract, multiply, divide, negative, absolute = sub, mul, div, neg, abs  # noqa: F821
@@ -62,5 +151,6 @@ def broadcast_to(input, shape):
 def __getattr__(name):
     if name in ("nn", "optim", "viz"):
         import importlib
+
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'eager' has no attribute {name!r}")

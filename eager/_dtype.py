@@ -6,6 +6,7 @@ They differ on int/float mixes (numpy: int64 + f32 -> f64, PyTorch -> f32) and o
 Python floats meeting integer tensors (PyTorch gives the default float dtype).
 Those two cases are handled here, once, for every op.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,8 +71,9 @@ def to_np(d) -> np.dtype:
     except TypeError:
         raise TypeError(f"dtype must be an eager dtype such as eager.float32, got {d!r}") from None
     if npd not in FROM_NP:
-        raise TypeError(f"dtype {npd} is not supported; use one of "
-                        f"{', '.join(repr(x) for x in _ALL)}")
+        raise TypeError(
+            f"dtype {npd} is not supported; use one of {', '.join(repr(x) for x in _ALL)}"
+        )
     return npd
 
 
@@ -107,9 +109,17 @@ def scalar_dtype(value, other: np.dtype) -> np.dtype:
 
 
 # PyTorch's ScalarType names, which its error messages use ("result type Float ...")
-_TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "int8": "Char",
-                "uint8": "Byte", "int16": "Short", "int32": "Int", "int64": "Long",
-                "bool": "Bool"}
+_TORCH_NAMES = {
+    "float16": "Half",
+    "float32": "Float",
+    "float64": "Double",
+    "int8": "Char",
+    "uint8": "Byte",
+    "int16": "Short",
+    "int32": "Int",
+    "int64": "Long",
+    "bool": "Bool",
+}
 
 
 def can_cast(src: np.dtype, dst: np.dtype) -> _pybool:
@@ -132,9 +142,11 @@ def check_inplace_result(result: np.dtype, dst: np.dtype) -> None:
     ``int64_w -= 0.5 * g`` computes float32 and is refused rather than truncated.  Ops
     that are defined to convert (``copy_``, ``fill_``, ``x[i] = v``) do not call this."""
     if result != dst and not can_cast(result, dst):
-        raise RuntimeError(f"result type {_TORCH_NAMES.get(result.name, result.name)} can't be "
-                           f"cast to the desired output type "
-                           f"{_TORCH_NAMES.get(dst.name, dst.name)}")
+        raise RuntimeError(
+            f"result type {_TORCH_NAMES.get(result.name, result.name)} can't be "
+            f"cast to the desired output type "
+            f"{_TORCH_NAMES.get(dst.name, dst.name)}"
+        )
 
 
 def infer_np_dtype(data) -> np.dtype:

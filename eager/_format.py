@@ -102,8 +102,7 @@ class _Printer:
 
     __slots__ = ("real", "imag", "cut")
 
-    def __init__(self, real: _Formatter, imag: _Formatter | None,
-                 cut: tuple[bool, ...]) -> None:
+    def __init__(self, real: _Formatter, imag: _Formatter | None, cut: tuple[bool, ...]) -> None:
         self.real = real
         self.imag = imag
         # cut[d]: axis d was reduced to its edge items and needs a "...".
@@ -139,8 +138,7 @@ class _Printer:
         items = [self.scalar(value) for value in row]
         if self.cut[depth]:
             items.insert(_EDGEITEMS, " ...")
-        lines = [", ".join(items[i:i + per_line])
-                 for i in range(0, len(items), per_line)]
+        lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 

@@ -18,6 +18,7 @@ eager.surface imports everything here (its methods use these names, and it re-ex
 them).  This module sits below it and receives the ``TensorOps`` class and the
 ``tensor`` factory through :func:`bind` (docs/eager-layers.md).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -56,7 +57,6 @@ class Size(tuple):
         return n
 
 
-
 # ---------------------------------------------------------------------------
 # dispatch, coercion and the module-level op functions (also used by the VJP rules)
 
@@ -67,28 +67,38 @@ def _dispatch(op: str, gname: str, operands: tuple, attrs: dict):
         if isinstance(o, TensorOps) and (best is None or o._priority > best._priority):
             best = o
     if best is None:
-        raise TypeError(f"{op}: expected at least one tensor operand, got "
-                        f"{[type(o).__name__ for o in operands]}")
+        raise TypeError(
+            f"{op}: expected at least one tensor operand, got "
+            f"{[type(o).__name__ for o in operands]}"
+        )
     return best._apply(op, gname, operands, attrs)
 
 
-BOOL_NEG = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
-            "to invert a mask, use the `~` or `logical_not()` operator instead.")
+BOOL_NEG = (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+    "to invert a mask, use the `~` or `logical_not()` operator instead."
+)
 
 
 def _check_bool_sub(a: Any, b: Any) -> None:
     """PyTorch refuses ``-`` with a bool operand (numpy's bool ``-`` is not a subtraction)."""
     na = isinstance(a, (builtins.bool, np.bool_)) or (
-        isinstance(a, TensorOps) and a._npdtype.kind == "b")
+        isinstance(a, TensorOps) and a._npdtype.kind == "b"
+    )
     nb = isinstance(b, (builtins.bool, np.bool_)) or (
-        isinstance(b, TensorOps) and b._npdtype.kind == "b")
+        isinstance(b, TensorOps) and b._npdtype.kind == "b"
+    )
     if na and nb:
-        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
-                           "supported. Use the `^` or `logical_xor()` operator instead.")
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not "
+            "supported. Use the `^` or `logical_xor()` operator instead."
+        )
     if na or nb:
-        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
-                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
-                           "operator instead.")
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` "
+            "operator instead."
+        )
 
 
 def _coerce_pair(t: TensorOps, other: Any, op: str):
@@ -116,8 +126,10 @@ def _coerce_pair(t: TensorOps, other: Any, op: str):
         return _coerce_pair(t, _const_like(t, other), op)
     if isinstance(other, (list, tuple)):
         return _coerce_pair(t, _const_like(t, np.asarray(other)), op)
-    raise TypeError(f"{op}: unsupported operand type {type(other).__name__} "
-                    f"(expected a tensor or a Python number)")
+    raise TypeError(
+        f"{op}: unsupported operand type {type(other).__name__} "
+        f"(expected a tensor or a Python number)"
+    )
 
 
 def _const_like(t: TensorOps, arr: np.ndarray):
@@ -166,8 +178,9 @@ def _infer_shape(shape: tuple, numel: int, old: tuple) -> tuple:
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape = tuple(numel // known if s == -1 else s for s in shape)
     elif known != numel:
-        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel} "
-                           f"(input shape {list(old)})")
+        raise RuntimeError(
+            f"shape '{list(shape)}' is invalid for input of size {numel} (input shape {list(old)})"
+        )
     return tuple(shape)
 
 
@@ -214,8 +227,11 @@ def _clamp_tensor(x, lo, hi):
         return where(x >= lo, x, where(x < lo, lo, rest))
     if lo is None:
         return where(x <= hi, x, where(x > hi, hi, rest))
-    return where((x >= lo) & (x <= hi), x,
-                 where((x < lo) & (hi > lo), lo, where((x > hi) | (hi < lo), hi, rest)))
+    return where(
+        (x >= lo) & (x <= hi),
+        x,
+        where((x < lo) & (hi > lo), lo, where((x > hi) | (hi < lo), hi, rest)),
+    )
 
 
 def maximum(a, b):
@@ -241,20 +257,26 @@ def matmul(a, b):
     if not isinstance(b, TensorOps):
         b = _as_operand(b)
     if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes "
-                           f"{list(a.shape)} and {list(b.shape)}")
+        raise RuntimeError(
+            f"matmul: both arguments need at least 1 dimension, got shapes "
+            f"{list(a.shape)} and {list(b.shape)}"
+        )
     ka = a.shape[-1]
     kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if ka != kb:
         if a.ndim == 2 and b.ndim == 2:
-            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied "
-                               f"({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
-        raise RuntimeError(f"matmul: inner dimensions do not match: shapes {list(a.shape)} and "
-                           f"{list(b.shape)}")
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied "
+                f"({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})"
+            )
+        raise RuntimeError(
+            f"matmul: inner dimensions do not match: shapes {list(a.shape)} and {list(b.shape)}"
+        )
     if a._npdtype != b._npdtype:
         a, b = _coerce_pair(a, b, "matmul")
     gname = {(2, 2): "MmBackward0", (1, 1): "DotBackward0", (2, 1): "MvBackward0"}.get(
-        (a.ndim, b.ndim), "MatmulBackward0")
+        (a.ndim, b.ndim), "MatmulBackward0"
+    )
     return _dispatch("matmul", gname, (a, b), {})
 
 
@@ -265,8 +287,9 @@ def sum_to(g, shape: tuple):
     if gs == shape:
         return g
     lead = len(gs) - len(shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape)
-                                      if d == 1 and gs[i + lead] != 1)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, d in enumerate(shape) if d == 1 and gs[i + lead] != 1
+    )
     if axes:
         g = g._op("sum", "SumBackward1", axis=axes, keepdim=True)
     if tuple(g.shape) != shape:
@@ -325,8 +348,10 @@ def encode_index(key, like) -> tuple:
             spec.append(("t", len(arrays) - 1))
             has_adv = True
         else:
-            raise IndexError(f"unsupported index {k!r} of type {type(k).__name__}; use ints, "
-                             f"slices, None, ..., or integer/bool tensors")
+            raise IndexError(
+                f"unsupported index {k!r} of type {type(k).__name__}; use ints, "
+                f"slices, None, ..., or integer/bool tensors"
+            )
     kind = "advanced" if has_adv else ("basic_int" if has_int else "basic")
     return tuple(spec), arrays, kind
 

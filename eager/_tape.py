@@ -14,6 +14,7 @@ with the one constructor, :func:`eager.autograd.function.new_op_node`:
 call for the common cases.  This module sits below eager/tensor.py
 (docs/eager-layers.md) and receives ``Tensor`` through :func:`bind`.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -39,11 +40,11 @@ def bind(tensor_class) -> None:
 _NO_EDGE = (None, 0)
 _RAW = {name: getattr(op.forward, "raw", op.forward) for name, op in OPS.items()}
 _NODE_CLASSES = _function_mod._node_classes
-_new_op_node = _function_mod.new_op_node      # the one constructor of tape nodes
+_new_op_node = _function_mod.new_op_node  # the one constructor of tape nodes
 _node_class = _function_mod.node_class
 _KEEP = _function_mod._KEEP
 _keep_mask = _function_mod.keep_mask
-_NO_ATTRS: dict = {}    # the attrs of every binary node (never mutated)
+_NO_ATTRS: dict = {}  # the attrs of every binary node (never mutated)
 
 
 def record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None:
@@ -85,14 +86,23 @@ def record(out: Tensor, opdef, gname: str, operands: tuple, attrs: dict) -> None
             else:
                 saved.append(None)
                 versions.append(None)
-        else:                       # a constant operand (numpy scalar or array)
+        else:  # a constant operand (numpy scalar or array)
             data = o
             saved.append(o if k else None)
             versions.append(None)
         shapes.append((data.shape, data.dtype))
-    out.grad_fn = _new_op_node(_NODE_CLASSES.get(gname) or _node_class(gname), opdef, attrs,
-                               needs, tuple(edges), tuple(saved), tuple(versions),
-                               tuple(shapes), out, any_keep)
+    out.grad_fn = _new_op_node(
+        _NODE_CLASSES.get(gname) or _node_class(gname),
+        opdef,
+        attrs,
+        needs,
+        tuple(edges),
+        tuple(saved),
+        tuple(versions),
+        tuple(shapes),
+        out,
+        any_keep,
+    )
     out._rg = True
 
 
@@ -107,10 +117,18 @@ def record1(out: Tensor, opdef, gname: str, x: Tensor, attrs: dict) -> None:
         km = _keep_mask(opdef, _NEED1, 1)
     keep = km[1]
     dx = x._data
-    out.grad_fn = _new_op_node(_NODE_CLASSES.get(gname) or _node_class(gname), opdef, attrs,
-                               _NEED1, (edge,), (x if keep else None,),
-                               (x._version[0] if keep else None,), ((dx.shape, dx.dtype),), out,
-                               keep)
+    out.grad_fn = _new_op_node(
+        _NODE_CLASSES.get(gname) or _node_class(gname),
+        opdef,
+        attrs,
+        _NEED1,
+        (edge,),
+        (x if keep else None,),
+        (x._version[0] if keep else None,),
+        ((dx.shape, dx.dtype),),
+        out,
+        keep,
+    )
     out._rg = True
 
 
@@ -146,11 +164,18 @@ def record2(out: Tensor, recipes: list, x, y, dt) -> None:
     dx = x._data if xt else x
     dy = y._data if yt else y
     # a saved tensor's version is its version now (constants have none)
-    out.grad_fn = _new_op_node(cls, opdef, _NO_ATTRS, needs, (ex, ey),
-                               (x if kx else None, y if ky else None),
-                               (x._version[0] if kx and xt else None,
-                                y._version[0] if ky and yt else None),
-                               ((dx.shape, dt), (dy.shape, dt)), out, keeps)
+    out.grad_fn = _new_op_node(
+        cls,
+        opdef,
+        _NO_ATTRS,
+        needs,
+        (ex, ey),
+        (x if kx else None, y if ky else None),
+        (x._version[0] if kx and xt else None, y._version[0] if ky and yt else None),
+        ((dx.shape, dt), (dy.shape, dt)),
+        out,
+        keeps,
+    )
     out._rg = True
 
 
@@ -212,7 +237,7 @@ def make_binop(op: str, gname: str):
             b = dt.type(other)
             other = b
             rg = self._rg
-        elif oc is dt.type:             # a numpy scalar of our dtype (VJP rules make these)
+        elif oc is dt.type:  # a numpy scalar of our dtype (VJP rules make these)
             b = other
             rg = self._rg
         else:
@@ -220,9 +245,9 @@ def make_binop(op: str, gname: str):
         try:
             out = _make(raw(a, b))
         except ValueError:
-            forward(a, b)               # raises the error naming the op and both shapes
+            forward(a, b)  # raises the error naming the op and both shapes
             raise
-        except TypeError:               # numpy refuses (bool - bool): PyTorch's error
+        except TypeError:  # numpy refuses (bool - bool): PyTorch's error
             return general(self, op, other, gname)
         if rg and recorded and state.enabled and dt.kind == "f":
             record2(out, recipes, self, other, dt)
@@ -275,8 +300,12 @@ def make_mm2d(method: str):
             a = self._data
             b = other._data
             dt = a.dtype
-            if (a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]
-                    and (dt is b.dtype or dt == b.dtype)):
+            if (
+                a.ndim == 2
+                and b.ndim == 2
+                and a.shape[1] == b.shape[0]
+                and (dt is b.dtype or dt == b.dtype)
+            ):
                 out = _make(raw(a, b))
                 if (self._rg or other._rg) and state.enabled and dt.kind == "f":
                     record2(out, recipes, self, other, dt)

@@ -11,6 +11,7 @@ creation kind).  :func:`inplace`, :func:`write`, :func:`setitem` and
 ``_fast_inplace`` (bound as methods in its class body).  This module sits below
 eager/tensor.py (docs/eager-layers.md) and receives ``Tensor`` through :func:`bind`.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -41,8 +42,9 @@ LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place 
 # whose result may share memory with an operand (the view and index families)
 VIEW_OPS = frozenset(name for name, op in OPS.items() if op.view)
 LINKS_VIEWS = ops_of("view", "index")
-VIEW_OF_LEAF_INPLACE = ("a view of a leaf Variable that requires grad is being used in an "
-                        "in-place operation.")
+VIEW_OF_LEAF_INPLACE = (
+    "a view of a leaf Variable that requires grad is being used in an in-place operation."
+)
 # How a view was made (``_view[4]``, PyTorch's CreationMeta): None for an ordinary view,
 # NO_GRAD_VIEW when made with grad recording off, ("multi", i) for output i of unbind.
 # An in-place op that must be recorded is refused on the last two, as in PyTorch.
@@ -52,12 +54,14 @@ NO_GRAD_VIEW_INPLACE = (
     "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
     "your code by moving both the view and the inplace either both inside the no_grad block "
     "(if you don't want the inplace to be tracked) or both outside (if you want the inplace "
-    "to be tracked).")
+    "to be tracked)."
+)
 MULTI_OUTPUT_VIEW_INPLACE = (
     "Output {} of UnbindBackward0 is a view and is being modified inplace. This view is the "
     "output of a function that returns multiple views. Such functions do not allow the output "
     "views to be modified inplace. You should replace the inplace operation by an out-of-place "
-    "one.")
+    "one."
+)
 
 
 def creation(base: Tensor):
@@ -81,8 +85,13 @@ def link_view(out: Tensor, operands: tuple, op: str, attrs: dict) -> None:
         return
     out._version = base._version
     if op in VIEW_OPS and dst.flags.writeable:
-        out._view = (base, op, attrs, operands[1:],
-                     creation(base) if _STATE.enabled else NO_GRAD_VIEW)
+        out._view = (
+            base,
+            op,
+            attrs,
+            operands[1:],
+            creation(base) if _STATE.enabled else NO_GRAD_VIEW,
+        )
 
 
 def check_view_of_leaf(t: Tensor) -> None:
@@ -136,8 +145,9 @@ def inplace(self, method: str, *args, gname: Optional[str] = None, **kwargs):
     With grad recording on, self takes over the new node as its grad_fn (PyTorch's
     rebase); without it this is a plain numpy in-place write.
     """
-    recording = _STATE.enabled and (self._rg or builtins.any(
-        isinstance(a, Tensor) and a._rg for a in args))
+    recording = _STATE.enabled and (
+        self._rg or builtins.any(isinstance(a, Tensor) and a._rg for a in args)
+    )
     if recording:
         check_view_of_leaf(self)
         if self.grad_fn is None and self._rg:
@@ -167,14 +177,18 @@ def write(self, value: np.ndarray, op: str) -> None:
     """Write ``value`` into self's buffer (PyTorch's dtype rule) and bump its version."""
     dst = self._data
     if value.shape != dst.shape:
-        raise RuntimeError(f"{op}_: output with shape {list(dst.shape)} doesn't match the "
-                           f"broadcast shape {list(value.shape)}")
+        raise RuntimeError(
+            f"{op}_: output with shape {list(dst.shape)} doesn't match the "
+            f"broadcast shape {list(value.shape)}"
+        )
     if value.dtype != dst.dtype:
         D.check_inplace_result(value.dtype, dst.dtype)
     if not dst.flags.writeable:
-        raise RuntimeError(f"{op}_: this tensor is a broadcast (expanded) view or read-only "
-                           "buffer and cannot be written in place; clone() it first")
-    np.copyto(dst, value, casting="unsafe")     # PyTorch's rule was checked above
+        raise RuntimeError(
+            f"{op}_: this tensor is a broadcast (expanded) view or read-only "
+            "buffer and cannot be written in place; clone() it first"
+        )
+    np.copyto(dst, value, casting="unsafe")  # PyTorch's rule was checked above
     self._version[0] += 1
 
 
@@ -197,16 +211,21 @@ def setitem(self, key, value, gname: str):
             # PyTorch's types: IndexError for the index, RuntimeError for the value
             raise (IndexError if isinstance(e, IndexError) else RuntimeError)(
                 f"index assignment: {e} (tensor shape {list(self.shape)}, value shape "
-                f"{list(v.shape)})") from None
+                f"{list(v.shape)})"
+            ) from None
         self._version[0] += 1
         return self
     check_view_of_leaf(self)
     if self.grad_fn is None and self._rg:
         raise RuntimeError(LEAF_INPLACE)
-    want = assigned_shape(v._data.shape, Meta(self._data.shape, self._data.dtype),
-                          tuple(Meta(a._data.shape, a._data.dtype) for a in arrays), spec)
+    want = assigned_shape(
+        v._data.shape,
+        Meta(self._data.shape, self._data.dtype),
+        tuple(Meta(a._data.shape, a._data.dtype) for a in arrays),
+        spec,
+    )
     if want != v._data.shape:
-        v = v.reshape(want)                  # leading size-1 dims dropped, as numpy does
+        v = v.reshape(want)  # leading size-1 dims dropped, as numpy does
     snap = Tensor._make(self._data)
     snap._rg, snap.grad_fn, snap._output_nr = self._rg, self.grad_fn, self._output_nr
     res = snap._op("setitem", gname, v, *arrays, index=spec)
@@ -223,8 +242,9 @@ def fast_inplace(self, ufunc, other):
     if _STATE.enabled and (self._rg or (other.__class__ is Tensor and other._rg)):
         return None
     b = other._data if other.__class__ is Tensor else other
-    if isinstance(b, (TensorOps,)) or not isinstance(b, (np.ndarray, builtins.int,
-                                                          builtins.float, np.number)):
+    if isinstance(b, (TensorOps,)) or not isinstance(
+        b, (np.ndarray, builtins.int, builtins.float, np.number)
+    ):
         return None
     dst = self._data
     try:
@@ -232,6 +252,6 @@ def fast_inplace(self, ufunc, other):
         # accepts here PyTorch accepts too (int -> float, float64 -> float32...)
         ufunc(dst, b, out=dst, casting="same_kind")
     except (ValueError, TypeError, OverflowError):
-        return None   # the general path applies PyTorch's rule or gives the precise error
+        return None  # the general path applies PyTorch's rule or gives the precise error
     self._version[0] += 1
     return self

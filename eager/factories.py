@@ -8,6 +8,7 @@ generator and records the seed in ``SEED`` for compiled code.
 This module sits above eager/tensor.py (docs/eager-layers.md); its last block is the
 wiring, the one place where the layers below receive ``Tensor`` and the factories.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -59,15 +60,19 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     if isinstance(data, Tensor):
         arr = data._data.copy() if dtype is None else data._data.astype(D.to_np(dtype))
         return _finish(arr, requires_grad, device)
-    if isinstance(data, (list, tuple)) and data and builtins.any(
-            isinstance(d, Tensor) for d in _flat(data)):
+    if (
+        isinstance(data, (list, tuple))
+        and data
+        and builtins.any(isinstance(d, Tensor) for d in _flat(data))
+    ):
         data = _tensors_to_lists(data)
     npd = D.to_np(dtype) if dtype is not None else D.infer_np_dtype(data)
     try:
         arr = np.array(data, dtype=npd)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"tensor(): could not convert data to a {D.from_np(npd)} tensor: {e}") \
-            from None
+        raise ValueError(
+            f"tensor(): could not convert data to a {D.from_np(npd)} tensor: {e}"
+        ) from None
     return _finish(arr, requires_grad, device)
 
 
@@ -102,8 +107,10 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
     if arr.dtype not in D.FROM_NP:
-        raise TypeError(f"can't convert np.ndarray of type {arr.dtype}; supported: float64, "
-                        "float32, float16, int64, int32, int16, int8, uint8 and bool")
+        raise TypeError(
+            f"can't convert np.ndarray of type {arr.dtype}; supported: float64, "
+            "float32, float16, int64, int32, int16, int8, uint8 and bool"
+        )
     return Tensor._make(arr)
 
 
@@ -121,6 +128,7 @@ class _Tracing(threading.local):
     draws are made at every call and writing traced values into a factory's tensor in
     place (``out = zeros(T, H); out[t] = h``) is traced too; code that must not run
     while tracing (an optimizer's step) checks it."""
+
     tracer = None
 
 
@@ -146,7 +154,7 @@ def manual_seed(seed: int):
 
 
 def seed() -> int:
-    s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
+    s = builtins.int(np.random.SeedSequence().entropy % (2**63))
     manual_seed(s)
     return s
 
@@ -172,13 +180,17 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False) -> Tensor:
-    if isinstance(high, (tuple, list)):          # randint(high, size), as PyTorch allows
+    if isinstance(high, (tuple, list)):  # randint(high, size), as PyTorch allows
         low, high, size = 0, low, high
     elif high is None:
         low, high = 0, low
     if TRACING.tracer is not None:
-        return TRACING.tracer.random("integers", tuple(size), _dt(dtype, np.dtype(np.int64)),
-                           {"low": builtins.int(low), "high": builtins.int(high)})
+        return TRACING.tracer.random(
+            "integers",
+            tuple(size),
+            _dt(dtype, np.dtype(np.int64)),
+            {"low": builtins.int(low), "high": builtins.int(high)},
+        )
     arr = _gen.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
     return _finish(arr, requires_grad, device)
 
@@ -212,8 +224,11 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     if dtype is None:
-        dtype = D.infer_np_dtype(fill_value) if not isinstance(fill_value, builtins.float) \
+        dtype = (
+            D.infer_np_dtype(fill_value)
+            if not isinstance(fill_value, builtins.float)
             else D.DEFAULT_FLOAT
+        )
     return _factory(np.full(_shape((size,)), fill_value, dtype=_dt(dtype)), requires_grad, device)
 
 
@@ -230,8 +245,9 @@ def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
 
 
 def full_like(t: Tensor, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device,
-                requires_grad=requires_grad)
+    return full(
+        t.shape, fill_value, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad
+    )
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -258,6 +274,7 @@ def eye(n: int, m: Optional[int] = None, dtype=None, device=None, requires_grad=
 def _typed_ctor(npd):
     def ctor(*args, requires_grad: bool = False):
         return Tensor(*args, dtype=npd, requires_grad=requires_grad)
+
     return ctor
 
 

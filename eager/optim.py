@@ -6,6 +6,7 @@ follows PyTorch's single-tensor ("for-loop") implementations step by step, in
 the parameter's dtype; PyTorch's vectorized CPU kernels may fuse a
 multiply-add, so results agree to rounding rather than bit for bit.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,10 @@ class Optimizer:
         self.state: dict = {}
         self.param_groups: list = []
         if isinstance(params, Tensor):
-            raise TypeError("params argument given to the optimizer should be an iterable of "
-                            f"Tensors or dicts, but got {_typename(params)}")
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of "
+                f"Tensors or dicts, but got {_typename(params)}"
+            )
         groups = list(params)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -48,15 +51,18 @@ class Optimizer:
         if isinstance(params, Tensor):
             params = [params]
         elif isinstance(params, (set, frozenset)):
-            raise TypeError("optimizer parameters need to be organized in ordered collections, "
-                            "but the ordering of tensors in sets will change between runs. "
-                            "Please use a list instead.")
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, "
+                "but the ordering of tensors in sets will change between runs. "
+                "Please use a list instead."
+            )
         else:
             params = list(params)
         for p in params:
             if not isinstance(p, Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is "
-                                f"{_typename(p)}")
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but one of the params is {_typename(p)}"
+                )
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
         group = dict(param_group)
@@ -64,10 +70,12 @@ class Optimizer:
         for name, default in self.defaults.items():
             group.setdefault(name, default)
         if len({id(p) for p in params}) != len(params):
-            warnings.warn("optimizer contains a parameter group with duplicate parameters; in "
-                          "future, this will cause an error; see "
-                          "github.com/pytorch/pytorch/issues/40967 for more information",
-                          stacklevel=3)
+            warnings.warn(
+                "optimizer contains a parameter group with duplicate parameters; in "
+                "future, this will cause an error; see "
+                "github.com/pytorch/pytorch/issues/40967 for more information",
+                stacklevel=3,
+            )
         existing = {id(p) for g in self.param_groups for p in g["params"]}
         if existing & {id(p) for p in params}:
             raise ValueError("some parameters appear in more than one parameter group")
@@ -110,8 +118,10 @@ class Optimizer:
             raise ValueError("loaded state dict has a different number of parameter groups")
         for mine, saved in zip(self.param_groups, saved_groups):
             if len(mine["params"]) != len(saved["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't "
-                                 "match the size of optimizer's group")
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't "
+                    "match the size of optimizer's group"
+                )
         by_index = {}
         for mine, saved in zip(self.param_groups, saved_groups):
             by_index.update(zip(saved["params"], mine["params"]))
@@ -157,7 +167,8 @@ def _not_while_traced(opt: Optimizer, what: str) -> None:
             "code would not contain. Call optimizer.zero_grad() and optimizer.step() outside "
             "the compiled function (compile the model or the loss: its outputs carry "
             "gradients to the parameters), or write the update on the tensors the function "
-            "reads (`p -= lr * p.grad` under no_grad() for p in model.parameters()).")
+            "reads (`p -= lr * p.grad` under no_grad() for p in model.parameters())."
+        )
 
 
 def _cast_state(key: str, value: Any, p: Tensor) -> Any:
@@ -174,16 +185,24 @@ def _written(p: Tensor) -> None:
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum, Nesterov and weight decay::
 
-        g = grad + weight_decay * p
-        buf = g                                   (first step)
-        buf = momentum * buf + (1 - dampening) * g
-        g = g + momentum * buf   if nesterov   else   g = buf
-        p = p - lr * g
+    g = grad + weight_decay * p
+    buf = g                                   (first step)
+    buf = momentum * buf + (1 - dampening) * g
+    g = g + momentum * buf   if nesterov   else   g = buf
+    p = p - lr * g
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0,
-                 dampening: float = 0, weight_decay: float = 0, nesterov: bool = False, *,
-                 maximize: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -192,8 +211,14 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
-                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
@@ -226,16 +251,24 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (and AMSGrad) exactly as PyTorch computes it::
 
-        g = grad + weight_decay * p
-        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
-        v_hat = max(v_hat, v)                                       (amsgrad)
-        denom = sqrt(v or v_hat) / sqrt(1 - beta2**t) + eps
-        p = p - lr / (1 - beta1**t) * m / denom
+    g = grad + weight_decay * p
+    m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+    v_hat = max(v_hat, v)                                       (amsgrad)
+    denom = sqrt(v or v_hat) / sqrt(1 - beta2**t) + eps
+    p = p - lr / (1 - beta1**t) * m / denom
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ) -> None:
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -246,8 +279,14 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
         if not 0.0 <= weight_decay:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize)
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+        )
         super().__init__(params, defaults)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
@@ -274,8 +313,8 @@ class Adam(Optimizer):
                 v *= beta2
                 v += (1 - beta2) * g * g
                 step = float(step_t)
-                bias_correction1 = 1 - beta1 ** step
-                bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+                bias_correction1 = 1 - beta1**step
+                bias_correction2_sqrt = math.sqrt(1 - beta2**step)
                 step_size = lr / bias_correction1
                 if amsgrad:
                     vmax = state["max_exp_avg_sq"]._data

@@ -8,6 +8,7 @@ forward and recording a tape node; graphc.Tracer implements it by adding a
 graph node.  The second argument of ``_apply`` is the name PyTorch gives the
 backward node (``AddBackward0``...), which only eager uses.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -17,12 +18,33 @@ from typing import Any, Optional
 import numpy as np
 
 import eager._dtype as D
+
 # The operand steps and module-level op functions live in eager._operands (a layer
 # below); the methods use these names, and this module re-exports them.
-from ._operands import (BOOL_NEG, Size, _SCALARS, _as_operand, _axes, _check_bool_sub,  # noqa: F401
-                        _clamp_tensor, _coerce_pair, _const_like, _dispatch, _infer_shape,
-                        _opt_int, _pair, _shape_arg, decode_index, encode_index, getitem,
-                        matmul, maximum, minimum, sum_to, where)
+from ._operands import (
+    BOOL_NEG,
+    Size,
+    _SCALARS,
+    _as_operand,
+    _axes,
+    _check_bool_sub,  # noqa: F401
+    _clamp_tensor,
+    _coerce_pair,
+    _const_like,
+    _dispatch,
+    _infer_shape,
+    _opt_int,
+    _pair,
+    _shape_arg,
+    decode_index,
+    encode_index,
+    getitem,
+    matmul,
+    maximum,
+    minimum,
+    sum_to,
+    where,
+)
 from .ops.registry import norm_axes
 
 # --- wiring: the constructors of eager.factories (a layer above) -------------------------
@@ -47,7 +69,7 @@ class TensorOps:
     """Mixin giving a tensor-like class the full PyTorch-style op surface."""
 
     __slots__ = ()
-    __array_ufunc__ = None      # numpy defers to our reflected operators
+    __array_ufunc__ = None  # numpy defers to our reflected operators
     _priority = 0
 
     # --- implemented by subclasses -------------------------------------
@@ -172,9 +194,12 @@ class TensorOps:
     def pow(self, exponent):
         if exponent.__class__ is builtins.int and exponent < 0 and self._npdtype.kind in "biu":
             raise RuntimeError("Integers to negative integer powers are not allowed.")
-        if (isinstance(exponent, TensorOps) and self._npdtype.kind == "b"
-                and exponent._npdtype.kind == "b"):
-            raise NotImplementedError('"pow" not implemented for \'Bool\'')  # numpy gives int8
+        if (
+            isinstance(exponent, TensorOps)
+            and self._npdtype.kind == "b"
+            and exponent._npdtype.kind == "b"
+        ):
+            raise NotImplementedError("\"pow\" not implemented for 'Bool'")  # numpy gives int8
         gname = "PowBackward1" if isinstance(exponent, TensorOps) else "PowBackward0"
         return self._binary("pow", exponent, gname)
 
@@ -186,8 +211,10 @@ class TensorOps:
 
     def mm(self, other):
         if self.ndim != 2 or getattr(other, "ndim", None) != 2:
-            raise RuntimeError(f"mm: both arguments must be 2-D matrices, got shapes "
-                               f"{list(self.shape)} and {list(getattr(other, 'shape', ()))}")
+            raise RuntimeError(
+                f"mm: both arguments must be 2-D matrices, got shapes "
+                f"{list(self.shape)} and {list(getattr(other, 'shape', ()))}"
+            )
         return matmul(self, other)
 
     def dot(self, other):
@@ -241,11 +268,16 @@ class TensorOps:
             if bound is not None:
                 target = D.scalar_dtype(bound, target)
         if target.kind == "b":
-            raise NotImplementedError('"clamp" not implemented for \'Bool\'')
+            raise NotImplementedError("\"clamp\" not implemented for 'Bool'")
         if target != self._npdtype:
             return self.to(target).clamp(min, max)
-        gname = ("ClampBackward1" if min is not None and max is not None
-                 else "ClampMinBackward0" if min is not None else "ClampMaxBackward0")
+        gname = (
+            "ClampBackward1"
+            if min is not None and max is not None
+            else "ClampMinBackward0"
+            if min is not None
+            else "ClampMaxBackward0"
+        )
         lo = None if min is None else builtins.float(min)
         hi = None if max is None else builtins.float(max)
         return self._op("clamp", gname, min=lo, max=hi)
@@ -302,8 +334,10 @@ class TensorOps:
         dim = axis if dim is None else dim
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind != "f":
-            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
-                               f"a floating point or complex dtype. Got: {D.from_np(x._npdtype).name}")
+            raise RuntimeError(
+                f"mean(): could not infer output dtype. Input dtype must be either "
+                f"a floating point or complex dtype. Got: {D.from_np(x._npdtype).name}"
+            )
         gname = "MeanBackward0" if dim is None else "MeanBackward1"
         return x._op("mean", gname, axis=_axes(dim, self.ndim, "mean"), keepdim=bool(keepdim))
 
@@ -329,14 +363,17 @@ class TensorOps:
                 return self._op(op, f"{cap}Backward1", axis=axes, keepdim=False)
             nan = self != self
             m = where(nan, float("-inf") if op == "max" else float("inf"), self)._op(
-                op, f"{cap}Backward1", axis=axes, keepdim=False)
-            nans = where(nan, self, 0).sum() / maximum(nan.sum(), 1)   # NaN: g / #NaN each
+                op, f"{cap}Backward1", axis=axes, keepdim=False
+            )
+            nans = where(nan, self, 0).sum() / maximum(nan.sum(), 1)  # NaN: g / #NaN each
             return _dispatch("where", f"{cap}Backward1", (nan.any(), nans, m), {})
         axes = _axes(dim, self.ndim, op)
         keepdim = bool(keepdim)
         if self.ndim == 0:
-            return MaxResult(self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
-                             self._op(argop, "", axis=0, keepdim=keepdim))
+            return MaxResult(
+                self._op(op, f"{cap}Backward0", axis=axes, keepdim=keepdim),
+                self._op(argop, "", axis=0, keepdim=keepdim),
+            )
         values = self._op(f"{op}_dim", f"{cap}Backward0", axis=axes, keepdim=keepdim)
         return MaxResult(values, self._op(argop, "", axis=axes[0], keepdim=keepdim))
 
@@ -351,22 +388,28 @@ class TensorOps:
         return self._minmax("min", "argmin", dim, keepdim, other)
 
     def amax(self, dim=None, keepdim=False):
-        return self._op("max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"),
-                        keepdim=bool(keepdim))
+        return self._op(
+            "max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"), keepdim=bool(keepdim)
+        )
 
     def amin(self, dim=None, keepdim=False):
-        return self._op("min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"),
-                        keepdim=bool(keepdim))
+        return self._op(
+            "min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"), keepdim=bool(keepdim)
+        )
 
     def argmax(self, dim=None, keepdim=False):
         if dim is None:
             return self.reshape(-1)._op("argmax", "", axis=0, keepdim=False)
-        return self._op("argmax", "", axis=_axes(dim, self.ndim, "argmax")[0], keepdim=bool(keepdim))
+        return self._op(
+            "argmax", "", axis=_axes(dim, self.ndim, "argmax")[0], keepdim=bool(keepdim)
+        )
 
     def argmin(self, dim=None, keepdim=False):
         if dim is None:
             return self.reshape(-1)._op("argmin", "", axis=0, keepdim=False)
-        return self._op("argmin", "", axis=_axes(dim, self.ndim, "argmin")[0], keepdim=bool(keepdim))
+        return self._op(
+            "argmin", "", axis=_axes(dim, self.ndim, "argmin")[0], keepdim=bool(keepdim)
+        )
 
     def all(self, dim=None, keepdim=False):
         return self._op("all", "", axis=_axes(dim, self.ndim, "all"), keepdim=bool(keepdim))
@@ -410,21 +453,25 @@ class TensorOps:
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         if self.ndim == 0:
             return self.reshape(1)
-        s, e = (norm_axes(start_dim, self.ndim, "flatten")[0],
-                norm_axes(end_dim, self.ndim, "flatten")[0])
+        s, e = (
+            norm_axes(start_dim, self.ndim, "flatten")[0],
+            norm_axes(end_dim, self.ndim, "flatten")[0],
+        )
         if s > e:
             raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
         shp = tuple(self.shape)
         n = 1
-        for d in shp[s:e + 1]:
+        for d in shp[s : e + 1]:
             n *= d
-        return self.reshape(shp[:s] + (n,) + shp[e + 1:])
+        return self.reshape(shp[:s] + (n,) + shp[e + 1 :])
 
     def unsqueeze(self, dim: int):
         nd = self.ndim + 1
         if not -nd <= dim < nd:
-            raise IndexError(f"unsqueeze: dimension out of range (expected to be in range of "
-                             f"[{-nd}, {nd - 1}], but got {dim})")
+            raise IndexError(
+                f"unsqueeze: dimension out of range (expected to be in range of "
+                f"[{-nd}, {nd - 1}], but got {dim})"
+            )
         d = dim % nd
         shp = tuple(self.shape)
         return self.reshape(shp[:d] + (1,) + shp[d:], _gname="UnsqueezeBackward0")
@@ -442,20 +489,26 @@ class TensorOps:
         shape = _shape_arg(shape)
         cur = tuple(self.shape)
         if len(shape) < len(cur):
-            raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be greater "
-                               f"or equal to the number of dimensions in the tensor ({len(cur)})")
+            raise RuntimeError(
+                f"expand: the number of sizes provided ({len(shape)}) must be greater "
+                f"or equal to the number of dimensions in the tensor ({len(cur)})"
+            )
         lead = len(shape) - len(cur)
         new = []
         for i, s in enumerate(shape):
             old = cur[i - lead] if i >= lead else None
             if s == -1:
                 if old is None:
-                    raise RuntimeError("expand: -1 is not allowed in a leading, non-existing dimension")
+                    raise RuntimeError(
+                        "expand: -1 is not allowed in a leading, non-existing dimension"
+                    )
                 s = old
             if old is not None and old != 1 and old != s:
-                raise RuntimeError(f"expand: the expanded size of the tensor ({s}) must match the "
-                                   f"existing size ({old}) at non-singleton dimension {i}. "
-                                   f"Target sizes: {list(shape)}. Tensor sizes: {list(cur)}")
+                raise RuntimeError(
+                    f"expand: the expanded size of the tensor ({s}) must match the "
+                    f"existing size ({old}) at non-singleton dimension {i}. "
+                    f"Target sizes: {list(shape)}. Tensor sizes: {list(cur)}"
+                )
             new.append(int(s))
         new = tuple(new)
         return self._op("expand", "ExpandBackward0", shape=new)
@@ -470,8 +523,9 @@ class TensorOps:
         dims = _shape_arg(dims)
         perm = tuple(norm_axes(d, self.ndim, "permute")[0] for d in dims) if self.ndim else ()
         if sorted(perm) != list(range(self.ndim)):
-            raise RuntimeError(f"permute: dims {list(dims)} are not a permutation of "
-                               f"{self.ndim} dimensions")
+            raise RuntimeError(
+                f"permute: dims {list(dims)} are not a permutation of {self.ndim} dimensions"
+            )
         return self._op("transpose", "PermuteBackward0", perm=perm)
 
     def transpose(self, dim0: int, dim1: int):
@@ -486,7 +540,9 @@ class TensorOps:
 
     def t(self):
         if self.ndim > 2:
-            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+            raise RuntimeError(
+                f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D"
+            )
         perm = tuple(reversed(range(self.ndim)))
         return self._op("transpose", "TBackward0", perm=perm)
 
@@ -497,8 +553,10 @@ class TensorOps:
     @property
     def mT(self):
         if self.ndim < 2:
-            raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
-                               f"Got {self.ndim}-D tensor.")
+            raise RuntimeError(
+                "tensor.mT is only supported on matrices or batches of matrices. "
+                f"Got {self.ndim}-D tensor."
+            )
         return self.transpose(-2, -1)
 
     def __getitem__(self, key):
@@ -510,9 +568,12 @@ class TensorOps:
             raise RuntimeError("Dimension specified as 0 but tensor has no dimensions")
         d = norm_axes(dim, self.ndim, "unbind")[0]
         lead = (("s", None, None, None),) * d
-        return self._multi_output_views(tuple(
-            _dispatch("getitem", "UnbindBackward0", (self,), {"index": lead + (("i", i),)})
-            for i in range(self.shape[d])))
+        return self._multi_output_views(
+            tuple(
+                _dispatch("getitem", "UnbindBackward0", (self,), {"index": lead + (("i", i),)})
+                for i in range(self.shape[d])
+            )
+        )
 
     def _multi_output_views(self, views: tuple) -> tuple:
         return views
@@ -572,12 +633,14 @@ class TensorOps:
     def normal_(self, mean: float = 0.0, std: float = 1.0):
         """Fill with draws from N(mean, std**2) in place (not recorded by autograd)."""
         from .autograd.grad_mode import no_grad
+
         with no_grad():
             return self.copy_(_randn(tuple(self.shape), dtype=self._npdtype) * std + mean)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0):
         """Fill with draws from U[a, b) in place (not recorded by autograd)."""
         from .autograd.grad_mode import no_grad
+
         with no_grad():
             return self.copy_(_rand(tuple(self.shape), dtype=self._npdtype) * (b - a) + a)
 
@@ -595,4 +658,3 @@ class TensorOps:
     def zeros_like_(self):
         """A zero tensor of this shape and dtype (used by VJP rules)."""
         return self._op("fill", "FillBackward0", value=0.0)
-

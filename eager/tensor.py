@@ -1,4 +1,5 @@
 """eager.Tensor: a numpy array plus the autograd state PyTorch attaches to it."""
+
 from __future__ import annotations
 
 import builtins
@@ -34,7 +35,8 @@ NONLEAF_GRAD_WARNING = (
     "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
     "attribute won't be populated during autograd.backward(). If you indeed want the .grad field "
     "to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. If you "
-    "access the non-leaf Tensor by mistake, make sure you access the leaf Tensor instead.")
+    "access the non-leaf Tensor by mistake, make sure you access the leaf Tensor instead."
+)
 # Tensors whose storage must not be replaced right now: id -> (tensor, description).  A
 # tracing compiler (graphc) pins the tensors it was called with while it traces them.
 PINNED: dict = {}
@@ -50,8 +52,10 @@ class device:
             self.type, self.index = spec.type, spec.index
             return
         if not isinstance(spec, str) or spec.split(":")[0] != "cpu":
-            raise RuntimeError(f"eager runs on the CPU only; device {spec!r} is not available "
-                               "(use device='cpu' or leave it out)")
+            raise RuntimeError(
+                f"eager runs on the CPU only; device {spec!r} is not available "
+                "(use device='cpu' or leave it out)"
+            )
         self.type = "cpu"
         self.index = index
 
@@ -75,8 +79,19 @@ class Tensor(TensorOps):
     """A multi-dimensional array with optional gradient tracking (PyTorch semantics)."""
 
     # ``_view`` is set only on views (see _link_view), never in _make: read it with getattr.
-    __slots__ = ("_data", "_rg", "grad_fn", "_grad", "_version", "_acc", "_hooks",
-                 "_output_nr", "_retains", "_view", "__weakref__")
+    __slots__ = (
+        "_data",
+        "_rg",
+        "grad_fn",
+        "_grad",
+        "_version",
+        "_acc",
+        "_hooks",
+        "_output_nr",
+        "_retains",
+        "_view",
+        "__weakref__",
+    )
     _priority = 1
 
     # --- construction -------------------------------------------------------------
@@ -96,7 +111,9 @@ class Tensor(TensorOps):
             try:
                 arr = np.empty(tuple(builtins.int(s) for s in shape), dtype=npd)
             except (TypeError, ValueError):
-                raise TypeError(f"Tensor(): expected a shape of ints or data, got {args!r}") from None
+                raise TypeError(
+                    f"Tensor(): expected a shape of ints or data, got {args!r}"
+                ) from None
         _init(self, arr)
         if requires_grad:
             self.requires_grad_(True)
@@ -140,7 +157,7 @@ class Tensor(TensorOps):
         return out
 
     def _op(self, op: str, gname: str, *operands: Any, **attrs: Any) -> "Tensor":
-        if not operands:                # a unary op: self is the only operand, skip _dispatch
+        if not operands:  # a unary op: self is the only operand, skip _dispatch
             return self._apply(op, gname, (self,), attrs)
         return TensorOps._op(self, op, gname, *operands, **attrs)
 
@@ -154,19 +171,24 @@ class Tensor(TensorOps):
         if self._rg and _STATE.enabled:
             return TensorOps.reshape(self, *shape, _gname=_gname)
         shp = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        try:                                    # untracked: numpy's C reshape, no checks
+        try:  # untracked: numpy's C reshape, no checks
             data = self._data.reshape(shp)
         except (ValueError, TypeError):
-            return TensorOps.reshape(self, *shape, _gname=_gname)   # the precise error
+            return TensorOps.reshape(self, *shape, _gname=_gname)  # the precise error
         out = _make(data)
-        owner = data.base               # _link_view, inlined
+        owner = data.base  # _link_view, inlined
         if owner is not None:
             src = self._data
             if owner is src or owner is src.base or np.may_share_memory(data, src):
                 out._version = self._version
                 if data.flags.writeable:
-                    out._view = (self, "reshape", {"shape": data.shape}, (),
-                                 _creation(self) if _STATE.enabled else NO_GRAD_VIEW)
+                    out._view = (
+                        self,
+                        "reshape",
+                        {"shape": data.shape},
+                        (),
+                        _creation(self) if _STATE.enabled else NO_GRAD_VIEW,
+                    )
         return out
 
     def view(self, *shape) -> "Tensor":
@@ -179,7 +201,7 @@ class Tensor(TensorOps):
         src = self._data
         if src.flags.c_contiguous and src.size and len(shp) >= src.ndim:
             data = _broadcast_view(src, shp)
-            if data is not None:        # a view of src: shares its version counter
+            if data is not None:  # a view of src: shares its version counter
                 out = _make(data)
                 out._version = self._version
                 return out
@@ -261,12 +283,16 @@ class Tensor(TensorOps):
         if self.grad_fn is not None:
             if value:
                 return
-            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
-                               "want to use a computed variable in a subgraph that doesn't require "
-                               "differentiation use var_no_grad = var.detach().")
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you "
+                "want to use a computed variable in a subgraph that doesn't require "
+                "differentiation use var_no_grad = var.detach()."
+            )
         if value and self._data.dtype.kind != "f":
-            raise RuntimeError("only Tensors of floating point dtype can require gradients "
-                               f"(this tensor is {self.dtype}); convert it with .float() first")
+            raise RuntimeError(
+                "only Tensors of floating point dtype can require gradients "
+                f"(this tensor is {self.dtype}); convert it with .float() first"
+            )
         self._rg = builtins.bool(value)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -287,14 +313,18 @@ class Tensor(TensorOps):
     def grad(self, value: Optional["Tensor"]) -> None:
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad expected to be a Tensor or None but got "
-                                f"{type(value).__name__}")
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got {type(value).__name__}"
+                )
             if value.shape != self.shape:
-                raise RuntimeError(f"assigned grad has data of a different size: "
-                                   f"{list(value.shape)} vs the tensor's {list(self.shape)}")
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: "
+                    f"{list(value.shape)} vs the tensor's {list(self.shape)}"
+                )
             if value._data.dtype != self._data.dtype:
-                raise RuntimeError(f"assigned grad has data of a different type "
-                                   f"({value.dtype} vs {self.dtype})")
+                raise RuntimeError(
+                    f"assigned grad has data of a different type ({value.dtype} vs {self.dtype})"
+                )
         self._grad = value
 
     @property
@@ -307,11 +337,13 @@ class Tensor(TensorOps):
         pinned = PINNED.get(id(self))
         if pinned is not None and pinned[0] is self:
             f = sys._getframe(1)
-            raise RuntimeError(f"cannot replace .data of {pinned[1]} (at "
-                               f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}): the "
-                               "compiled code being built would then be handed a different "
-                               "buffer than it was traced for. Replace it before or after the "
-                               "call, not inside.")
+            raise RuntimeError(
+                f"cannot replace .data of {pinned[1]} (at "
+                f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}): the "
+                "compiled code being built would then be handed a different "
+                "buffer than it was traced for. Replace it before or after the "
+                "call, not inside."
+            )
         self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
 
     def retain_grad(self) -> None:
@@ -365,20 +397,23 @@ class Tensor(TensorOps):
         edge = self._acc = (AccumulateGrad(self), 0)
         return edge
 
-    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
-                 inputs=None) -> None:
+    def backward(
+        self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None
+    ) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (see eager.autograd.backward)."""
         if gradient is None and inputs is None and not create_graph and not retain_graph:
-            _engine_mod.backward_scalar(self)       # the common loss.backward()
+            _engine_mod.backward_scalar(self)  # the common loss.backward()
         else:
-            _engine_mod.backward(self, gradient, retain_graph=retain_graph,
-                                 create_graph=create_graph, inputs=inputs)
+            _engine_mod.backward(
+                self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs
+            )
 
     # --- conversions ------------------------------------------------------------------
     def item(self):
         if self._data.size != 1:
-            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to "
-                               "Scalar")
+            raise RuntimeError(
+                f"a Tensor with {self._data.size} elements cannot be converted to Scalar"
+            )
         return self._data.reshape(()).item()
 
     def tolist(self):
@@ -386,8 +421,10 @@ class Tensor(TensorOps):
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         if self._rg and not force:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
-                               "tensor.detach().numpy() instead.")
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use "
+                "tensor.detach().numpy() instead."
+            )
         return self._data
 
     def __array__(self, dtype=None, copy=None):
@@ -420,7 +457,7 @@ class Tensor(TensorOps):
     def __iter__(self):
         if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
-        return iter(self.unbind(0))         # views, as in PyTorch
+        return iter(self.unbind(0))  # views, as in PyTorch
 
     def _differentiable(self) -> bool:
         return self._rg and _STATE.enabled
@@ -454,8 +491,10 @@ class Tensor(TensorOps):
 
     def __deepcopy__(self, memo):
         if self.grad_fn is not None:
-            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
-                               "the deepcopy protocol at the moment")
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support "
+                "the deepcopy protocol at the moment"
+            )
         t = Tensor._make(self._data.copy())
         t._rg = self._rg
         if self._grad is not None:
@@ -478,9 +517,13 @@ class Tensor(TensorOps):
 
     def sub_(self, other, *, alpha=1):
         oc = other.__class__
-        if (self._data.dtype.kind == "b" or oc is builtins.bool or oc is np.bool_
-                or (oc is Tensor and other._data.dtype.kind == "b")):
-            _surface_mod._check_bool_sub(self, other)   # numpy would subtract a bool
+        if (
+            self._data.dtype.kind == "b"
+            or oc is builtins.bool
+            or oc is np.bool_
+            or (oc is Tensor and other._data.dtype.kind == "b")
+        ):
+            _surface_mod._check_bool_sub(self, other)  # numpy would subtract a bool
         if alpha == 1 and self._fast_inplace(np.subtract, other) is not None:
             return self
         return self._inplace("sub", other, alpha=alpha)
@@ -492,7 +535,7 @@ class Tensor(TensorOps):
 
     def div_(self, other):
         if self._data.dtype.kind == "f":
-            with np.errstate(divide="ignore", invalid="ignore"):    # x / 0 is inf or nan
+            with np.errstate(divide="ignore", invalid="ignore"):  # x / 0 is inf or nan
                 if self._fast_inplace(np.true_divide, other) is not None:
                     return self
         return self._inplace("div", other)
@@ -531,8 +574,11 @@ class Tensor(TensorOps):
         return self._inplace("_filled", 0, gname="ZeroBackward0")
 
     def _filled(self, value):
-        return self._op("fill", "FillBackward0", value=builtins.float(value) if
-                        self._data.dtype.kind == "f" else value)
+        return self._op(
+            "fill",
+            "FillBackward0",
+            value=builtins.float(value) if self._data.dtype.kind == "f" else value,
+        )
 
     def copy_(self, src) -> "Tensor":
         if not isinstance(src, Tensor):
@@ -587,15 +633,19 @@ def _rebuild(data, rg):
 for _name in ("mm", "matmul", "__matmul__"):
     setattr(Tensor, _name, _tape.make_mm2d(_name))
 
-for _name, _op_name, _gname in (("__add__", "add", "AddBackward0"),
-                                ("__sub__", "sub", "SubBackward0"),
-                                ("__mul__", "mul", "MulBackward0"),
-                                ("__truediv__", "div", "DivBackward0")):
+for _name, _op_name, _gname in (
+    ("__add__", "add", "AddBackward0"),
+    ("__sub__", "sub", "SubBackward0"),
+    ("__mul__", "mul", "MulBackward0"),
+    ("__truediv__", "div", "DivBackward0"),
+):
     setattr(Tensor, _name, _tape.make_binop(_op_name, _gname))
-for _name, _op_name, _gname in (("__radd__", "add", "AddBackward0"),
-                                ("__rsub__", "sub", "RsubBackward1"),
-                                ("__rmul__", "mul", "MulBackward0"),
-                                ("__rtruediv__", "div", "DivBackward0")):
+for _name, _op_name, _gname in (
+    ("__radd__", "add", "AddBackward0"),
+    ("__rsub__", "sub", "RsubBackward1"),
+    ("__rmul__", "mul", "MulBackward0"),
+    ("__rtruediv__", "div", "DivBackward0"),
+):
     setattr(Tensor, _name, _tape.make_rbinop(_op_name, _gname))
 
 

@@ -13,6 +13,7 @@ optional ``params`` mapping ``{name: tensor}`` and its shape.  Node ids
 text, and ``to_text`` and ``to_dot`` use the same ids.  All walks are
 iterative: a 100,000-op chain renders in well under a second.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,7 +71,7 @@ def _label_parts(node: Node, names: dict) -> tuple:
     """(class name, leaf name or '', leaf shape or '')."""
     if isinstance(node, AccumulateGrad):
         var = node.variable
-        if var is None:                 # the leaf was deleted (graphs hold leaves weakly)
+        if var is None:  # the leaf was deleted (graphs hold leaves weakly)
             return node.name(), "", ""
         return node.name(), names.get(id(var), ""), _shape_str(var)
     return node.name(), "", ""
@@ -85,9 +86,10 @@ def to_dot(tensor: Tensor, params: Optional[Mapping[str, Tensor]] = None) -> str
     names = _names(params)
     root = _root(tensor)
     ids = _number(root)
-    lines = ["digraph backward {",
-             '  node [shape=box, style=filled, fillcolor=white, fontname="Helvetica", '
-             "fontsize=10];"]
+    lines = [
+        "digraph backward {",
+        '  node [shape=box, style=filled, fillcolor=white, fontname="Helvetica", fontsize=10];',
+    ]
     edges = []
     for node, i in ids.items():
         kind, name, shape = _label_parts(node, names)
@@ -99,7 +101,7 @@ def to_dot(tensor: Tensor, params: Optional[Mapping[str, Tensor]] = None) -> str
         for nxt, nr in _inputs(node):
             attr = f" [label={_quote(str(nr))}]" if nr else ""
             edges.append(f"  n{ids[nxt]} -> n{i}{attr};")
-    out_label = (names.get(id(tensor), "output") + "\n" + _shape_str(tensor))
+    out_label = names.get(id(tensor), "output") + "\n" + _shape_str(tensor)
     lines.append(f"  out [label={_quote(out_label)}, fillcolor=darkolivegreen1];")
     lines.extend(edges)
     if root is not None:
@@ -152,9 +154,12 @@ def render(tensor: Tensor, path: str, params: Optional[Mapping[str, Tensor]] = N
         f.write(to_dot(tensor, params))
     exe = shutil.which("dot")
     if exe is None:
-        print(f"eager.viz.render: wrote {dot_path}; no SVG because the Graphviz 'dot' program "
-              f"is not on PATH. Install Graphviz (e.g. 'apt-get install graphviz') and run: "
-              f"dot -Tsvg {dot_path} -o {svg_path}", file=sys.stderr)
+        print(
+            f"eager.viz.render: wrote {dot_path}; no SVG because the Graphviz 'dot' program "
+            f"is not on PATH. Install Graphviz (e.g. 'apt-get install graphviz') and run: "
+            f"dot -Tsvg {dot_path} -o {svg_path}",
+            file=sys.stderr,
+        )
         return dot_path, None
     subprocess.run([exe, "-Tsvg", dot_path, "-o", svg_path], check=True)
     return dot_path, svg_path

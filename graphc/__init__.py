@@ -1,15 +1,24 @@
 """graphc: define-then-run.  Trace a function written against the eager API into a
 graph IR, verify it, interpret or compile it, and cache it per input signature.
 """
+
 from __future__ import annotations
 
 from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
 from .transforms import grad, value_and_grad, vjp
-from .errors import (ConcretizationTypeError, GraphcError, GraphFormatError,
-                     GraphVerificationError, LeakedTracerError, SignatureError,
-                     TracerArrayConversionError, TracerBoolConversionError, TracerError,
-                     UnsupportedOpError)
+from .errors import (
+    ConcretizationTypeError,
+    GraphcError,
+    GraphFormatError,
+    GraphVerificationError,
+    LeakedTracerError,
+    SignatureError,
+    TracerArrayConversionError,
+    TracerBoolConversionError,
+    TracerError,
+    UnsupportedOpError,
+)
 from .interpreter import interpret, interpret_all
 from .runtime.parallel import get_num_threads, set_num_threads
 from .ir import Graph, verify
@@ -19,8 +28,33 @@ from .tools.compare import compare
 from .tools.report import ComparisonReport
 from ._version import __version__
 
-__all__ = ["set_num_threads", "get_num_threads", "grad", "value_and_grad", "vjp", "compile", "compare", "ComparisonReport", "CompiledFunction", "CacheInfo", "trace", "interpret", "interpret_all",
-           "Graph", "verify", "where", "cond", "Tracer", "GraphcError", "TracerError",
-           "TracerBoolConversionError", "ConcretizationTypeError", "TracerArrayConversionError",
-           "LeakedTracerError", "GraphVerificationError", "GraphFormatError", "SignatureError",
-           "UnsupportedOpError"]
+__all__ = [
+    "set_num_threads",
+    "get_num_threads",
+    "grad",
+    "value_and_grad",
+    "vjp",
+    "compile",
+    "compare",
+    "ComparisonReport",
+    "CompiledFunction",
+    "CacheInfo",
+    "trace",
+    "interpret",
+    "interpret_all",
+    "Graph",
+    "verify",
+    "where",
+    "cond",
+    "Tracer",
+    "GraphcError",
+    "TracerError",
+    "TracerBoolConversionError",
+    "ConcretizationTypeError",
+    "TracerArrayConversionError",
+    "LeakedTracerError",
+    "GraphVerificationError",
+    "GraphFormatError",
+    "SignatureError",
+    "UnsupportedOpError",
+]

@@ -8,6 +8,7 @@ ones are described as strided views of one buffer, the description becomes part 
 cache key, and the function is traced for exactly that sharing (``tracer.trace_flat``'s
 ``aliases``), so the compiled result is eager's.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -28,8 +29,9 @@ def _bounds(a: np.ndarray) -> tuple:
     return lo, hi + a.itemsize
 
 
-def alias_groups(arrays: Sequence[np.ndarray], written: Sequence[int],
-                 names: Sequence[str]) -> Optional[tuple]:
+def alias_groups(
+    arrays: Sequence[np.ndarray], written: Sequence[int], names: Sequence[str]
+) -> Optional[tuple]:
     """The groups of arguments whose memory overlaps a written argument's, as
     ``(n, dtype, ((index, offset, strides), ...))`` in elements of the smallest buffer
     holding them all; None when no written argument overlaps another.  Sharing the
@@ -76,18 +78,21 @@ def alias_groups(arrays: Sequence[np.ndarray], written: Sequence[int],
                 raise SignatureError(
                     f"{who} share memory with different dtypes ({dtype} and {a.dtype}) and one "
                     "of them is written in place; the compiled function cannot reproduce that. "
-                    "Pass a copy of one of them.")
+                    "Pass a copy of one of them."
+                )
             off = a.__array_interface__["data"][0] - lo
             if off % isz or any(st % isz for st in a.strides):
                 raise SignatureError(
                     f"{who} share memory at offsets that are not whole elements and one of "
-                    "them is written in place; pass a copy of one of them.")
+                    "them is written in place; pass a copy of one of them."
+                )
             strides = tuple(st // isz for st in a.strides)
             if not _no_self_overlap(a.shape, strides):
                 raise SignatureError(
                     f"argument {names[i]} overlaps itself in memory (a broadcast or "
                     "as_strided view) and shares memory with an argument written in place; "
-                    "pass a copy.")
+                    "pass a copy."
+                )
             desc.append((i, off // isz, strides))
         out.append(((hi - lo) // isz, dtype.str, tuple(desc)))
     return tuple(out) or None

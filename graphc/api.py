@@ -1,4 +1,5 @@
 """``graphc.compile``: trace once per input signature, cache, and run the cached program."""
+
 from __future__ import annotations
 
 import collections
@@ -14,13 +15,18 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager.interop import NO_GRAD_HINTS, TensorOps, data_of, grad_of, requires_grad_of, set_grad
+from eager.interop import data_of, grad_of, requires_grad_of, set_grad
 from eager.interop import Tensor, tensor_from_array, version_of
 
 from .pytree import flatten, leaf_paths, unflatten
 from .errors import GraphcError, SignatureError
-from .autograd_bridge import (_arrays, _graph_inputs, _note_no_grad,  # noqa: F401 - tools
-                              _run_differentiable, _write_back)
+from .autograd_bridge import (
+    _arrays,
+    _graph_inputs,
+    _note_no_grad,  # noqa: F401 - tools
+    _run_differentiable,
+    _write_back,
+)
 from .cond import cond, where  # noqa: F401 - graphc.api.cond / where, as before
 from .entry import _Entry, _foreign_byte_order, _inplace_pairs, _native_order
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
@@ -47,6 +53,7 @@ def _new_locks_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_in_child)
 
+
 class _InlineCall(Exception):
     """A compiled function called on tracers: it is part of an outer trace (inlined)."""
 
@@ -61,24 +68,37 @@ class CompiledFunction(Inspection):
     # compiled gradient functions of the autograd bridge); else eager's rule per output
     _outputs_differentiable = False
 
-    def __init__(self, fn: Callable, static_argnums: Sequence[int] = (), opt_level: int = 2,
-                 recompile_limit: int = 8, backend: str = "native",
-                 disable_passes: Sequence[str] = (), print_after: Sequence[str] = (),
-                 verify_passes: bool = False, poison_freed: bool = False,
-                 disk_cache: Any = None, **options: Any) -> None:
+    def __init__(
+        self,
+        fn: Callable,
+        static_argnums: Sequence[int] = (),
+        opt_level: int = 2,
+        recompile_limit: int = 8,
+        backend: str = "native",
+        disable_passes: Sequence[str] = (),
+        print_after: Sequence[str] = (),
+        verify_passes: bool = False,
+        poison_freed: bool = False,
+        disk_cache: Any = None,
+        **options: Any,
+    ) -> None:
         if isinstance(static_argnums, int):
             static_argnums = (static_argnums,)
         if not callable(fn):
             raise TypeError(f"graphc.compile expects a callable, got {type(fn).__name__}")
         self.__wrapped__ = fn
         functools.update_wrapper(self, fn, updated=())
-        if "__name__" not in self.__dict__:      # a callable object or functools.partial
+        if "__name__" not in self.__dict__:  # a callable object or functools.partial
             self.__name__ = type(fn).__name__
         self.static_argnums = tuple(static_argnums)
         from .capture import _is_module
+
         # the module whose train()/eval() modes are part of every call's signature
-        self._module = fn if _is_module(fn) else (
-            fn.__self__ if _is_module(getattr(fn, "__self__", None)) else None)
+        self._module = (
+            fn
+            if _is_module(fn)
+            else (fn.__self__ if _is_module(getattr(fn, "__self__", None)) else None)
+        )
         self._all_dynamic = not self.static_argnums and self._module is None
         self.opt_level = int(opt_level)
         self.recompile_limit = int(recompile_limit)
@@ -87,6 +107,7 @@ class CompiledFunction(Inspection):
         if self.opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
         from .passes import PASSES
+
         for p in list(disable_passes) + list(print_after):
             if p not in PASSES:
                 raise ValueError(f"unknown pass {p!r}; passes are {', '.join(PASSES)}")
@@ -94,15 +115,15 @@ class CompiledFunction(Inspection):
         self.disable_passes = tuple(disable_passes)
         self.print_after = tuple(print_after)
         self.verify_passes = bool(verify_passes)
-        self.poison_freed = bool(poison_freed)   # debug: NaN-fill arena buffers once dead
-        _engine_cache.resolve_disk_cache(disk_cache)    # validates the setting
-        self.disk_cache = disk_cache     # None: process-wide setting; True/False; a directory
-        self.evictions = 0               # entries dropped by the engine LRU
+        self.poison_freed = bool(poison_freed)  # debug: NaN-fill arena buffers once dead
+        _engine_cache.resolve_disk_cache(disk_cache)  # validates the setting
+        self.disk_cache = disk_cache  # None: process-wide setting; True/False; a directory
+        self.evictions = 0  # entries dropped by the engine LRU
         self.options = options
         if options:
             raise TypeError(f"graphc.compile got unknown options {sorted(options)}")
         self._cache: dict = {}
-        self._aliased: dict = {}         # (key, sharing of memory) -> entry: graphc.aliasing
+        self._aliased: dict = {}  # (key, sharing of memory) -> entry: graphc.aliasing
         self._order: list = []
         self._hits = 0
         self._misses = 0
@@ -113,6 +134,7 @@ class CompiledFunction(Inspection):
         self.recompile_reasons: list = []
         try:
             import inspect
+
             self._sig = inspect.signature(fn.forward if self._module is fn else fn)
         except (TypeError, ValueError):
             self._sig = None
@@ -137,8 +159,10 @@ class CompiledFunction(Inspection):
                     hash(a)
                 except TypeError:
                     names = names or arg_names(self.__wrapped__, len(args))
-                    raise SignatureError(f"static argument {names[i]} (position {i}) must be "
-                                         f"hashable, got {type(a).__name__}") from None
+                    raise SignatureError(
+                        f"static argument {names[i]} (position {i}) must be "
+                        f"hashable, got {type(a).__name__}"
+                    ) from None
                 # 2 and 2.0 trace differently; so do 0.0 and -0.0
                 items.append(("static_arg", *static_key(a), type(a)))
                 continue
@@ -161,11 +185,11 @@ class CompiledFunction(Inspection):
                 k, spec = classify_leaf(leaf, path)
                 sub.append(k)
                 if spec.kind == "array" and type(leaf) is not np.ndarray:
-                    leaf = np.asarray(leaf)     # a numpy scalar or an ndarray subclass
+                    leaf = np.asarray(leaf)  # a numpy scalar or an ndarray subclass
                 if spec.kind != "static":
                     dyn.append(leaf)
             items.append(tuple(sub) if td.kind != "leaf" else sub[1])
-        if self._module is not None:   # train()/eval() of every submodule: traced as is
+        if self._module is not None:  # train()/eval() of every submodule: traced as is
             items.append(("mode", tuple([m.training for m in self._module.modules()])))
         return tuple(items), tuple(dyn)
 
@@ -177,19 +201,21 @@ class CompiledFunction(Inspection):
             self._sig.bind(*args)
         except TypeError as e:
             params = ", ".join(self._sig.parameters)
-            raise SignatureError(f"{self.__name__}({params}) called with {len(args)} positional "
-                                 f"argument{'s' if len(args) != 1 else ''}: {e}") from None
+            raise SignatureError(
+                f"{self.__name__}({params}) called with {len(args)} positional "
+                f"argument{'s' if len(args) != 1 else ''}: {e}"
+            ) from None
 
     # --- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             args = self._bind(args, kwargs)
-        if self._all_dynamic:          # inline of _signature's plain-array fast path
+        if self._all_dynamic:  # inline of _signature's plain-array fast path
             for a in args:
                 if type(a) is not _ndarray:
                     try:
                         key, dyn = self._signature(args)
-                    except _InlineCall:    # called on tracers: part of an outer trace
+                    except _InlineCall:  # called on tracers: part of an outer trace
                         return self.__wrapped__(*args)
                     break
             else:
@@ -213,17 +239,21 @@ class CompiledFunction(Inspection):
         """Keyword arguments bound by the function's signature, as positional ones (the
         cache key sees every argument in its parameter's place)."""
         if self._sig is None:
-            raise TypeError(f"compiled {self.__name__}() takes positional arguments only (its "
-                            f"signature is unknown); got keyword arguments {sorted(kwargs)}")
+            raise TypeError(
+                f"compiled {self.__name__}() takes positional arguments only (its "
+                f"signature is unknown); got keyword arguments {sorted(kwargs)}"
+            )
         try:
             ba = self._sig.bind(*args, **kwargs)
         except TypeError as e:
             raise SignatureError(f"{self.__name__}: {e}") from None
         ba.apply_defaults()
         if ba.kwargs:
-            raise TypeError(f"compiled {self.__name__}(): keyword-only arguments "
-                            f"{sorted(ba.kwargs)} are not supported; make them positional or "
-                            "bind them with functools.partial")
+            raise TypeError(
+                f"compiled {self.__name__}(): keyword-only arguments "
+                f"{sorted(ba.kwargs)} are not supported; make them positional or "
+                "bind them with functools.partial"
+            )
         return ba.args
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -232,14 +262,18 @@ class CompiledFunction(Inspection):
         if obj is None:
             return self
         import types
+
         return types.MethodType(self, obj)
 
     def __getattr__(self, name: str) -> Any:
         # graphc.compile(model) still answers as the model: parameters(), state_dict(),
         # train(), eval() ... (only names the compiled function does not have itself)
         module = self.__dict__.get("_module")
-        if module is not None and module is self.__dict__.get("__wrapped__") and \
-                not name.startswith("__"):
+        if (
+            module is not None
+            and module is self.__dict__.get("__wrapped__")
+            and not name.startswith("__")
+        ):
             if name == "forward":
                 return self
             return getattr(module, name)
@@ -259,30 +293,38 @@ class CompiledFunction(Inspection):
             self._cache[key] = entry
             self._order.append(key)
             if self.backend == "native":
-                _engine_cache.register(self, entry)     # may evict least recently used entries
+                _engine_cache.register(self, entry)  # may evict least recently used entries
             if len(self._cache) > self.recompile_limit and not self._warned:
                 self._warned = True
-                level, f = 1, sys._getframe(0)      # point at the first frame outside the
-                while f is not None and f.f_code.co_filename in _OWN_FILES:     # api's files
+                level, f = 1, sys._getframe(0)  # point at the first frame outside the
+                while f is not None and f.f_code.co_filename in _OWN_FILES:  # api's files
                     level, f = level + 1, f.f_back
                 warnings.warn(
                     f"graphc: {self.__name__} was traced {len(self._cache)} times (limit "
                     f"{self.recompile_limit}); each new input signature re-traces. Latest reason: "
                     f"{self.recompile_reasons[-1] if self.recompile_reasons else 'n/a'}. Use "
-                    "stable shapes/dtypes, or raise recompile_limit=.", RuntimeWarning,
-                    stacklevel=level)
+                    "stable shapes/dtypes, or raise recompile_limit=.",
+                    RuntimeWarning,
+                    stacklevel=level,
+                )
             return entry
 
     def _build(self, args: tuple, key: tuple, aliases: tuple = ()) -> _Entry:
         self._traces += 1
-        res = trace_flat(self.__wrapped__, args, self.static_argnums, name=self.__name__,
-                         aliases=aliases)
+        res = trace_flat(
+            self.__wrapped__, args, self.static_argnums, name=self.__name__, aliases=aliases
+        )
         verify(res.graph, "trace")
         stages = {"traced": res.graph}
         from .passes import PassManager
+
         t0 = time.perf_counter()
-        pm = PassManager(self.opt_level, disable=self.disable_passes,
-                         print_after=self.print_after, verify_each=self.verify_passes)
+        pm = PassManager(
+            self.opt_level,
+            disable=self.disable_passes,
+            print_after=self.print_after,
+            verify_each=self.verify_passes,
+        )
         opt = res.graph.copy()
         pm.run(opt)
         verify(opt, "optimize")
@@ -290,22 +332,27 @@ class CompiledFunction(Inspection):
         stages["_passes"] = pm
         if self.backend == "native":
             from .runtime.native import NativeExecutable
+
             # arguments sharing memory are never written while the code still reads them
-            exe = NativeExecutable(opt, self.opt_level, name=self.__name__,
-                                   inplace={} if aliases else _inplace_pairs(res),
-                                   poison=self.poison_freed,
-                                   disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache))
-            run = exe.run_trusted                 # the cache key already matched shapes/dtypes
-            if _foreign_byte_order(key):          # decided per signature: no per-call check
+            exe = NativeExecutable(
+                opt,
+                self.opt_level,
+                name=self.__name__,
+                inplace={} if aliases else _inplace_pairs(res),
+                poison=self.poison_freed,
+                disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache),
+            )
+            run = exe.run_trusted  # the cache key already matched shapes/dtypes
+            if _foreign_byte_order(key):  # decided per signature: no per-call check
                 run = _native_order(run)
         else:
             exe = Program(opt)
             plan_run = exe.run
 
-            def run(arrays):          # outputs as a tuple, as the native backend gives them
+            def run(arrays):  # outputs as a tuple, as the native backend gives them
                 return tuple(plan_run(arrays))
 
-            if _foreign_byte_order(key):          # as the native entry: convert '>f8' input
+            if _foreign_byte_order(key):  # as the native entry: convert '>f8' input
                 run = _native_order(run)
         stages["_executable"] = exe
         stages["_compile_seconds"] = time.perf_counter() - t0
@@ -325,8 +372,13 @@ class CompiledFunction(Inspection):
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
             entry = self._for_memory(entry, args, dyn)
             tr = entry.trace
-        if grad_on and tr.tensor_io and not tr.grad_writes and not tr.grad_clears and \
-                any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn):
+        if (
+            grad_on
+            and tr.tensor_io
+            and not tr.grad_writes
+            and not tr.grad_clears
+            and any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn)
+        ):
             return _run_differentiable(self, entry, dyn)
         outs = entry.run(_arrays(dyn, tr.in_specs))
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
@@ -357,7 +409,8 @@ class CompiledFunction(Inspection):
                 mode = "on" if eager.is_grad_enabled() else "off (no_grad)"
                 self.recompile_reasons.append(
                     f"traced {self.__name__} again: called with grad mode {mode}, traced with "
-                    "the other")
+                    "the other"
+                )
                 sib = self._build(args, entry.key)
                 entry.sibling, sib.sibling = sib, entry
         return sib
@@ -371,7 +424,7 @@ class CompiledFunction(Inspection):
             tr = entry.trace
             now = list(dyn)
             reason = None
-            for cap, spec in zip(tr.captured, tr.in_specs[tr.n_args:]):
+            for cap, spec in zip(tr.captured, tr.in_specs[tr.n_args :]):
                 t = cap.current(args)
                 if t.__class__ is not Tensor:
                     if isinstance(t, Tensor) or t is None:
@@ -381,17 +434,24 @@ class CompiledFunction(Inspection):
                     break
                 d, rg = data_of(t), requires_grad_of(t)
                 if tr.grads_used and rg and (grad_of(t) is not None) != spec.has_grad:
-                    reason = (f"{cap.name}.grad is now " +
-                              ("set" if grad_of(t) is not None else "None"))
+                    reason = f"{cap.name}.grad is now " + (
+                        "set" if grad_of(t) is not None else "None"
+                    )
                     break
-                if d.shape != spec.shape or d.dtype != spec.dtype or requires_grad_of(t) != spec.requires_grad:
-                    reason = (f"{cap.name}: {describe_key_item(('T', spec.shape, spec.dtype, spec.requires_grad))}"
-                              f" -> {describe_key_item(('T', d.shape, d.dtype, requires_grad_of(t)))}")
+                if (
+                    d.shape != spec.shape
+                    or d.dtype != spec.dtype
+                    or requires_grad_of(t) != spec.requires_grad
+                ):
+                    was = describe_key_item(("T", spec.shape, spec.dtype, spec.requires_grad))
+                    now = describe_key_item(("T", d.shape, d.dtype, requires_grad_of(t)))
+                    reason = f"{cap.name}: {was} -> {now}"
                     break
                 now.append(t)
             if reason is None:
-                if tr.randoms:                   # this call's counters of the stream
+                if tr.randoms:  # this call's counters of the stream
                     from .runtime import rng
+
                     now.append(tensor_from_array(rng.advance(tr.rng_count)))
                 return entry, now
             with self._lock:
@@ -400,8 +460,10 @@ class CompiledFunction(Inspection):
                 entry = self._build(args, entry.key)
                 self._cache[entry.key] = entry
                 self._aliased = {k: v for k, v in self._aliased.items() if k[0] != entry.key}
-        raise GraphcError(f"{self.__name__}: the tensors it reads by name changed while it was "
-                          f"being traced ({reason})")
+        raise GraphcError(
+            f"{self.__name__}: the tensors it reads by name changed while it was "
+            f"being traced ({reason})"
+        )
 
     def _for_memory(self, entry: _Entry, args: tuple, dyn: list) -> _Entry:
         """The entry for how this call's arguments use memory, for a function that writes
@@ -410,11 +472,11 @@ class CompiledFunction(Inspection):
         have it."""
         tr = entry.trace
         arrays = [data_of(a) if a.__class__ is Tensor else a for a in dyn]
-        for i, _ in tr.grad_writes:          # a .grad written in place is memory too
+        for i, _ in tr.grad_writes:  # a .grad written in place is memory too
             g = grad_of(dyn[i])
             if g is not None:
                 arrays.append(data_of(g))
-        ok = entry.mem_ok                    # the same arrays as last time: same answer
+        ok = entry.mem_ok  # the same arrays as last time: same answer
         if len(ok) == len(arrays):
             for r, a in zip(ok, arrays):
                 if r() is not a:
@@ -429,9 +491,10 @@ class CompiledFunction(Inspection):
                     "C-contiguous, but the function writes in place through (or into) a "
                     "reshape of it, which eager makes a view or a copy depending on the memory "
                     "layout; the compiled code was traced for a C-contiguous argument. Pass "
-                    "np.ascontiguousarray(...).")
+                    "np.ascontiguousarray(...)."
+                )
         written = list(tr.written) + list(range(n_dyn, len(arrays)))
-        share = np.may_share_memory          # a bounds test in C: the common call is cheap
+        share = np.may_share_memory  # a bounds test in C: the common call is cheap
         for w in written:
             aw = arrays[w]
             for j, b in enumerate(arrays):
@@ -445,18 +508,27 @@ class CompiledFunction(Inspection):
             return entry
         entry.mem_ok = ()
         from .aliasing import alias_groups
+
         names = _leaf_names(self, args)
         n_args = tr.n_args
-        for w in written:                    # tensors read by name take no part in aliasing
+        for w in written:  # tensors read by name take no part in aliasing
             for j, b in enumerate(arrays):
                 if j != w and (w >= n_args or j >= n_args) and share(arrays[w], b):
+
                     def who(i):
-                        return (names[i] if i < n_args else tr.captured[i - n_args].name
-                                if i < n_args + len(tr.captured) else "a .grad")
+                        return (
+                            names[i]
+                            if i < n_args
+                            else tr.captured[i - n_args].name
+                            if i < n_args + len(tr.captured)
+                            else "a .grad"
+                        )
+
                     raise SignatureError(
                         f"{self.__name__}: {who(w)} is written in place and shares memory "
                         f"with {who(j)}; graphc follows sharing between arguments only. Pass "
-                        "both as arguments, or pass copies.")
+                        "both as arguments, or pass copies."
+                    )
         arrays, written = arrays[:n_args], [w for w in written if w < n_args]
         groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))
         if groups is None:
@@ -467,7 +539,8 @@ class CompiledFunction(Inspection):
                     raise SignatureError(
                         f"{self.__name__}: arguments (or their .grad) that require grad share "
                         "memory with an argument written in place; graphc cannot reproduce "
-                        "eager's gradients for that. Pass separate tensors (clone()).")
+                        "eager's gradients for that. Pass separate tensors (clone())."
+                    )
         with self._lock:
             akey = (entry.key, groups)
             alias = self._aliased.get(akey)
@@ -504,8 +577,9 @@ class CompiledFunction(Inspection):
                 pairs = [(i, a, b) for i, (a, b) in enumerate(zip(old, key)) if a != b]
                 for i, a, b in pairs:
                     if isinstance(a, tuple) and a and a[0] == "mode":
-                        diffs.append(f"train()/eval(): {describe_key_item(a)} -> "
-                                     f"{describe_key_item(b)}")
+                        diffs.append(
+                            f"train()/eval(): {describe_key_item(a)} -> {describe_key_item(b)}"
+                        )
                     else:
                         diffs.append(diff_item(names[i], a, b))
                 rank = (len(pairs), sum(1 for _, a, b in pairs if not same_kind(a, b)))
@@ -561,15 +635,31 @@ def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
     return out
 
 
-def compile(fn: Optional[Callable] = None, *, static_argnums: Sequence[int] = (),
-            opt_level: int = 2, recompile_limit: int = 8, **options: Any):
+def compile(
+    fn: Optional[Callable] = None,
+    *,
+    static_argnums: Sequence[int] = (),
+    opt_level: int = 2,
+    recompile_limit: int = 8,
+    **options: Any,
+):
     """Compile ``fn``: trace per input signature, verify, cache and run the graph.
 
     Usable as ``@graphc.compile``, ``@graphc.compile(static_argnums=(1,))`` or
     ``graphc.compile(fn, ...)``.
     """
     if fn is None:
-        return lambda f: CompiledFunction(f, static_argnums=static_argnums, opt_level=opt_level,
-                                          recompile_limit=recompile_limit, **options)
-    return CompiledFunction(fn, static_argnums=static_argnums, opt_level=opt_level,
-                            recompile_limit=recompile_limit, **options)
+        return lambda f: CompiledFunction(
+            f,
+            static_argnums=static_argnums,
+            opt_level=opt_level,
+            recompile_limit=recompile_limit,
+            **options,
+        )
+    return CompiledFunction(
+        fn,
+        static_argnums=static_argnums,
+        opt_level=opt_level,
+        recompile_limit=recompile_limit,
+        **options,
+    )

@@ -14,6 +14,7 @@ On top of it:
   function, accumulating into ``.grad`` of traced leaves;
 * ``grad_graph``: ``Graph.grad(wrt=...)`` on an existing graph.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
@@ -21,8 +22,14 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import eager
-from eager.interop import (data_of, grad_of, requires_grad_of, set_grad, set_requires_grad_flag,
-                          sum_to)
+from eager.interop import (
+    data_of,
+    grad_of,
+    requires_grad_of,
+    set_grad,
+    set_requires_grad_flag,
+    sum_to,
+)
 from eager.interop import OPS
 
 from .pytree import flatten, leaf_paths, unflatten
@@ -36,8 +43,9 @@ def _tracer_for(ctx: TraceContext, nid: int) -> Tracer:
     return Tracer(ctx, nid, d["shape"], d["dtype"])
 
 
-def backprop(ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer],
-             cotangent: Optional[Tracer] = None) -> list:
+def backprop(
+    ctx: TraceContext, out: Tracer, wrt: Sequence[Tracer], cotangent: Optional[Tracer] = None
+) -> list:
     """Gradients of ``out`` (times ``cotangent``) w.r.t. each tracer in ``wrt``.
 
     Returns a list with a Tracer, or None where ``out`` does not depend on it.
@@ -121,11 +129,19 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
         ct = None
     else:
-        ct = gradient if isinstance(gradient, Tracer) else loss._wrap_const(
-            np.asarray(data_of(gradient) if isinstance(gradient, eager.Tensor) else gradient,
-                       dtype=loss._meta_dtype))
+        ct = (
+            gradient
+            if isinstance(gradient, Tracer)
+            else loss._wrap_const(
+                np.asarray(
+                    data_of(gradient) if isinstance(gradient, eager.Tensor) else gradient,
+                    dtype=loss._meta_dtype,
+                )
+            )
+        )
     if ctx.closed_rg:
         import networkx as nx
+
         used = nx.ancestors(ctx.graph.nx, loss.node) & ctx.closed_rg.keys()
         if used:
             srcs = ", ".join(sorted({ctx.closed_rg[n] for n in used}))
@@ -135,10 +151,10 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
                 "they are reached through an object graphc does not look into (only arguments, "
                 "nn.Modules, closures, globals, defaults and lists/dicts of those are), so they "
                 "were read as constants and their .grad cannot be filled. Pass them as arguments "
-                "(a list or dict of tensors works) or keep them in an nn.Module.")
+                "(a list or dict of tensors works) or keep them in an nn.Module."
+            )
     if not requires_grad_of(loss):
-        raise RuntimeError("element 0 of tensors does not require grad and does not have a "
-                           "grad_fn")
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     leaves = [t for t in ctx.leaves if requires_grad_of(t)]
     grads = backprop(ctx, loss, leaves, ct)
     with eager.no_grad():
@@ -172,17 +188,21 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
         for k, x in enumerate(leaves):
             if not isinstance(x, Tracer):
                 if isinstance(x, (int, float)) and not isinstance(x, bool):
-                    raise TypeError(f"{fname}: argument {i} ({paths[k]}) is a Python number, "
-                                    "which graphc treats as static; pass a float array to "
-                                    "differentiate it")
+                    raise TypeError(
+                        f"{fname}: argument {i} ({paths[k]}) is a Python number, "
+                        "which graphc treats as static; pass a float array to "
+                        "differentiate it"
+                    )
                 arr = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
                 nid = ctx.const(arr)
                 x = Tracer(ctx, nid, arr.shape, arr.dtype)
             if x._npdtype.kind != "f":
-                raise TypeError(f"{fname}: argument {i} ({paths[k]}) has dtype "
-                                f"{x._npdtype.name}; only floating-point inputs can be "
-                                "differentiated -- convert it with .float()/.double() or leave it "
-                                "out of argnums")
+                raise TypeError(
+                    f"{fname}: argument {i} ({paths[k]}) has dtype "
+                    f"{x._npdtype.name}; only floating-point inputs can be "
+                    "differentiated -- convert it with .float()/.double() or leave it "
+                    "out of argnums"
+                )
             new.append(x)
         args[i] = unflatten(td, new)
         info.append((i, td, new))
@@ -209,15 +229,15 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
             raise TypeError(f"{fname}: has_aux=True requires fn to return (value, aux)")
         res, aux = res
     if not isinstance(res, Tracer):
-        raise TypeError(f"{fname}: fn must return a traced scalar array, got "
-                        f"{type(res).__name__}")
+        raise TypeError(f"{fname}: fn must return a traced scalar array, got {type(res).__name__}")
     if res.numel() != 1:
-        raise TypeError(f"{fname}: fn must return a scalar (0-d or one element), got shape "
-                        f"{list(res.shape)}; for non-scalar outputs use graphc.vjp with a "
-                        "cotangent")
+        raise TypeError(
+            f"{fname}: fn must return a scalar (0-d or one element), got shape "
+            f"{list(res.shape)}; for non-scalar outputs use graphc.vjp with a "
+            "cotangent"
+        )
     if res._npdtype.kind != "f":
-        raise TypeError(f"{fname}: fn must return a floating-point scalar, got "
-                        f"{res._npdtype.name}")
+        raise TypeError(f"{fname}: fn must return a floating-point scalar, got {res._npdtype.name}")
     flat = [x for _, _, leaves in info for x in leaves]
     grads = backprop(ctx, res, flat)
     out = []
@@ -267,8 +287,10 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
         if w not in graph.inputs:
             raise GraphcError(f"grad: wrt node %{w} is not an input of graph {graph.name!r}")
         if np.dtype(graph.nx.nodes[w]["dtype"]).kind != "f":
-            raise TypeError(f"grad: input {graph.nx.nodes[w]['attrs']['name']!r} is not "
-                            "floating point and cannot be differentiated")
+            raise TypeError(
+                f"grad: input {graph.nx.nodes[w]['attrs']['name']!r} is not "
+                "floating point and cannot be differentiated"
+            )
     if not graph.outputs:
         raise GraphcError("grad: the graph has no outputs")
     new = Graph(f"{graph.name}_grad")
@@ -281,13 +303,14 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
     outs = replay(graph, ctx, ins)
     out = outs[output]
     if out.numel() != 1:
-        raise TypeError(f"grad: output {output} has shape {list(out.shape)}; differentiate a "
-                        "scalar output or use graphc.vjp with a cotangent")
+        raise TypeError(
+            f"grad: output {output} has shape {list(out.shape)}; differentiate a "
+            "scalar output or use graphc.vjp with a cotangent"
+        )
     pos = {nid: k for k, nid in enumerate(graph.inputs)}
     grads = backprop(ctx, out, [ins[pos[w]] for w in wrt])
     with eager.no_grad():
-        grads = [gr if gr is not None else ins[pos[w]].zeros_like_()
-                 for gr, w in zip(grads, wrt)]
+        grads = [gr if gr is not None else ins[pos[w]].zeros_like_() for gr, w in zip(grads, wrt)]
     new.outputs = [out.node] + [gr.node for gr in grads]
     new.meta["grad_of"] = graph.name
     ctx.active = False

@@ -10,6 +10,7 @@ tensors, and the hint eager's ``backward()`` adds when an output has no gradient
 is a CompiledFunction too, made as ``type(cf)(...)`` so this module does not import the
 api above it.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -18,8 +19,15 @@ from typing import Any, Optional
 import numpy as np
 
 import eager
-from eager.interop import (NO_GRAD_HINTS, Tensor, data_of, grad_of, requires_grad_of,
-                           tensor_from_array, version_of)
+from eager.interop import (
+    NO_GRAD_HINTS,
+    Tensor,
+    data_of,
+    grad_of,
+    requires_grad_of,
+    tensor_from_array,
+    version_of,
+)
 
 from .errors import GraphcError
 from .pytree import flatten
@@ -56,7 +64,7 @@ def _write_back(tr, dyn: list, outs: tuple) -> None:
     for idx, out_pos in tr.mutated_inputs:
         target = dyn[idx]
         data = data_of(target) if isinstance(target, Tensor) else target
-        if outs[out_pos] is not data:          # not already written in place
+        if outs[out_pos] is not data:  # not already written in place
             np.copyto(data, outs[out_pos], casting="same_kind")
         if isinstance(target, Tensor):
             version_of(target)[0] += 1
@@ -69,8 +77,11 @@ _NO_GRAD_NOTE: list = [None]
 
 def _note_no_grad(cf, tr, res: Any) -> None:
     leaves = (res,) if res.__class__ is Tensor else flatten(res)[0]
-    outs = [weakref.ref(t) for t in leaves
-            if t.__class__ is Tensor and not requires_grad_of(t) and data_of(t).dtype.kind == "f"]
+    outs = [
+        weakref.ref(t)
+        for t in leaves
+        if t.__class__ is Tensor and not requires_grad_of(t) and data_of(t).dtype.kind == "f"
+    ]
     if outs:
         _NO_GRAD_NOTE[0] = (cf, tr, eager.is_grad_enabled(), outs)
 
@@ -90,27 +101,35 @@ def _why_no_grad(t: Tensor) -> Optional[str]:
     else:
         rg = [n for n, spec in zip(_input_names(tr), tr.in_specs) if spec.requires_grad]
         if rg:
-            why = (f"that output of compiled {name} does not depend on what requires grad "
-                   f"({', '.join(rg[:6])}) through differentiable ops (it was computed under "
-                   "no_grad(), through .detach(), or is a comparison or integer result)")
+            why = (
+                f"that output of compiled {name} does not depend on what requires grad "
+                f"({', '.join(rg[:6])}) through differentiable ops (it was computed under "
+                "no_grad(), through .detach(), or is a comparison or integer result)"
+            )
         else:
             frozen = [c.name for c in tr.captured][:6]
-            why = (f"nothing compiled {name} read requires grad: " +
-                   (f"the parameters it reads ({', '.join(frozen)}) have requires_grad=False "
-                    "and " if frozen else "") +
-                   "its tensor arguments do not require grad; set requires_grad=True on what "
-                   "you want gradients for (e.g. p.requires_grad_() for p in "
-                   "model.parameters())")
+            why = (
+                f"nothing compiled {name} read requires grad: "
+                + (
+                    f"the parameters it reads ({', '.join(frozen)}) have requires_grad=False and "
+                    if frozen
+                    else ""
+                )
+                + "its tensor arguments do not require grad; set requires_grad=True on what "
+                "you want gradients for (e.g. p.requires_grad_() for p in "
+                "model.parameters())"
+            )
     if mine:
         return f"(it is an output of compiled {name}: {why})."
-    return (f"(if it was computed from the last outputs of compiled {name} without a "
-            f"gradient history: {why}).")
+    return (
+        f"(if it was computed from the last outputs of compiled {name} without a "
+        f"gradient history: {why})."
+    )
 
 
 def _input_names(tr) -> list:
     """Readable names of a trace's dynamic leaves, in order: arguments, then lifted tensors."""
-    names = [tr.graph.input_names[_graph_input_pos(tr.in_specs, i)]
-             for i in range(tr.n_args)]
+    names = [tr.graph.input_names[_graph_input_pos(tr.in_specs, i)] for i in range(tr.n_args)]
     return names + [c.name for c in tr.captured]
 
 
@@ -133,7 +152,8 @@ def _run_differentiable(cf, entry, dyn: list) -> Any:
                 "no_grad()) and its outputs need gradients: eager differentiates with "
                 "respect to the tensor after the update, which the compiled graph cannot "
                 "express. Update it outside the compiled function (e.g. with an optimizer "
-                "step), or call the function under eager.no_grad().")
+                "step), or call the function under eager.no_grad()."
+            )
     outs = _CompiledAutograd.apply(cf, entry, *dyn)
     if not isinstance(outs, tuple):
         outs = (outs,)
@@ -150,6 +170,7 @@ def _vjp_function(cf, entry):
     if vjp_cf is not None:
         return vjp_cf
     from .autodiff import backprop
+
     tr = entry.trace
     n_in = len(tr.in_specs)
 
@@ -159,6 +180,7 @@ def _vjp_function(cf, entry):
         # rebuild the user's arguments around the traced primals and re-run the function
         res_graph = tr.graph
         from .autodiff import replay
+
         outs = replay(res_graph, ctx, _graph_inputs(tr, primals))
         want = [p for p in primals if p._npdtype.kind == "f"]
         acc = {}
@@ -172,11 +194,12 @@ def _vjp_function(cf, entry):
             return tuple(acc[id(p)] if id(p) in acc else p.zeros_like_() for p in want)
 
     vjp_body.__name__ = f"{cf.__name__}_vjp"
-    with cf._lock:          # threads running backward at once share one gradient function
+    with cf._lock:  # threads running backward at once share one gradient function
         vjp_cf = entry.stages.get("_vjp_fn")
         if vjp_cf is None:
-            vjp_cf = type(cf)(vjp_body, opt_level=cf.opt_level, backend=cf.backend,
-                                disk_cache=cf.disk_cache)
+            vjp_cf = type(cf)(
+                vjp_body, opt_level=cf.opt_level, backend=cf.backend, disk_cache=cf.disk_cache
+            )
             # gradients are differentiable functions of the primals (double backward),
             # although graph autodiff, not the traced Python, made them
             vjp_cf._outputs_differentiable = True
@@ -190,7 +213,7 @@ def _make_autograd_function():
         saved = tensors
         if tr.mutated_inputs:
             saved = list(tensors)
-            for idx, _ in tr.mutated_inputs:    # the values the call reads, before its writes
+            for idx, _ in tr.mutated_inputs:  # the values the call reads, before its writes
                 t = tensors[idx]
                 saved[idx] = tensor_from_array(np.array(data_of(t) if t.__class__ is Tensor else t))
         outs = entry.run(_arrays(tensors, tr.in_specs))
@@ -215,9 +238,15 @@ def _make_autograd_function():
             grads[i] = res[k]
         return (None, None, *grads)
 
-    return type(eager.autograd.Function)("CompiledFunction", (eager.autograd.Function,), {
-        "forward": staticmethod(forward), "backward": staticmethod(backward),
-        "__doc__": "Autograd bridge: eager backward through a compiled region."})
+    return type(eager.autograd.Function)(
+        "CompiledFunction",
+        (eager.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+            "__doc__": "Autograd bridge: eager backward through a compiled region.",
+        },
+    )
 
 
 _CompiledAutograd = _make_autograd_function()

@@ -14,6 +14,7 @@ again from the call's arguments at each call, so a parameter rebound since
 tensor's tracer instead (restored afterwards), so ``self.weight.t()`` is traced, not
 computed once.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -63,7 +64,7 @@ class Captured:
 
     def __init__(self, name: str, place: Optional[Place], tensor: Tensor) -> None:
         self.name = name
-        self.place = place          # None: reached some other way, lifted by identity
+        self.place = place  # None: reached some other way, lifted by identity
         self.tensor = tensor
 
     def current(self, args: tuple) -> Any:
@@ -86,6 +87,7 @@ class Captured:
 
 def _is_module(obj: Any) -> bool:
     from eager.interop import Module
+
     return isinstance(obj, Module)
 
 
@@ -96,6 +98,7 @@ def _member_place(root: Place, chain: tuple, registry: str, pname: str) -> Place
         for part in chain:
             m = m._modules[part]
         return getattr(m, registry), pname
+
     return place
 
 
@@ -110,8 +113,11 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
             for registry in ("_parameters", "_buffers"):
                 for pname, t in getattr(mod, registry).items():
                     if t is not None and id(t) not in found:
-                        found[id(t)] = Captured(".".join((name,) + chain + (pname,)),
-                                                _member_place(place, chain, registry, pname), t)
+                        found[id(t)] = Captured(
+                            ".".join((name,) + chain + (pname,)),
+                            _member_place(place, chain, registry, pname),
+                            t,
+                        )
     elif isinstance(obj, (list, dict)) and len(obj) <= 256:
         items = enumerate(obj) if isinstance(obj, list) else obj.items()
         for k, item in items:
@@ -123,6 +129,7 @@ def _item_place(place: Place, k: Any) -> Place:
     def item(args: tuple) -> tuple:
         holder, key = place(args)
         return holder[key], k
+
     return item
 
 
@@ -143,8 +150,7 @@ def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
         roots.append(("self", fn))
     elif _is_module(getattr(fn, "__self__", None)):
         roots.append(("self", fn.__self__))
-    roots += [("self" if i == 0 else f"args[{i}]", a) for i, a in enumerate(args)
-              if _is_module(a)]
+    roots += [("self" if i == 0 else f"args[{i}]", a) for i, a in enumerate(args) if _is_module(a)]
     code_fn = getattr(fn, "__func__", fn)
     code = getattr(code_fn, "__code__", None)
     if code is not None:
@@ -155,8 +161,9 @@ def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
             except ValueError:
                 continue
         glob = getattr(code_fn, "__globals__", {})
-        roots += [(v, glob[v]) for v in sorted(_code_names(code))
-                  if v in glob and _is_module(glob[v])]
+        roots += [
+            (v, glob[v]) for v in sorted(_code_names(code)) if v in glob and _is_module(glob[v])
+        ]
     for name, root in roots:
         for sub, m in root.named_modules():
             if m is target:
@@ -168,17 +175,17 @@ def find(fn: Callable, args: tuple) -> dict:
     """``id(tensor) -> Captured`` for every eager tensor ``fn`` can reach by name."""
     found: dict = {}
     target = fn
-    if _is_module(fn):                    # graphc.compile(model)
+    if _is_module(fn):  # graphc.compile(model)
         box = {"self": fn}
         _walk(box, "self", "self", lambda a, b=box: (b, "self"), found)
         target = type(fn).forward
     else:
         self_obj = getattr(fn, "__self__", None)
-        if self_obj is not None and _is_module(self_obj):     # model.forward
+        if self_obj is not None and _is_module(self_obj):  # model.forward
             box = {"self": self_obj}
             _walk(box, "self", "self", lambda a, b=box: (b, "self"), found)
             target = getattr(fn, "__func__", fn)
-    for i, a in enumerate(args):          # modules passed as arguments (self of a method)
+    for i, a in enumerate(args):  # modules passed as arguments (self of a method)
         if _is_module(a):
             _walk(args, i, "self" if i == 0 else f"args[{i}]", lambda a, i=i: (a, i), found)
     code = getattr(target, "__code__", None)
@@ -187,7 +194,7 @@ def find(fn: Callable, args: tuple) -> dict:
     for var, cell in zip(code.co_freevars, getattr(target, "__closure__", None) or ()):
         try:
             cell.cell_contents
-        except ValueError:                # an empty cell
+        except ValueError:  # an empty cell
             continue
         holder = _Cell(cell)
         _walk(holder, 0, var, lambda a, h=holder: (h, 0), found)

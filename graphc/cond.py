@@ -4,6 +4,7 @@ Python's ``if`` on a traced value cannot be traced (the value is not known); the
 trace both sides and select, elementwise, so the choice happens at run time.  They need
 only the tracer: the API re-exports them (``graphc.api.cond``) and ``graphc`` exports them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -47,18 +48,24 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, *operands: Any):
     t_leaves, t_tree = flatten(t_out)
     f_leaves, f_tree = flatten(f_out)
     if t_tree != f_tree:
-        raise TypeError(f"cond: true_fn returned structure {t_tree!r} but false_fn returned "
-                        f"{f_tree!r}; both branches must return the same structure")
+        raise TypeError(
+            f"cond: true_fn returned structure {t_tree!r} but false_fn returned "
+            f"{f_tree!r}; both branches must return the same structure"
+        )
     out = []
     p = pred.reshape(())
     for k, (a, b) in enumerate(zip(t_leaves, f_leaves)):
         sa = tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
         sb = tuple(b.shape) if hasattr(b, "shape") else np.shape(b)
         if sa != sb:
-            raise TypeError(f"cond: output leaf {k} has shape {list(sa)} in true_fn but "
-                            f"{list(sb)} in false_fn; both branches must agree")
+            raise TypeError(
+                f"cond: output leaf {k} has shape {list(sa)} in true_fn but "
+                f"{list(sb)} in false_fn; both branches must agree"
+            )
         if isinstance(a, TensorOps) and isinstance(b, TensorOps) and a._npdtype != b._npdtype:
-            raise TypeError(f"cond: output leaf {k} has dtype {a._npdtype} in true_fn but "
-                            f"{b._npdtype} in false_fn; both branches must agree")
+            raise TypeError(
+                f"cond: output leaf {k} has dtype {a._npdtype} in true_fn but "
+                f"{b._npdtype} in false_fn; both branches must agree"
+            )
         out.append(eager.where(p, a, b))
     return unflatten(t_tree, out)

@@ -3,6 +3,7 @@ that runs it, and the call made for it once, so a call on a known signature does
 little as possible: plain arrays go straight to native code (``_fast_call``) and the
 outputs are rebuilt into the user's structure by one prepared function
 (``_output_builder``)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -18,8 +19,19 @@ class _Entry:
     """One cached signature: its trace and the executable that runs it."""
 
     # stamp: last use, for the process-wide engine LRU (graphc.runtime.cache)
-    __slots__ = ("trace", "run", "stages", "key", "fast", "build_out", "stamp", "__weakref__", "call",
-                 "mem_ok", "sibling")
+    __slots__ = (
+        "trace",
+        "run",
+        "stages",
+        "key",
+        "fast",
+        "build_out",
+        "stamp",
+        "__weakref__",
+        "call",
+        "mem_ok",
+        "sibling",
+    )
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
         self.trace = trace
@@ -28,13 +40,19 @@ class _Entry:
         self.key = key
         # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
         # write back -- decided once per signature so the call does no extra checks
-        self.fast = (not trace.tensor_io and not trace.mutated_inputs and
-                     not trace.grad_writes and not trace.grad_clears and not trace.randoms and not trace.layout_inputs and
-                     all(_plain_array_item(it) for it in key))
+        self.fast = (
+            not trace.tensor_io
+            and not trace.mutated_inputs
+            and not trace.grad_writes
+            and not trace.grad_clears
+            and not trace.randoms
+            and not trace.layout_inputs
+            and all(_plain_array_item(it) for it in key)
+        )
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
-        self.mem_ok = ()        # weakrefs to the arrays of the last call found not to overlap
-        self.sibling: Optional["_Entry"] = None   # this signature traced in the other grad mode
+        self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
+        self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
@@ -45,11 +63,12 @@ def _fast_call(run: Callable, build_out: Callable) -> Callable:
         return lambda arrays: build_out(run(arrays))
     native, slow = exe._native, exe._slow
 
-    def call(arrays):               # arrays: the tuple of the call's arguments
+    def call(arrays):  # arrays: the tuple of the call's arguments
         outs = native(arrays)
-        if outs.__class__ is int:   # a code instead of the outputs (e.g. strided inputs)
+        if outs.__class__ is int:  # a code instead of the outputs (e.g. strided inputs)
             outs = slow(arrays, outs)
         return build_out(outs)
+
     return call
 
 
@@ -57,6 +76,7 @@ def _inplace_pairs(tr) -> dict:
     """{graph output: graph input} for in-place updates of arguments and of their .grad
     (the backend writes them straight into the caller's buffers when that is safe)."""
     from .tracer import _graph_input_pos
+
     specs = tr.in_specs
     pairs = {}
     for idx, out_pos in tr.mutated_inputs:
@@ -71,8 +91,13 @@ def _plain_array_item(item) -> bool:
     """A key item of an exact, native-endian ndarray argument (or a static value)."""
     if isinstance(item, tuple) and item and item[0] in ("static_arg", "S"):
         return True
-    return (isinstance(item, tuple) and len(item) == 3 and item[0] == "A" and
-            isinstance(item[2], np.dtype) and item[2].isnative)
+    return (
+        isinstance(item, tuple)
+        and len(item) == 3
+        and item[0] == "A"
+        and isinstance(item[2], np.dtype)
+        and item[2].isnative
+    )
 
 
 def _output_builder(tr) -> Callable[[tuple], Any]:
@@ -83,9 +108,10 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
     value_and_grad's ``(value, (g0, g1...))`` is ``itemgetter(0, slice(1, n))``).
     """
     import operator
+
     make = tensor_from_array if tr.tensor_io else None
     leaves = iter(range(tr.out_tree.num_leaves))
-    next_out = [0]                  # index of the next array output (leaves are in order)
+    next_out = [0]  # index of the next array output (leaves are in order)
 
     def fn(spec):
         return operator.itemgetter(spec[1]) if spec[0] == "item" else spec[1]
@@ -106,9 +132,8 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
             items = [k[1] for k in kids if k[0] == "item"]
             if len(items) == len(kids):
                 ints = [i for i in items if isinstance(i, int)]
-                if items and len(ints) == len(items) and ints == list(range(ints[0],
-                                                                            ints[-1] + 1)):
-                    return "item", slice(ints[0], ints[-1] + 1)   # a flat tuple: one slice
+                if items and len(ints) == len(items) and ints == list(range(ints[0], ints[-1] + 1)):
+                    return "item", slice(ints[0], ints[-1] + 1)  # a flat tuple: one slice
                 if len(items) >= 2:
                     return "fn", operator.itemgetter(*items)
             fs = [fn(k) for k in kids]
@@ -122,7 +147,7 @@ def _output_builder(tr) -> Callable[[tuple], Any]:
         if td.kind == "dict":
             keys = td.aux
             return "fn", (lambda o: {k: f(o) for k, f in zip(keys, fs)})
-        cls = td.aux                                  # namedtuple
+        cls = td.aux  # namedtuple
         return "fn", (lambda o: cls(*[f(o) for f in fs]))
 
     return fn(build(tr.out_tree))
@@ -151,7 +176,8 @@ def _foreign_byte_order(key) -> bool:
 
 def _native_order(run: Callable) -> Callable:
     """Wrap an executable's run: byte-swapped arrays are converted to native order first."""
+
     def run_native_order(arrays):
-        return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
-                    for a in arrays])
+        return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")) for a in arrays])
+
     return run_native_order

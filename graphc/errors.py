@@ -1,4 +1,5 @@
 """graphc's error hierarchy: every message names the argument, op, shape or source line."""
+
 from __future__ import annotations
 
 
@@ -53,8 +54,8 @@ class LoweringError(GraphcError):
     original exception's type, so handlers for that type still catch it."""
 
     def __init__(self, message: str, node=None, original=None) -> None:
-        Exception.__init__(self, message)    # not super(): the original type's __init__
-        self.message = message                # may take other arguments
+        Exception.__init__(self, message)  # not super(): the original type's __init__
+        self.message = message  # may take other arguments
         self.node = node
         self.original = original
 
@@ -62,7 +63,7 @@ class LoweringError(GraphcError):
         return self.message
 
 
-_combined: dict = {}      # (context error type, original exception type) -> combined type
+_combined: dict = {}  # (context error type, original exception type) -> combined type
 
 
 def combined_type(base: type, original: type) -> type:
@@ -72,9 +73,12 @@ def combined_type(base: type, original: type) -> type:
     cls = _combined.get((base, original))
     if cls is None:
         try:
-            cls = type(base.__name__, (base, original),
-                       {"__module__": base.__module__, "__str__": base.__str__})
-        except TypeError:           # layout conflicts between built-in exception types
+            cls = type(
+                base.__name__,
+                (base, original),
+                {"__module__": base.__module__, "__str__": base.__str__},
+            )
+        except TypeError:  # layout conflicts between built-in exception types
             cls = base
         _combined[(base, original)] = cls
     return cls

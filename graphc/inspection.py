@@ -2,6 +2,7 @@
 ``ir``), the native code (``llvm_ir``, ``asm``, ``plan``), ``stats`` and ``explain``.
 ``CompiledFunction`` (graphc.api) has these methods from ``Inspection``; they find the
 entry of a signature with its ``_entry_for`` and compile it if needed."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,10 +31,12 @@ class Inspection:
             if stage != "optimized":
                 raise ValueError("after_each_pass=True needs stage='optimized'")
             from .passes import PassManager
+
             pm = PassManager(self.opt_level, disable=self.disable_passes, snapshot_each=True)
             pm.run(stages["traced"].copy())
-            return "\n".join([f"// traced\n{stages['traced']}"] +
-                             [text for _, text in pm.snapshots])
+            return "\n".join(
+                [f"// traced\n{stages['traced']}"] + [text for _, text in pm.snapshots]
+            )
         if stage == "grad" and "grad" not in stages:
             stages["grad"] = _grad_stage(stages["traced"], self.__name__)
         if stage not in stages or stage.startswith("_"):
@@ -56,18 +59,24 @@ class Inspection:
     def stats(self, *args: Any) -> dict:
         """Node counts per stage, fused kernels, planned arena bytes and compile time."""
         st = self._entry_for(args).stages
-        out = {"traced_nodes": len(st["traced"]), "optimized_nodes": len(st["optimized"]),
-               "compile_seconds": st["_compile_seconds"]}
+        out = {
+            "traced_nodes": len(st["traced"]),
+            "optimized_nodes": len(st["optimized"]),
+            "compile_seconds": st["_compile_seconds"],
+        }
         n_bwd = sum(1 for _, d in st["traced"].nx.nodes(data=True) if d.get("role") == "backward")
-        if n_bwd or "grad" in st:      # the function ran backward(), or ir(stage='grad') ran
+        if n_bwd or "grad" in st:  # the function ran backward(), or ir(stage='grad') ran
             out["grad_nodes"] = len(st["traced"]) if n_bwd else len(st["grad"])
         log = st["_passes"].log
-        out.update(pass_runs=len(log), pass_rounds=max((r.round for r in log), default=0),
-                   pass_seconds=sum(r.seconds for r in log))
+        out.update(
+            pass_runs=len(log),
+            pass_rounds=max((r.round for r in log), default=0),
+            pass_seconds=sum(r.seconds for r in log),
+        )
         exe = st["_executable"]
         if self.backend == "native":
             out.update(exe.plan.summary())
-            out["native_code"] = exe.cache_status   # compiled / disk-stored / disk-hit
+            out["native_code"] = exe.cache_status  # compiled / disk-stored / disk-hit
         return out
 
     def _native(self, args: tuple):
@@ -76,22 +85,33 @@ class Inspection:
         return self._entry_for(args).stages["_executable"]
 
     def explain(self) -> str:
-        lines = [f"{self.__name__}: {len(self._cache)} cached signature(s), "
-                 f"{self._hits} hits, {self._misses} misses"]
+        lines = [
+            f"{self.__name__}: {len(self._cache)} cached signature(s), "
+            f"{self._hits} hits, {self._misses} misses"
+        ]
         lines += [f"  {r}" for r in self.recompile_reasons]
-        for entry in list(self._cache.values())[-1:]:       # the latest signature's inputs
+        for entry in list(self._cache.values())[-1:]:  # the latest signature's inputs
             tr = entry.trace
             if tr.captured:
-                lines.append("  tensors read by name (graph inputs, read at every call): " +
-                             ", ".join(c.name for c in tr.captured))
+                lines.append(
+                    "  tensors read by name (graph inputs, read at every call): "
+                    + ", ".join(c.name for c in tr.captured)
+                )
             if tr.randoms:
-                lines.append(f"  random draws per call: {len(tr.randoms)} "
-                             f"({tr.rng_count} numbers, generated natively by Philox 4x32-10)")
-            consts = [n for n in tr.graph.node_ids() if tr.graph[n]["op"] == "const" and
-                      tr.graph[n]["attrs"]["value"].size > 1]
+                lines.append(
+                    f"  random draws per call: {len(tr.randoms)} "
+                    f"({tr.rng_count} numbers, generated natively by Philox 4x32-10)"
+                )
+            consts = [
+                n
+                for n in tr.graph.node_ids()
+                if tr.graph[n]["op"] == "const" and tr.graph[n]["attrs"]["value"].size > 1
+            ]
             if consts:
-                lines.append(f"  constants captured at trace time: {len(consts)} array(s) "
-                             "(numpy arrays and tensors reached other than by name)")
+                lines.append(
+                    f"  constants captured at trace time: {len(consts)} array(s) "
+                    "(numpy arrays and tensors reached other than by name)"
+                )
         return "\n".join(lines)
 
 
@@ -104,7 +124,9 @@ def _grad_stage(graph: Graph, name: str) -> Graph:
         raise GraphcError(f"ir(stage='grad'): {name} returns no arrays to differentiate")
     d = graph.nx.nodes[graph.outputs[0]]
     if np.dtype(d["dtype"]).kind != "f" or int(np.prod(d["shape"], dtype=np.int64)) != 1:
-        raise TypeError(f"ir(stage='grad'): {name} must return a floating-point scalar as its "
-                        f"first output, got {np.dtype(d['dtype']).name}{list(d['shape'])}; use "
-                        "graphc.vjp with a cotangent for other outputs")
+        raise TypeError(
+            f"ir(stage='grad'): {name} must return a floating-point scalar as its "
+            f"first output, got {np.dtype(d['dtype']).name}{list(d['shape'])}; use "
+            "graphc.vjp with a cotangent for other outputs"
+        )
     return graph.grad()

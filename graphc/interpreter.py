@@ -4,6 +4,7 @@ It is the oracle every later stage (passes, native code) is tested against.
 Intermediate values are dropped after their last use, as a compiled program
 would, so interpreting a long chain does not hold every intermediate.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -44,13 +45,15 @@ class Program:
         self.graph = g
         self.n_inputs = len(g.inputs)
         self.outputs = list(g.outputs)
-        self.types = {n: (tuple(g.nx.nodes[n]["shape"]), np.dtype(g.nx.nodes[n]["dtype"]))
-                      for n in order}
+        self.types = {
+            n: (tuple(g.nx.nodes[n]["shape"]), np.dtype(g.nx.nodes[n]["dtype"])) for n in order
+        }
 
     def run(self, arrays: Sequence[Any], record: dict = None) -> list:
         if len(arrays) != self.n_inputs:
-            raise GraphcError(f"graph {self.graph.name!r} takes {self.n_inputs} inputs, got "
-                              f"{len(arrays)}")
+            raise GraphcError(
+                f"graph {self.graph.name!r} takes {self.n_inputs} inputs, got {len(arrays)}"
+            )
         env: dict = {}
         for n, op, fwd, operands, attrs, free in self.steps:
             if op == "input":
@@ -59,7 +62,8 @@ class Program:
                 if v.shape != shape or v.dtype != dtype:
                     raise GraphcError(
                         f"input {self.graph.input_names[fwd]!r} of graph {self.graph.name!r} "
-                        f"expects {dtype}{list(shape)}, got {v.dtype}{list(v.shape)}")
+                        f"expects {dtype}{list(shape)}, got {v.dtype}{list(v.shape)}"
+                    )
                 env[n] = v
             elif op == "const":
                 env[n] = fwd
@@ -68,8 +72,7 @@ class Program:
                     with np.errstate(all="ignore"):
                         v = fwd(*[env[o] for o in operands], **attrs)
                 except Exception as e:
-                    raise GraphcError(f"interpreting {describe(self.graph, n)} failed: {e}") \
-                        from e
+                    raise GraphcError(f"interpreting {describe(self.graph, n)} failed: {e}") from e
                 env[n] = np.asarray(v)
             if record is not None:
                 record[n] = env[n]

@@ -8,13 +8,14 @@ makes the same view-or-copy decision eager makes.  Strides and offsets are in
 elements.  numpy computes them on a zero-size-element stand-in: a 1-byte
 buffer viewed with the element strides as byte strides (nothing is read).
 """
+
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
-Layout = tuple          # (offset, strides), both in elements
+Layout = tuple  # (offset, strides), both in elements
 
 
 def c_strides(shape: tuple) -> tuple:
@@ -56,9 +57,9 @@ def reshape_layout(shape: tuple, lay: Layout, new_shape: tuple) -> Optional[Layo
     probe = _probe(shape, strides)
     try:
         view = np.reshape(probe, new_shape, copy=False)
-    except ValueError:              # "Unable to avoid creating a copy while reshaping"
+    except ValueError:  # "Unable to avoid creating a copy while reshaping"
         return None
-    except TypeError:               # pragma: no cover - numpy < 2.1 has no copy=
+    except TypeError:  # pragma: no cover - numpy < 2.1 has no copy=
         view = probe.view()
         try:
             view.shape = new_shape

@@ -1,4 +1,5 @@
 """Flatten/unflatten nested tuples, lists and dicts of leaves (a tiny pytree)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -10,15 +11,19 @@ class TreeDef:
     __slots__ = ("kind", "children", "aux", "_hash")
 
     def __init__(self, kind: str, children: tuple = (), aux: Any = None) -> None:
-        self.kind = kind            # "leaf" | "tuple" | "list" | "dict" | "namedtuple" | "none"
+        self.kind = kind  # "leaf" | "tuple" | "list" | "dict" | "namedtuple" | "none"
         self.children = children
-        self.aux = aux              # dict keys for "dict", the class for "namedtuple"
+        self.aux = aux  # dict keys for "dict", the class for "namedtuple"
         self._hash = hash((kind, children, aux))
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, TreeDef) and self._hash == other._hash and
-                self.kind == other.kind and self.aux == other.aux and
-                self.children == other.children)
+        return (
+            isinstance(other, TreeDef)
+            and self._hash == other._hash
+            and self.kind == other.kind
+            and self.aux == other.aux
+            and self.children == other.children
+        )
 
     def __hash__(self) -> int:
         return self._hash
@@ -69,7 +74,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool] = None) -> tuple:
         if t is tuple or t is list:
             kids = tuple(rec(c, depth + 1) for c in o)
             return TreeDef("tuple" if t is tuple else "list", kids)
-        if isinstance(o, tuple) and hasattr(t, "_fields"):     # e.g. max(dim) -> (values, indices)
+        if isinstance(o, tuple) and hasattr(t, "_fields"):  # e.g. max(dim) -> (values, indices)
             return TreeDef("namedtuple", tuple(rec(c, depth + 1) for c in o), t)
         if t is dict:
             keys = tuple(sorted(o, key=repr))

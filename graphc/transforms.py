@@ -5,6 +5,7 @@ symbolically (graphc.autodiff); called on concrete values it compiles the
 differentiated function once per input signature (graphc.api).  This module is the API
 layer's, above both.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -89,11 +90,16 @@ def vjp(fn: Callable, *primals: Any) -> tuple:
         if not isinstance(out, Tracer):
             raise TypeError(f"{fname}: fn must return a single array")
         if not isinstance(ct, Tracer):
-            ct = out._wrap_const(np.asarray(data_of(ct) if isinstance(ct, eager.Tensor) else ct,
-                                            dtype=out._meta_dtype))
+            ct = out._wrap_const(
+                np.asarray(
+                    data_of(ct) if isinstance(ct, eager.Tensor) else ct, dtype=out._meta_dtype
+                )
+            )
         if tuple(ct.shape) != tuple(out.shape):
-            raise ValueError(f"{fname}: cotangent shape {list(ct.shape)} does not match the "
-                             f"output shape {list(out.shape)}")
+            raise ValueError(
+                f"{fname}: cotangent shape {list(ct.shape)} does not match the "
+                f"output shape {list(out.shape)}"
+            )
         flat = [x for _, _, leaves in info for x in leaves]
         grads = backprop(ctx, out, flat, ct)
         res, k = [], 0

@@ -41,6 +41,7 @@ hashed (e.g. an index array in ``getitem``'s attrs) or any other failure while
 recording marks that signature "not plannable" and the rules run on tensors as
 before.  ``enabled = False`` (this module) switches plans off, for debugging.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -52,11 +53,11 @@ import eager._dtype as D
 from ..surface import Size, TensorOps, sum_to
 from ..ops.registry import OPS, Meta
 
-enabled = True          # set to False to run every VJP rule on tensors (debugging aid)
-MAX_CACHED = 4096        # the cache is cleared when it reaches this many signatures
+enabled = True  # set to False to run every VJP rule on tensors (debugging aid)
+MAX_CACHED = 4096  # the cache is cleared when it reaches this many signatures
 
-_CACHE: dict = {}       # signature -> plan function, or False (not plannable)
-_Tensor = None          # eager.tensor.Tensor, received through bind()
+_CACHE: dict = {}  # signature -> plan function, or False (not plannable)
+_Tensor = None  # eager.tensor.Tensor, received through bind()
 _ids = itertools.count()
 
 
@@ -76,15 +77,21 @@ def lookup(node, g):
     attrs = node._attrs
     d = g._data
     try:
-        key = (node._op.name, node._needs, node._shapes, d.shape, d.dtype,
-               attrs_key(attrs) if attrs else ())
+        key = (
+            node._op.name,
+            node._needs,
+            node._shapes,
+            d.shape,
+            d.dtype,
+            attrs_key(attrs) if attrs else (),
+        )
         plan = _CACHE.get(key)
-    except TypeError:           # an unhashable attr (an index array, a list...)
+    except TypeError:  # an unhashable attr (an index array, a list...)
         return None
     if plan is None:
         try:
             plan = _build(node, d.shape, d.dtype)
-        except Exception:       # noqa: BLE001 -- any failure: the rules run on tensors
+        except Exception:  # noqa: BLE001 -- any failure: the rules run on tensors
             plan = False
         if len(_CACHE) >= MAX_CACHED:
             _CACHE.clear()
@@ -96,8 +103,12 @@ def attrs_key(attrs: dict) -> tuple:
     """The attrs part of a signature: names, value types and values (``1`` and ``1.0``
     are different signatures; a NaN matches a NaN).  Raises TypeError for an
     unhashable value."""
-    return tuple([(k, v.__class__, "nan" if v.__class__ is float and v != v else v)
-                  for k, v in attrs.items()])
+    return tuple(
+        [
+            (k, v.__class__, "nan" if v.__class__ is float and v != v else v)
+            for k, v in attrs.items()
+        ]
+    )
 
 
 def clear() -> None:
@@ -125,7 +136,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.steps: list = []
         self.env: dict = {}
-        self.inputs: dict = {}      # name of g, out, x<i> -> shape
+        self.inputs: dict = {}  # name of g, out, x<i> -> shape
 
     def const(self, value) -> str:
         name = f"c{len(self.env)}"
@@ -173,8 +184,8 @@ class _Recorder:
                 last[a] = k
         for r in results:
             if r is not None:
-                last[r] = len(self.steps)      # returned: alive to the end
-        fresh = set()                           # temporaries that own their buffer
+                last[r] = len(self.steps)  # returned: alive to the end
+        fresh = set()  # temporaries that own their buffer
         out = []
         for k, st in enumerate(self.steps):
             call_args = list(st.args)
@@ -195,16 +206,16 @@ class _Recorder:
                     if shp == st.meta.shape:
                         guard.append(f"{a}.strides == {target}.strides")
                     elif shp != ():
-                        target = None       # a broadcast operand: leave the layout to numpy
+                        target = None  # a broadcast operand: leave the layout to numpy
                         break
-            if not st.ufunc:        # a reshape/expand/index may return a view of its input:
-                fresh.difference_update(st.args)    # that buffer is no longer ours alone
+            if not st.ufunc:  # a reshape/expand/index may return a view of its input:
+                fresh.difference_update(st.args)  # that buffer is no longer ours alone
             call = f"{st.fname}({', '.join(call_args + st.kwargs)})"
             if target is not None:
                 fresh.discard(target)
                 reuse = f"{st.fname}({', '.join(call_args + [f'out={target}'] + st.kwargs)})"
                 call = f"{reuse} if {' and '.join(guard)} else {call}" if guard else reuse
-            if st.meta.shape == ():             # numpy returns scalars for 0-d results
+            if st.meta.shape == ():  # numpy returns scalars for 0-d results
                 call = f"asarray({call})"
             elif st.ufunc:
                 fresh.add(st.name)
@@ -243,7 +254,7 @@ class RuleTracer(TensorOps):
                 a = np.asarray(o)
                 names.append(rec.const(a))
                 metas.append(Meta(a.shape, a.dtype))
-            else:       # an eager tensor or anything else: keep the rule on tensors
+            else:  # an eager tensor or anything else: keep the rule on tensors
                 raise NotCompilable(f"operand of type {type(o).__name__}")
         meta = OPS[op].shape(*metas, **attrs)
         return rec.emit(op, names, attrs, meta)
@@ -331,25 +342,29 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
     lines = ["def plan(node, G):", "    g = G._data"]
     if loaded:
         lines += ["    S = node._saved", "    V = node._versions"]
-    for i in loaded:        # a saved tensor modified in place since: the error, as on tensors
-        lines += [f"    x{i} = S[{i}]",
-                  f"    if x{i}.__class__ is T:",
-                  f"        if x{i}._version[0] != V[{i}]:",
-                  f"            node._version_error(x{i}, V[{i}])",
-                  f"        x{i} = x{i}._data",
-                  "    else:",
-                  f"        x{i} = asarray(x{i})"]
+    for i in loaded:  # a saved tensor modified in place since: the error, as on tensors
+        lines += [
+            f"    x{i} = S[{i}]",
+            f"    if x{i}.__class__ is T:",
+            f"        if x{i}._version[0] != V[{i}]:",
+            f"            node._version_error(x{i}, V[{i}])",
+            f"        x{i} = x{i}._data",
+            "    else:",
+            f"        x{i} = asarray(x{i})",
+        ]
     if out is not None:
-        lines += ["    if node._outv[0] != 0:",
-                  "        node._output(T)",      # raises the in-place modification error
-                  "    out = node._out"]
+        lines += [
+            "    if node._outv[0] != 0:",
+            "        node._output(T)",  # raises the in-place modification error
+            "    out = node._out",
+        ]
     lines.extend(rec.lines(results))
     ret = []
     for name in results:
         if name is None:
             ret.append("None")
         elif name == "g":
-            ret.append("G")         # the incoming gradient itself: the engine sees it is shared
+            ret.append("G")  # the incoming gradient itself: the engine sees it is shared
         elif name[0] in "xc" or name == "out":
             ret.append(f"make({name}.copy())")  # never hand out a saved buffer or a constant
         else:
@@ -359,7 +374,7 @@ def _build(node, gshape: tuple, gdtype: np.dtype):
     env = dict(rec.env)
     env.update(T=_Tensor, make=_Tensor._make, asarray=np.asarray)
     code = builtins.compile(src, f"<vjp plan {next(_ids)}: {op.name}>", "exec")
-    exec(code, env)     # noqa: S102 -- our own generated source, from the registry's rules
+    exec(code, env)  # noqa: S102 -- our own generated source, from the registry's rules
     plan = env["plan"]
     plan.source = src
     return plan
@@ -369,6 +384,7 @@ def source(node, g) -> str:
     """The generated source of ``node``'s plan for gradient ``g`` (for docs and debugging)."""
     plan = lookup(node, g)
     if plan is None:
-        raise ValueError(f"{type(node).__name__} has no plan for this signature (its rules run "
-                         "on tensors)")
+        raise ValueError(
+            f"{type(node).__name__} has no plan for this signature (its rules run on tensors)"
+        )
     return plan.source

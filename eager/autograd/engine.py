@@ -7,6 +7,7 @@ its consumers have delivered; ``backward()`` needs nothing more (``_run_simple``
 The walk is iterative, so a 100,000-op chain needs no recursion.  After a node runs
 without ``retain_graph`` its saved buffers are freed.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -17,6 +18,7 @@ import numpy as np
 
 from .function import AccumulateGrad, Node, _edge
 from .grad_mode import STATE as _STATE
+
 
 def _ones(shape: tuple, dtype) -> np.ndarray:
     """np.ones without its Python wrapper (the implicit gradient of a scalar output)."""
@@ -57,8 +59,10 @@ def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tupl
             if out._data.size != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if out._data.dtype.kind != "f":
-                raise RuntimeError("grad can be implicitly created only for real scalar outputs "
-                                   f"but got {out.dtype}")
+                raise RuntimeError(
+                    "grad can be implicitly created only for real scalar outputs "
+                    f"but got {out.dtype}"
+                )
             g = Tensor._make(np.ones(out._data.shape, out._data.dtype))
             owned.append(True)
         else:
@@ -66,8 +70,10 @@ def _make_grads(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> tupl
             if not isinstance(g, Tensor):
                 g = tensor(g, dtype=out.dtype)
             if tuple(g.shape) != tuple(out.shape):
-                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
-                                   f"{g.shape} and output[{i}] has a shape of {out.shape}.")
+                raise RuntimeError(
+                    f"Mismatch in shape: grad_output[{i}] has a shape of "
+                    f"{g.shape} and output[{i}] has a shape of {out.shape}."
+                )
             if g._data.dtype != out._data.dtype:
                 g = g.to(out.dtype)
             if not create_graph:
@@ -94,14 +100,21 @@ def _roots(outputs: tuple) -> list:
     roots = []
     for i, out in enumerate(outputs):
         if not out._rg:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have "
-                               "a grad_fn" + _no_grad_hint(out))
+            raise RuntimeError(
+                f"element {i} of tensors does not require grad and does not have "
+                "a grad_fn" + _no_grad_hint(out)
+            )
         roots.append(_edge(out))
     return roots
 
 
-def backward(tensors, grad_tensors=None, retain_graph: Optional[bool] = None,
-             create_graph: bool = False, inputs=None) -> None:
+def backward(
+    tensors,
+    grad_tensors=None,
+    retain_graph: Optional[bool] = None,
+    create_graph: bool = False,
+    inputs=None,
+) -> None:
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the graph's leaves."""
     outputs = _as_tuple(tensors)
     grads = _make_grads(outputs, _as_tuple(grad_tensors), create_graph)
@@ -122,15 +135,21 @@ def backward_scalar(out) -> None:
     """``out.backward()`` with no arguments: :func:`backward` for one implicit root."""
     data = out._data
     if data.size != 1 or data.dtype.kind != "f" or not out._rg:
-        backward(out)                   # the precise error
+        backward(out)  # the precise error
         return
     g = _Tensor._make(_ones(data.shape, data.dtype))
     _run_simple([_edge(out)], ([g], [True]), False, False)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None,
-         create_graph: bool = False, allow_unused: Optional[bool] = None,
-         materialize_grads: bool = False) -> tuple:
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: Optional[bool] = None,
+    create_graph: bool = False,
+    allow_unused: Optional[bool] = None,
+    materialize_grads: bool = False,
+) -> tuple:
     """Return d(outputs)/d(inputs) without touching any ``.grad``."""
     zeros_like = _zeros_like
     outs = _as_tuple(outputs)
@@ -152,9 +171,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: Optional[bool] = None
             if materialize_grads:
                 g = zeros_like(t)
             elif not allow_unused:
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used "
-                                   "in the graph. Set allow_unused=True if this is the desired "
-                                   "behavior.")
+                raise RuntimeError(
+                    "One of the differentiated Tensors appears to not have been used "
+                    "in the graph. Set allow_unused=True if this is the desired "
+                    "behavior."
+                )
         result.append(g)
     return tuple(result)
 
@@ -206,7 +227,7 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
             if len(node_grads) == 1:
                 g0 = node_grads[0]
                 if g0 is None:
-                    continue            # no gradient reached this node: nor does it flow on
+                    continue  # no gradient reached this node: nor does it flow on
             elif any(g is not None for g in node_grads):
                 g0 = None
             else:
@@ -214,7 +235,7 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
             out_grads = node.apply(node_grads)
             fresh_node = node._fresh_outputs
             if not retain_graph:
-                if fresh_node:              # OpNode.release, inline
+                if fresh_node:  # OpNode.release, inline
                     if node._freed is False:
                         node._freed = True
                         node._saved = None
@@ -223,13 +244,17 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
                     node.release()
             # a gradient is "fresh" (a buffer no one else holds) unless the node passed an
             # incoming gradient through, it is a view, or the node is a user Function
-            for (nxt, nr), g in zip(node.next_functions, out_grads):   # one per edge
+            for (nxt, nr), g in zip(node.next_functions, out_grads):  # one per edge
                 if nxt is None or g is None:
                     continue
                 buf = buffers.get(nxt)
                 if buf is None:
-                    if (not fresh_node or g is g0 or g._data.base is not None
-                            or (g0 is None and any(g is x for x in node_grads))):
+                    if (
+                        not fresh_node
+                        or g is g0
+                        or g._data.base is not None
+                        or (g0 is None and any(g is x for x in node_grads))
+                    ):
                         shared[id(g)] = _ref(g)
                     if nxt.num_outputs == 1:
                         buffers[nxt] = [g]
@@ -240,12 +265,16 @@ def _run_simple(roots: list, grads: tuple, retain_graph: bool, create_graph: boo
                 else:
                     old = buf[nr]
                     if old is None:
-                        if (not fresh_node or g is g0 or g._data.base is not None
-                                or (g0 is None and any(g is x for x in node_grads))):
+                        if (
+                            not fresh_node
+                            or g is g0
+                            or g._data.base is not None
+                            or (g0 is None and any(g is x for x in node_grads))
+                        ):
                             shared[id(g)] = _ref(g)
                         buf[nr] = g
                     else:
-                        buf[nr] = old + g       # a new buffer
+                        buf[nr] = old + g  # a new buffer
     finally:
         state.enabled = prev
 
@@ -254,7 +283,7 @@ def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
     """Deliver gradient ``g`` to leaf ``var``: :func:`_accumulate_leaf`, with its common
     case inline (the first gradient of a leaf without hooks: a fresh gradient tensor
     becomes ``.grad`` itself, anything else is copied)."""
-    if var is None:                 # the leaf is gone: nobody can read its gradient
+    if var is None:  # the leaf is gone: nobody can read its gradient
         return
     if var._grad is None and var._hooks is None and not create_graph:
         data = g._data
@@ -334,8 +363,14 @@ def _seed(roots: list, grads: tuple, deps: dict) -> tuple:
     return buffers, shared, heap
 
 
-def _run(roots: list, grads: tuple, retain_graph: bool, create_graph: bool,
-         targets: Optional[list], capture: bool) -> dict:
+def _run(
+    roots: list,
+    grads: tuple,
+    retain_graph: bool,
+    create_graph: bool,
+    targets: Optional[list],
+    capture: bool,
+) -> dict:
     """Execute the backward graph; return captured gradients when ``capture``.
 
     ``grads`` is (root gradients, whether each is owned).  The loop below is the
@@ -358,7 +393,7 @@ def _run(roots: list, grads: tuple, retain_graph: bool, create_graph: bool,
             node_grads = buffers.pop(node, None)
             if needed is not None and node not in needed:
                 continue
-            if node_grads is None:      # no gradient reached this node: nor does it flow on
+            if node_grads is None:  # no gradient reached this node: nor does it flow on
                 _release_deps(node, deps, buffers, heap)
                 continue
             if node._hooks or node._retained:
@@ -367,8 +402,9 @@ def _run(roots: list, grads: tuple, retain_graph: bool, create_graph: bool,
                 for nr in target_nodes[node]:
                     if node_grads[nr] is not None:
                         captured[(node, nr)] = node_grads[nr]
-                if capture and (node.__class__ is AccumulateGrad or not _leads_further(
-                        node, needed)):
+                if capture and (
+                    node.__class__ is AccumulateGrad or not _leads_further(node, needed)
+                ):
                     continue
             if node.__class__ is AccumulateGrad:
                 g = node_grads[0]
@@ -393,9 +429,13 @@ def _run(roots: list, grads: tuple, retain_graph: bool, create_graph: bool,
                 if nxt is None:
                     continue
                 if g is not None:
-                    if not node._fresh_outputs or g is g0 or g._data.base is not None or (
-                            g0 is None and any(g is x for x in node_grads)):
-                        shared[id(g)] = _ref(g)     # as in _run_simple: never handed over
+                    if (
+                        not node._fresh_outputs
+                        or g is g0
+                        or g._data.base is not None
+                        or (g0 is None and any(g is x for x in node_grads))
+                    ):
+                        shared[id(g)] = _ref(g)  # as in _run_simple: never handed over
                     buf = buffers.get(nxt)
                     if buf is None:
                         buf = buffers[nxt] = [None] * nxt.num_outputs
@@ -489,7 +529,7 @@ def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
             r = hook(g)
             if r is not None:
                 g = r
-                is_shared = True        # the hook may keep what it returned
+                is_shared = True  # the hook may keep what it returned
     if g._data.shape != var._data.shape:
         g = g.expand(var.shape) if g._data.size == 1 else g
     if var._grad is None:

@@ -4,6 +4,7 @@ Each node class carries PyTorch's name (``AddBackward0``...): ``type(node).__nam
 and ``repr(node)`` look exactly like PyTorch's.  A node keeps only what its VJP
 rules read (``OpDef.saves``); everything else is a :class:`Meta` (shape, dtype).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,11 +22,13 @@ from .grad_mode import STATE as _STATE, no_grad as _no_grad
 _seq = itertools.count()
 _node_classes: dict[str, type] = {}
 
-FREED_MSG = ("Trying to backward through the graph a second time (or directly access saved "
-             "tensors after they have already been freed). Saved intermediate values of the graph "
-             "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
-             "you need to backward through the graph a second time or if you need to access saved "
-             "tensors after calling backward.")
+FREED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved "
+    "tensors after they have already been freed). Saved intermediate values of the graph "
+    "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if "
+    "you need to backward through the graph a second time or if you need to access saved "
+    "tensors after calling backward."
+)
 
 
 class Node:
@@ -33,12 +36,12 @@ class Node:
 
     __slots__ = ("next_functions", "_seq", "_hooks", "_retained", "_metadata", "__weakref__")
     num_outputs = 1
-    _fresh_outputs = False      # apply() returns new buffers (except pass-throughs): OpNode
+    _fresh_outputs = False  # apply() returns new buffers (except pass-throughs): OpNode
 
     def __init__(self) -> None:
         self._seq = next(_seq)
-        self._hooks = None       # {output_nr: [hook]} for tensor.register_hook on non-leaves
-        self._retained = None    # {output_nr: weakref(tensor)} for retain_grad()
+        self._hooks = None  # {output_nr: [hook]} for tensor.register_hook on non-leaves
+        self._retained = None  # {output_nr: weakref(tensor)} for retain_grad()
         self._metadata = None
 
     @property
@@ -74,7 +77,7 @@ class AccumulateGrad(Node):
     __slots__ = ("_var",)
 
     def __init__(self, variable) -> None:
-        self._seq = next(_seq)      # Node.__init__, inlined
+        self._seq = next(_seq)  # Node.__init__, inlined
         self._hooks = None
         self._retained = None
         self._metadata = None
@@ -111,8 +114,18 @@ def bind(tensor_class, zeros) -> None:
     _Tensor, _zeros = tensor_class, zeros
 
 
-def new_op_node(cls: type, op, attrs: dict, needs: tuple, edges: tuple, saved: tuple,
-                versions: tuple, shapes: tuple, out, keeps: bool):
+def new_op_node(
+    cls: type,
+    op,
+    attrs: dict,
+    needs: tuple,
+    edges: tuple,
+    saved: tuple,
+    versions: tuple,
+    shapes: tuple,
+    out,
+    keeps: bool,
+):
     """The backward node of one recorded op: an instance of ``cls`` (an OpNode subclass
     from :func:`node_class`); ``keeps``: some operand was saved.
 
@@ -132,7 +145,7 @@ def new_op_node(cls: type, op, attrs: dict, needs: tuple, edges: tuple, saved: t
     node._shapes = shapes
     if op.saves_out:
         node._out = out._data
-        node._outv = out._version      # in-place writes to out must fail backward, not corrupt it
+        node._outv = out._version  # in-place writes to out must fail backward, not corrupt it
         node._freed = False
     else:
         node._out = None
@@ -152,8 +165,17 @@ class OpNode(Node):
     Built by :func:`new_op_node` (eager._tape's recorders call it on the hot path).
     """
 
-    __slots__ = ("_op", "_attrs", "_saved", "_versions", "_out", "_needs", "_shapes", "_freed",
-                 "_outv")
+    __slots__ = (
+        "_op",
+        "_attrs",
+        "_saved",
+        "_versions",
+        "_out",
+        "_needs",
+        "_shapes",
+        "_freed",
+        "_outv",
+    )
     _fresh_outputs = True
 
     def release(self) -> None:
@@ -170,9 +192,10 @@ class OpNode(Node):
                 f"inplace operation: [{_type_str(Tensor._make(self._out))} "
                 f"{list(self._out.shape)}], which is output 0 of {self.name()}, is at version "
                 f"{self._outv[0]}; expected version 0 instead. Hint: avoid modifying it in "
-                "place, or clone() it first.")
+                "place, or clone() it first."
+            )
         out = Tensor._make(self._out)
-        if _STATE.enabled:       # create_graph: out is differentiable through self
+        if _STATE.enabled:  # create_graph: out is differentiable through self
             out._rg = True
             out.grad_fn = self
         return out
@@ -184,7 +207,8 @@ class OpNode(Node):
             f"{'output 0 of ' + o.grad_fn.name() if o.grad_fn is not None else 'a leaf'}"
             f", is at version {o._version[0]}; expected version {v} instead. Hint: the "
             f"operation that saved it is {self.name()}; avoid modifying it in place, or "
-            "clone() it first.")
+            "clone() it first."
+        )
 
     def apply(self, grads: list) -> list:
         if self._freed:
@@ -195,19 +219,27 @@ class OpNode(Node):
             attrs = self._attrs
             d = g._data
             try:
-                plan = _CACHE.get((self._op.name, self._needs, self._shapes, d.shape, d.dtype,
-                                   _codegen.attrs_key(attrs) if attrs else ()))
-            except TypeError:           # an unhashable attr: the rules run on tensors
+                plan = _CACHE.get(
+                    (
+                        self._op.name,
+                        self._needs,
+                        self._shapes,
+                        d.shape,
+                        d.dtype,
+                        _codegen.attrs_key(attrs) if attrs else (),
+                    )
+                )
+            except TypeError:  # an unhashable attr: the rules run on tensors
                 plan = False
             if plan is None:
                 plan = _codegen.lookup(self, g)
-            if plan:        # the rules, compiled for this signature (backward_codegen)
-                return plan(self, g)    # also checks the versions of the saved tensors
+            if plan:  # the rules, compiled for this signature (backward_codegen)
+                return plan(self, g)  # also checks the versions of the saved tensors
         shapes = self._shapes
-        ins = list(self._saved)         # the rules' inputs: saved operands, or Metas
+        ins = list(self._saved)  # the rules' inputs: saved operands, or Metas
         i = 0
         for o in ins:
-            if o is None:               # not kept: the rule sees only shape and dtype
+            if o is None:  # not kept: the rule sees only shape and dtype
                 m = _new(Meta)
                 m.shape, m.dtype = shapes[i]
                 ins[i] = m
@@ -264,7 +296,7 @@ def keep_mask(op, needs: tuple, n: int) -> tuple:
     key = (op.name, needs)
     km = _KEEP.get(key)
     if km is None:
-        if op.reads is not None:    # keep only what the rules that will run read
+        if op.reads is not None:  # keep only what the rules that will run read
             saves = frozenset(j for i, r in enumerate(op.reads) if needs[i] for j in r)
         else:
             saves = op.saves
@@ -273,12 +305,17 @@ def keep_mask(op, needs: tuple, n: int) -> tuple:
     return km
 
 
-_KEEP: dict = {}    # (op name, needs) -> (keep mask, any kept); len(needs) is the operand count
+_KEEP: dict = {}  # (op name, needs) -> (keep mask, any kept); len(needs) is the operand count
 
 
 def _type_str(t) -> str:
-    kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-            "int32": "IntTensor", "bool": "BoolTensor"}.get(t._data.dtype.name, "Tensor")
+    kind = {
+        "float32": "FloatTensor",
+        "float64": "DoubleTensor",
+        "int64": "LongTensor",
+        "int32": "IntTensor",
+        "bool": "BoolTensor",
+    }.get(t._data.dtype.name, "Tensor")
     return f"eager.{kind}"
 
 
@@ -310,7 +347,8 @@ class FunctionCtx:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by an "
                     f"inplace operation: [{_type_str(t)} {list(t.shape)}] is at version "
-                    f"{t._version[0]}; expected version {v} instead.")
+                    f"{t._version[0]}; expected version {v} instead."
+                )
         return self._to_save
 
     def mark_non_differentiable(self, *tensors) -> None:
@@ -333,20 +371,25 @@ class _FunctionNode(Node):
         if self._ctx._freed:
             raise RuntimeError(FREED_MSG)
         if self._ctx.materialize_grads:
-            grads = [g if g is not None else zeros(m.shape, dtype=m.dtype)
-                     for g, m in zip(grads, self._out_meta)]
+            grads = [
+                g if g is not None else zeros(m.shape, dtype=m.dtype)
+                for g, m in zip(grads, self._out_meta)
+            ]
         res = self._fn.backward(self._ctx, *grads)
         if not isinstance(res, tuple):
             res = (res,)
         n_in = len(self.next_functions)
         if len(res) < n_in:
-            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
-                               f"(expected {n_in}, got {len(res)})")
+            raise RuntimeError(
+                f"function {self.name()} returned an incorrect number of gradients "
+                f"(expected {n_in}, got {len(res)})"
+            )
         out = []
         for r in res[:n_in]:
             if r is not None and not isinstance(r, Tensor):
-                raise TypeError(f"{self.name()}.backward must return tensors or None, got "
-                                f"{type(r).__name__}")
+                raise TypeError(
+                    f"{self.name()}.backward must return tensors or None, got {type(r).__name__}"
+                )
             out.append(r)
         return out
 
@@ -386,7 +429,8 @@ class Function(metaclass=FunctionMeta):
                 "autograd.Function's backward is Python code run on concrete tensors, so it "
                 "cannot be traced. Write the op with tensor methods (graphc differentiates "
                 "them), add it as a primitive (docs/adding-an-op.md), or call it outside the "
-                "compiled function.")
+                "compiled function."
+            )
         ctx = FunctionCtx()
         tensors = [a for a in args if isinstance(a, Tensor)]
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
@@ -405,13 +449,14 @@ class Function(metaclass=FunctionMeta):
             node._ctx = ctx
             node.next_functions = edges
             node.num_outputs = len(outs)
-            node._out_meta = [Meta(o.shape, o._data.dtype) if isinstance(o, Tensor) else None
-                              for o in outs]
+            node._out_meta = [
+                Meta(o.shape, o._data.dtype) if isinstance(o, Tensor) else None for o in outs
+            ]
             new_outs = []
             for i, o in enumerate(outs):
                 if isinstance(o, Tensor):
                     if any(o is a for a in args):
-                        o = Tensor._make(o._data)   # an input returned as-is gets a new identity
+                        o = Tensor._make(o._data)  # an input returned as-is gets a new identity
                     if o._data.dtype.kind == "f" and id(o) not in ctx._non_diff:
                         o._rg = True
                         o.grad_fn = node
@@ -426,5 +471,5 @@ def _edge(t) -> tuple:
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
     if t._rg:
-        return t._acc or t._leaf_edge()     # (its AccumulateGrad, 0), made once per leaf
+        return t._acc or t._leaf_edge()  # (its AccumulateGrad, 0), made once per leaf
     return (None, 0)

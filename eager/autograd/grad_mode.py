@@ -1,4 +1,5 @@
 """Grad mode: a thread-local switch read by every op (as in PyTorch)."""
+
 from __future__ import annotations
 
 import functools
@@ -37,6 +38,7 @@ class _Mode:
         def wrapper(*args, **kwargs):
             with mode():
                 return fn(*args, **kwargs)
+
         return wrapper
 
 
@@ -88,4 +90,5 @@ class set_grad_enabled:
                 return fn(*args, **kwargs)
             finally:
                 STATE.enabled = prev
+
         return wrapper

@@ -15,6 +15,7 @@ twice (``nondet_tol``: backward is reentrant).
 create_graph=True)``, so the tape recorded *while* differentiating is itself
 checked: that is what makes second derivatives (and graphc's VJP-of-VJP) right.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -27,7 +28,7 @@ from .engine import grad as _grad
 
 __all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
 
-_SHOW_LIMIT = 64        # show both Jacobians in the error when they have at most this many entries
+_SHOW_LIMIT = 64  # show both Jacobians in the error when they have at most this many entries
 
 
 class GradcheckError(RuntimeError):
@@ -36,6 +37,7 @@ class GradcheckError(RuntimeError):
 
 def _tensor_cls():
     from ..tensor import Tensor
+
     return Tensor
 
 
@@ -63,8 +65,9 @@ def _show(a: np.ndarray) -> str:
     return np.array2string(a, precision=6, suppress_small=False, max_line_width=120)
 
 
-def _numerical(func: Callable, inputs: tuple, diff: list, outs_idx: list,
-               out_sizes: list, eps: float) -> dict:
+def _numerical(
+    func: Callable, inputs: tuple, diff: list, outs_idx: list, out_sizes: list, eps: float
+) -> dict:
     """{(out k, input i): numerical Jacobian of shape (out numel, input numel)}."""
     Tensor = _tensor_cls()
     jac = {}
@@ -84,8 +87,9 @@ def _numerical(func: Callable, inputs: tuple, diff: list, outs_idx: list,
                 args = list(inputs)
                 args[i] = t
                 outs = _as_tuple(func(*args))
-                vals.append({k: np.asarray(outs[k]._data, dtype=np.float64).reshape(-1)
-                             for k in outs_idx})
+                vals.append(
+                    {k: np.asarray(outs[k]._data, dtype=np.float64).reshape(-1) for k in outs_idx}
+                )
             for k in outs_idx:
                 cols[k][:, e] = (vals[0][k] - vals[1][k]) / (2.0 * eps)
         for k in outs_idx:
@@ -98,13 +102,22 @@ def _backward(out, diff_inputs: list, g: np.ndarray) -> list:
     Tensor = _tensor_cls()
     if not out._rg:
         return [None] * len(diff_inputs)
-    grads = _grad((out,), tuple(diff_inputs), (Tensor._make(g),), retain_graph=True,
-                  allow_unused=True)
+    grads = _grad(
+        (out,), tuple(diff_inputs), (Tensor._make(g),), retain_graph=True, allow_unused=True
+    )
     return list(grads)
 
 
-def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol: float = 1e-5,
-              rtol: float = 1e-3, raise_exception: bool = True, nondet_tol: float = 0.0) -> bool:
+def gradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+) -> bool:
     """Check ``func``'s gradients w.r.t. the inputs that require grad against finite differences.
 
     ``inputs`` is a tensor or a tuple; entries that are not tensors requiring
@@ -117,13 +130,19 @@ def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol:
     inputs = _as_tuple(inputs)
     diff = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x._rg]
     if not diff:
-        raise ValueError("gradcheck expects at least one input tensor to require gradient, but "
-                         "none of them have requires_grad=True.")
+        raise ValueError(
+            "gradcheck expects at least one input tensor to require gradient, but "
+            "none of them have requires_grad=True."
+        )
     for i in diff:
         if inputs[i]._data.dtype != np.float64:
-            warnings.warn(f"Input #{i} requires gradient and is not a double precision floating "
-                          f"point tensor (it is {inputs[i].dtype}). This check will likely fail "
-                          "unless all inputs are float64.", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"Input #{i} requires gradient and is not a double precision floating "
+                f"point tensor (it is {inputs[i].dtype}). This check will likely fail "
+                "unless all inputs are float64.",
+                UserWarning,
+                stacklevel=2,
+            )
     if not _STATE.enabled:
         raise RuntimeError("gradcheck needs grad mode: call it outside of eager.no_grad()")
 
@@ -142,8 +161,9 @@ def gradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol:
         for i in diff:
             analytical[(k, i)] = rows[i]
         if out._rg and out_sizes[k]:
-            msg = _linear_and_reentrant(out, k, inputs, diff, diff_inputs, analytical, rng,
-                                        nondet_tol, rtol, atol)
+            msg = _linear_and_reentrant(
+                out, k, inputs, diff, diff_inputs, analytical, rng, nondet_tol, rtol, atol
+            )
             if msg is not None:
                 return _fail(msg, raise_exception)
 
@@ -159,7 +179,7 @@ def _analytical_rows(out, k: int, inputs: tuple, diff: list, diff_inputs: list) 
     -> rows), checking each gradient's shape and dtype on the way: (rows, None), or
     (None, what is wrong)."""
     rows = {i: np.zeros((out._data.size, inputs[i]._data.size)) for i in diff}
-    probes = [np.zeros(out.shape, dtype=out._data.dtype)]     # also covers size-0 outputs
+    probes = [np.zeros(out.shape, dtype=out._data.dtype)]  # also covers size-0 outputs
     for r in range(out._data.size):
         onehot = np.zeros(out._data.size, dtype=out._data.dtype)
         onehot[r] = 1
@@ -171,19 +191,32 @@ def _analytical_rows(out, k: int, inputs: tuple, diff: list, diff_inputs: list) 
                 continue
             x = inputs[i]
             if tuple(gi.shape) != tuple(x.shape):
-                return None, (f"Gradient for input {i} (w.r.t. output {k}) has shape "
-                              f"{list(gi.shape)}, but the input has shape {list(x.shape)}")
+                return None, (
+                    f"Gradient for input {i} (w.r.t. output {k}) has shape "
+                    f"{list(gi.shape)}, but the input has shape {list(x.shape)}"
+                )
             if gi._data.dtype != x._data.dtype:
-                return None, (f"Gradient for input {i} (w.r.t. output {k}) has dtype "
-                              f"{gi.dtype}, but the input has dtype {x.dtype}")
+                return None, (
+                    f"Gradient for input {i} (w.r.t. output {k}) has dtype "
+                    f"{gi.dtype}, but the input has dtype {x.dtype}"
+                )
             if r:
                 rows[i][r - 1] = gi._data.reshape(-1)
     return rows, None
 
 
-def _linear_and_reentrant(out, k: int, inputs: tuple, diff: list, diff_inputs: list,
-                          analytical: dict, rng, nondet_tol: float, rtol: float,
-                          atol: float) -> Optional[str]:
+def _linear_and_reentrant(
+    out,
+    k: int,
+    inputs: tuple,
+    diff: list,
+    diff_inputs: list,
+    analytical: dict,
+    rng,
+    nondet_tol: float,
+    rtol: float,
+    atol: float,
+) -> Optional[str]:
     """Backward of output ``k`` is linear in grad_output and reentrant (a random
     grad_output gives the same numbers twice, and the matching sum of the one-hot rows):
     None, or what is wrong."""
@@ -194,20 +227,31 @@ def _linear_and_reentrant(out, k: int, inputs: tuple, diff: list, diff_inputs: l
         a1 = np.zeros(inputs[i]._data.size) if g1 is None else g1._data.reshape(-1)
         a2 = np.zeros(inputs[i]._data.size) if g2 is None else g2._data.reshape(-1)
         if a1.size and np.max(np.abs(a1 - a2)) > nondet_tol:
-            return (f"Backward is not reentrant for output {k} w.r.t. input {i}: "
-                    "running backward with the same input and grad_output twice "
-                    f"gave values that differ by {np.max(np.abs(a1 - a2)):.3g} "
-                    f"(nondet_tol={nondet_tol})")
+            return (
+                f"Backward is not reentrant for output {k} w.r.t. input {i}: "
+                "running backward with the same input and grad_output twice "
+                f"gave values that differ by {np.max(np.abs(a1 - a2)):.3g} "
+                f"(nondet_tol={nondet_tol})"
+            )
         combo = v.reshape(-1).astype(np.float64) @ analytical[(k, i)]
         if a1.size and not np.allclose(a1, combo, rtol=rtol, atol=atol):
-            return (f"Backward is not linear in grad_output for output {k} w.r.t. "
-                    f"input {i}: a random grad_output gives {_show(a1)}, the sum of "
-                    f"the one-hot rows gives {_show(combo)}")
+            return (
+                f"Backward is not linear in grad_output for output {k} w.r.t. "
+                f"input {i}: a random grad_output gives {_show(a1)}, the sum of "
+                f"the one-hot rows gives {_show(combo)}"
+            )
     return None
 
 
-def _jacobian_mismatch(analytical: dict, numerical: dict, outs_idx: list, diff: list,
-                       eps: float, atol: float, rtol: float) -> Optional[str]:
+def _jacobian_mismatch(
+    analytical: dict,
+    numerical: dict,
+    outs_idx: list,
+    diff: list,
+    eps: float,
+    atol: float,
+    rtol: float,
+) -> Optional[str]:
     """Compare the analytical and numerical Jacobians: None, or the first mismatch
     (its largest error, where, and both Jacobians when they are small)."""
     for k in outs_idx:
@@ -221,19 +265,29 @@ def _jacobian_mismatch(analytical: dict, numerical: dict, outs_idx: list, diff: 
                 err = np.abs(a - n)
                 err = np.where(np.isnan(err), np.inf, err)
                 r, c = np.unravel_index(int(np.argmax(err)), err.shape)
-                msg = (f"Jacobian mismatch for output {k} with respect to input {i}: max error "
-                       f"{err[r, c]:.6g} at output element {r}, input element {c} (analytical "
-                       f"{a[r, c]:.8g}, numerical {n[r, c]:.8g}; atol={atol}, rtol={rtol}, "
-                       f"eps={eps}); {int(bad.sum())} of {bad.size} entries differ")
+                msg = (
+                    f"Jacobian mismatch for output {k} with respect to input {i}: max error "
+                    f"{err[r, c]:.6g} at output element {r}, input element {c} (analytical "
+                    f"{a[r, c]:.8g}, numerical {n[r, c]:.8g}; atol={atol}, rtol={rtol}, "
+                    f"eps={eps}); {int(bad.sum())} of {bad.size} entries differ"
+                )
                 if a.size <= _SHOW_LIMIT:
                     msg += f",\nnumerical:\n{_show(n)}\nanalytical:\n{_show(a)}"
                 return msg
     return None
 
 
-def gradgradcheck(func: Callable[..., Any], inputs: Any, grad_outputs: Optional[Sequence] = None,
-                  *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-                  raise_exception: bool = True, nondet_tol: float = 0.0) -> bool:
+def gradgradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    grad_outputs: Optional[Sequence] = None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+) -> bool:
     """Check second derivatives: gradcheck of ``grad(func(inputs), inputs, grad_outputs,
     create_graph=True)`` w.r.t. the inputs and the grad_outputs.
 
@@ -244,8 +298,10 @@ def gradgradcheck(func: Callable[..., Any], inputs: Any, grad_outputs: Optional[
     inputs = _as_tuple(inputs)
     diff = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x._rg]
     if not diff:
-        raise ValueError("gradgradcheck expects at least one input tensor to require gradient, but "
-                         "none of them have requires_grad=True.")
+        raise ValueError(
+            "gradgradcheck expects at least one input tensor to require gradient, but "
+            "none of them have requires_grad=True."
+        )
     outputs = _as_tuple(func(*inputs))
     outs_idx = [k for k in _float_outputs(outputs) if outputs[k]._rg]
     if grad_outputs is None:
@@ -258,8 +314,10 @@ def gradgradcheck(func: Callable[..., Any], inputs: Any, grad_outputs: Optional[
             grad_outputs.append(t)
     grad_outputs = tuple(_as_tuple(grad_outputs))
     if len(grad_outputs) != len(outs_idx):
-        raise ValueError(f"gradgradcheck: got {len(grad_outputs)} grad_outputs for {len(outs_idx)} "
-                         "differentiable outputs")
+        raise ValueError(
+            f"gradgradcheck: got {len(grad_outputs)} grad_outputs for {len(outs_idx)} "
+            "differentiable outputs"
+        )
     n_in = len(inputs)
 
     def first_derivative(*args):
@@ -269,9 +327,21 @@ def gradgradcheck(func: Callable[..., Any], inputs: Any, grad_outputs: Optional[
         wrt = tuple(ins[i] for i in diff)
         if not keep:
             return ()
-        grads = _grad(tuple(outs[k] for k in keep), wrt, gouts[:len(keep)], create_graph=True,
-                      allow_unused=True)
+        grads = _grad(
+            tuple(outs[k] for k in keep),
+            wrt,
+            gouts[: len(keep)],
+            create_graph=True,
+            allow_unused=True,
+        )
         return tuple(g for g in grads if g is not None)
 
-    return gradcheck(first_derivative, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
-                     raise_exception=raise_exception, nondet_tol=nondet_tol)
+    return gradcheck(
+        first_derivative,
+        inputs + grad_outputs,
+        eps=eps,
+        atol=atol,
+        rtol=rtol,
+        raise_exception=raise_exception,
+        nondet_tol=nondet_tol,
+    )

@@ -6,6 +6,7 @@ alike.  Composite functions therefore name their tape nodes after the primitives
 they are built from (``mse_loss`` shows ``SumBackward0``/``PowBackward0``, not
 PyTorch's fused ``MseLossBackward0``).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -51,8 +52,11 @@ def legacy_reduction(size_average: Optional[bool], reduce: Optional[bool]) -> st
         ret = "sum"
     else:
         ret = "none"
-    warnings.warn(f"size_average and reduce args will be deprecated, please use "
-                  f"reduction='{ret}' instead.", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
+        UserWarning,
+        stacklevel=3,
+    )
     return ret
 
 
@@ -62,17 +66,25 @@ def check_reduction(reduction: str) -> str:
     return reduction
 
 
-def mse_loss(input: TensorOps, target: TensorOps, size_average: Optional[bool] = None,
-             reduce: Optional[bool] = None, reduction: str = "mean") -> TensorOps:
+def mse_loss(
+    input: TensorOps,
+    target: TensorOps,
+    size_average: Optional[bool] = None,
+    reduce: Optional[bool] = None,
+    reduction: str = "mean",
+) -> TensorOps:
     """Squared error ``(input - target) ** 2``, averaged, summed or kept elementwise."""
     if size_average is not None or reduce is not None:
         reduction = legacy_reduction(size_average, reduce)
     check_reduction(reduction)
     if tuple(target.shape) != tuple(input.shape):
-        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size "
-                      f"({input.shape}). This will likely lead to incorrect results due to "
-                      "broadcasting. Please ensure they have the same size.", UserWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"Using a target size ({target.shape}) that is different to the input size "
+            f"({input.shape}). This will likely lead to incorrect results due to "
+            "broadcasting. Please ensure they have the same size.",
+            UserWarning,
+            stacklevel=2,
+        )
     err = (input - target).pow(2)
     if reduction == "mean":
         return err.mean()
@@ -81,8 +93,9 @@ def mse_loss(input: TensorOps, target: TensorOps, size_average: Optional[bool] =
     return err
 
 
-def dropout(input: TensorOps, p: float = 0.5, training: bool = True,
-            inplace: bool = False) -> TensorOps:
+def dropout(
+    input: TensorOps, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> TensorOps:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
     while training; the identity otherwise.  The mask is a value of its own, so the
     gradient is ``mask / (1 - p)`` (it is not drawn again)."""
@@ -94,6 +107,7 @@ def dropout(input: TensorOps, p: float = 0.5, training: bool = True,
         out = input * 0.0
     else:
         from ..factories import rand
+
         keep = rand(input.shape, dtype=input.dtype) >= p
         out = input * keep.to(input.dtype) * (1.0 / (1.0 - p))
     return input.copy_(out) if inplace else out

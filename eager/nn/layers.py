@@ -1,10 +1,11 @@
 """The layers: ``Linear``, the activations ``ReLU``/``Tanh``/``Sigmoid``, ``Dropout``."""
+
 from __future__ import annotations
 
 import math
 from typing import Any
 
-import eager.nn.functional as F   # by full name: "from . import" is an edge to eager.nn
+import eager.nn.functional as F  # by full name: "from . import" is an edge to eager.nn
 from ..autograd.grad_mode import no_grad
 from ..factories import empty, rand
 from ..tensor import Tensor
@@ -21,8 +22,14 @@ def _uniform_(t: Tensor, low: float, high: float) -> Tensor:
 class Linear(Module):
     """``y = x @ weight.T + bias`` with PyTorch's default init U(-1/sqrt(in), 1/sqrt(in))."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
@@ -44,8 +51,10 @@ class Linear(Module):
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 class ReLU(Module):

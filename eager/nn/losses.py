@@ -1,16 +1,21 @@
 """The losses (``MSELoss``): modules holding a ``reduction`` around ``nn.functional``."""
+
 from __future__ import annotations
 
 from typing import Optional
 
-import eager.nn.functional as F   # by full name: "from . import" is an edge to eager.nn
+import eager.nn.functional as F  # by full name: "from . import" is an edge to eager.nn
 from ..tensor import Tensor
 from .module import Module
 
 
 class _Loss(Module):
-    def __init__(self, size_average: Optional[bool] = None, reduce: Optional[bool] = None,
-                 reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        size_average: Optional[bool] = None,
+        reduce: Optional[bool] = None,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__()
         if size_average is not None or reduce is not None:
             reduction = F.legacy_reduction(size_average, reduce)

@@ -14,6 +14,7 @@ nn.Parameter)`` consults that registry, so the PyTorch idioms keep working;
 the only visible difference is that a parameter prints as a plain tensor
 (``tensor(..., requires_grad=True)`` rather than ``Parameter containing: ...``).
 """
+
 from __future__ import annotations
 
 import threading
@@ -59,12 +60,13 @@ class Parameter(metaclass=_ParameterMeta):
         if data is None:
             data = empty(0)
         if not isinstance(data, Tensor):
-            if isinstance(data, TensorOps):     # a traced value: made while compiling
+            if isinstance(data, TensorOps):  # a traced value: made while compiling
                 raise TypeError(
                     "Parameter(): a parameter (or a module) cannot be created inside a "
                     "function a compiler is tracing: its data is a traced value. Create the "
                     "module outside the compiled function (e.g. in __init__) and call it "
-                    "inside.")
+                    "inside."
+                )
             raise TypeError(f"Parameter(): expected a Tensor as data, got {type(data).__name__}")
         t = data.detach()
         t.requires_grad_(requires_grad)
@@ -78,16 +80,23 @@ class _IncompatibleKeys(NamedTuple):
     def __repr__(self) -> str:
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
-        return (f"_IncompatibleKeys(missing_keys={self.missing_keys}, "
-                f"unexpected_keys={self.unexpected_keys})")
+        return (
+            f"_IncompatibleKeys(missing_keys={self.missing_keys}, "
+            f"unexpected_keys={self.unexpected_keys})"
+        )
 
     __str__ = __repr__
 
 
 def _typename(obj: Any) -> str:
     if isinstance(obj, Tensor):
-        kind = {"float32": "FloatTensor", "float64": "DoubleTensor", "int64": "LongTensor",
-                "int32": "IntTensor", "bool": "BoolTensor"}.get(obj._data.dtype.name, "Tensor")
+        kind = {
+            "float32": "FloatTensor",
+            "float64": "DoubleTensor",
+            "int64": "LongTensor",
+            "int32": "IntTensor",
+            "bool": "BoolTensor",
+        }.get(obj._data.dtype.name, "Tensor")
         return f"eager.{kind}"
     return type(obj).__name__
 
@@ -102,6 +111,7 @@ def _addindent(s: str, num_spaces: int) -> str:
 class _Calls(threading.local):
     """While a compiler traces on this thread (``tracing`` is a list), the innermost
     module an exception passed through is recorded there, so the error can name it."""
+
     tracing: Optional[list] = None
 
 
@@ -121,8 +131,9 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
-                                  '"forward" function')
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if CALLS.tracing is None:
@@ -130,7 +141,7 @@ class Module:
         try:
             return self.forward(*args, **kwargs)
         except BaseException:
-            if CALLS.tracing == []:      # the innermost module the error came through
+            if CALLS.tracing == []:  # the innermost module the error came through
                 CALLS.tracing.append(self)
             raise
 
@@ -145,13 +156,17 @@ class Module:
         if hasattr(self, name) and name not in self._parameters:
             raise KeyError(f"attribute '{name}' already exists")
         if param is not None and not is_parameter(param):
-            raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' "
-                            "(eager.nn.Parameter or None required)")
+            raise TypeError(
+                f"cannot assign '{_typename(param)}' object to parameter '{name}' "
+                "(eager.nn.Parameter or None required)"
+            )
         if param is not None and param.grad_fn is not None:
-            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
-                             "parameters must be created explicitly. To express '"
-                             f"{name}' as a function of another Tensor, compute the value in "
-                             "the forward() method.")
+            raise ValueError(
+                f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
+                "parameters must be created explicitly. To express '"
+                f"{name}' as a function of another Tensor, compute the value in "
+                "the forward() method."
+            )
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Optional[Tensor], persistent: bool = True) -> None:
@@ -160,8 +175,10 @@ class Module:
         if hasattr(self, name) and name not in self._buffers:
             raise KeyError(f"attribute '{name}' already exists")
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
-                            "(eager.Tensor or None required)")
+            raise TypeError(
+                f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
+                "(eager.Tensor or None required)"
+            )
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers.discard(name)
@@ -188,8 +205,10 @@ class Module:
             return
         if params is not None and name in params:
             if value is not None:
-                raise TypeError(f"cannot assign '{_typename(value)}' as parameter '{name}' "
-                                "(eager.nn.Parameter or None expected)")
+                raise TypeError(
+                    f"cannot assign '{_typename(value)}' as parameter '{name}' "
+                    "(eager.nn.Parameter or None expected)"
+                )
             self.register_parameter(name, value)
             return
         modules = d.get("_modules")
@@ -201,15 +220,19 @@ class Module:
             return
         if modules is not None and name in modules:
             if value is not None:
-                raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
-                                "(eager.nn.Module or None expected)")
+                raise TypeError(
+                    f"cannot assign '{_typename(value)}' as child module '{name}' "
+                    "(eager.nn.Module or None expected)"
+                )
             modules[name] = value
             return
         buffers = d.get("_buffers")
         if buffers is not None and name in buffers:
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
-                                "(eager.Tensor or None expected)")
+                raise TypeError(
+                    f"cannot assign '{_typename(value)}' as buffer '{name}' "
+                    "(eager.Tensor or None expected)"
+                )
             buffers[name] = value
             return
         object.__setattr__(self, name, value)
@@ -232,8 +255,12 @@ class Module:
         object.__delattr__(self, name)
 
     def __dir__(self) -> list:
-        keys = list(super().__dir__()) + list(self._parameters) + list(self._buffers) + \
-            list(self._modules)
+        keys = (
+            list(super().__dir__())
+            + list(self._parameters)
+            + list(self._buffers)
+            + list(self._modules)
+        )
         return sorted(k for k in set(keys) if not k[0].isdigit())
 
     def __setstate__(self, state: dict) -> None:
@@ -244,8 +271,9 @@ class Module:
                 _register_param(p)
 
     # --- traversal (iterative, definition order) ---------------------------------
-    def named_modules(self, memo: Optional[set] = None, prefix: str = "",
-                      remove_duplicate: bool = True) -> Iterator[tuple]:
+    def named_modules(
+        self, memo: Optional[set] = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple]:
         """Pre-order walk: ``(qualified_name, module)`` for self and every descendant."""
         if memo is None:
             memo = set()
@@ -257,8 +285,9 @@ class Module:
                     continue
                 memo.add(id(mod))
             yield name, mod
-            kids = [(f"{name}.{k}" if name else k, m) for k, m in mod._modules.items()
-                    if m is not None]
+            kids = [
+                (f"{name}.{k}" if name else k, m) for k, m in mod._modules.items() if m is not None
+            ]
             stack.extend(reversed(kids))
 
     def modules(self) -> Iterator["Module"]:
@@ -276,10 +305,14 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, registry: str, prefix: str, recurse: bool,
-                       remove_duplicate: bool) -> Iterator[tuple]:
-        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) \
-            if recurse else [(prefix, self)]
+    def _named_members(
+        self, registry: str, prefix: str, recurse: bool, remove_duplicate: bool
+    ) -> Iterator[tuple]:
+        mods = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         seen = set()
         for mprefix, mod in mods:
             for name, t in getattr(mod, registry).items():
@@ -291,8 +324,9 @@ class Module:
                     seen.add(id(t))
                 yield (f"{mprefix}.{name}" if mprefix else name), t
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple]:
         """``(qualified_name, parameter)`` pairs; a shared parameter is reported once."""
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
@@ -300,8 +334,9 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple]:
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple]:
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
@@ -358,6 +393,7 @@ class Module:
     def to(self, *args: Any, **kwargs: Any) -> "Module":
         """``to(dtype)`` / ``to('cpu')``: casts floating parameters and buffers in place."""
         from ..tensor import device as _device
+
         dtype = kwargs.pop("dtype", None)
         dev = kwargs.pop("device", None)
         kwargs.pop("non_blocking", None)
@@ -376,8 +412,10 @@ class Module:
             return self
         npd = D.to_np(dtype)
         if npd.kind != "f":
-            raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired "
-                            f"dtype={D.from_np(npd)}")
+            raise TypeError(
+                f"nn.Module.to only accepts floating point dtypes, but got desired "
+                f"dtype={D.from_np(npd)}"
+            )
         return self._cast(npd)
 
     def float(self) -> "Module":
@@ -390,12 +428,12 @@ class Module:
         return self
 
     # --- state dict -----------------------------------------------------------------
-    def state_dict(self, *, destination: Optional[dict] = None, prefix: str = "",
-                   keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
+    def state_dict(
+        self, *, destination: Optional[dict] = None, prefix: str = "", keep_vars: bool = False
+    ) -> "OrderedDict[str, Tensor]":
         """Parameters and persistent buffers by qualified name (detached unless keep_vars)."""
         out = OrderedDict() if destination is None else destination
-        for mprefix, mod in self.named_modules(prefix=prefix.rstrip("."),
-                                               remove_duplicate=False):
+        for mprefix, mod in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
             base = f"{mprefix}." if mprefix else ""
             for name, p in mod._parameters.items():
                 if p is not None:
@@ -405,8 +443,9 @@ class Module:
                     out[base + name] = b if keep_vars else b.detach()
         return out
 
-    def load_state_dict(self, state_dict: dict, strict: bool = True,
-                        assign: bool = False) -> _IncompatibleKeys:
+    def load_state_dict(
+        self, state_dict: dict, strict: bool = True, assign: bool = False
+    ) -> _IncompatibleKeys:
         """Copy tensors from ``state_dict`` into this module's parameters and buffers.
 
         Shapes must match.  With ``assign=True`` the loaded tensors replace the
@@ -418,9 +457,11 @@ class Module:
         expected = set()
         for mprefix, mod in self.named_modules(remove_duplicate=False):
             base = f"{mprefix}." if mprefix else ""
-            local = [(n, t, "_parameters") for n, t in mod._parameters.items()] + \
-                [(n, t, "_buffers") for n, t in mod._buffers.items()
-                 if n not in mod._non_persistent_buffers]
+            local = [(n, t, "_parameters") for n, t in mod._parameters.items()] + [
+                (n, t, "_buffers")
+                for n, t in mod._buffers.items()
+                if n not in mod._non_persistent_buffers
+            ]
             for name, cur, registry in local:
                 if cur is None:
                     continue
@@ -431,14 +472,18 @@ class Module:
                     continue
                 src = state_dict[key]
                 if not isinstance(src, Tensor):
-                    errors.append(f'While copying the parameter named "{key}", expected '
-                                  f"eager.Tensor or Tensor-like object from checkpoint but "
-                                  f"received {type(src)}")
+                    errors.append(
+                        f'While copying the parameter named "{key}", expected '
+                        f"eager.Tensor or Tensor-like object from checkpoint but "
+                        f"received {type(src)}"
+                    )
                     continue
                 if tuple(src.shape) != tuple(cur.shape):
-                    errors.append(f"size mismatch for {key}: copying a param with shape "
-                                  f"{src.shape} from checkpoint, the shape in current model is "
-                                  f"{cur.shape}.")
+                    errors.append(
+                        f"size mismatch for {key}: copying a param with shape "
+                        f"{src.shape} from checkpoint, the shape in current model is "
+                        f"{cur.shape}."
+                    )
                     continue
                 if assign:
                     new = src.detach()
@@ -452,14 +497,25 @@ class Module:
         unexpected = [k for k in state_dict if k not in expected]
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(
-                    ", ".join(f'"{k}"' for k in unexpected)))
+                errors.insert(
+                    0,
+                    "Unexpected key(s) in state_dict: {}. ".format(
+                        ", ".join(f'"{k}"' for k in unexpected)
+                    ),
+                )
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(
-                    ", ".join(f'"{k}"' for k in missing)))
+                errors.insert(
+                    0,
+                    "Missing key(s) in state_dict: {}. ".format(
+                        ", ".join(f'"{k}"' for k in missing)
+                    ),
+                )
         if errors:
-            raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(
-                type(self).__name__, "\n\t".join(errors)))
+            raise RuntimeError(
+                "Error(s) in loading state_dict for {}:\n\t{}".format(
+                    type(self).__name__, "\n\t".join(errors)
+                )
+            )
         return _IncompatibleKeys(missing, unexpected)
 
     # --- printing -------------------------------------------------------------------
@@ -477,8 +533,11 @@ class Module:
         for mod in reversed(order):
             extra = mod.extra_repr()
             extra_lines = extra.split("\n") if extra else []
-            child_lines = [f"({key}): " + _addindent(text[id(m)], 2)
-                           for key, m in mod._modules.items() if m is not None]
+            child_lines = [
+                f"({key}): " + _addindent(text[id(m)], 2)
+                for key, m in mod._modules.items()
+                if m is not None
+            ]
             child_lines += [f"({key}): None" for key, m in mod._modules.items() if m is None]
             lines = extra_lines + child_lines
             s = mod._get_name() + "("

@@ -4,6 +4,7 @@ Binary rules return the gradient in the broadcast output shape; the caller
 sums it back to each input's shape.  Python scalars arrive as 0-d arrays whose
 dtype the public API already chose (weak-scalar promotion).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,10 +33,12 @@ def _same_shape(x: Meta) -> Meta:
 
 def _floatify(fn):
     """Integer inputs to transcendental ops give float32, as in PyTorch."""
+
     def forward(x):
         if x.dtype.kind != "f":
             x = x.astype(np.float32)
         return fn(x)
+
     forward.__name__ = getattr(fn, "__name__", "forward")
     return forward
 
@@ -44,6 +47,7 @@ def _unary_samples(low=-2.0, high=2.0):
     def samples():
         r = _rng()
         return [([r.uniform(low, high, size=s)], {}) for s in [(3, 4), (), (1,), (0, 2), (2, 1, 3)]]
+
     return samples
 
 
@@ -53,31 +57,43 @@ def _binary_samples(low=-2.0, high=2.0, rlow=None, rhigh=None):
 
     def samples():
         r = _rng()
-        pairs = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 3), (4, 1)), ((), (2, 3)),
-                 ((1,), ()), ((0, 3), (3,))]
-        return [([r.uniform(low, high, size=a), r.uniform(rlow, rhigh, size=b)], {})
-                for a, b in pairs]
+        pairs = [
+            ((3, 4), (3, 4)),
+            ((3, 4), (4,)),
+            ((2, 1, 3), (4, 1)),
+            ((), (2, 3)),
+            ((1,), ()),
+            ((0, 3), (3,)),
+        ]
+        return [
+            ([r.uniform(low, high, size=a), r.uniform(rlow, rhigh, size=b)], {}) for a, b in pairs
+        ]
+
     return samples
 
 
 # --- unary ------------------------------------------------------------------
 
-_NEG_BOOL = ("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
-             "to invert a mask, use the `~` or `logical_not()` operator instead.")
-_SUB_BOOL = ("Subtraction, the `-` operator, with two bool tensors is not supported. Use "
-             "`a != b` (logical xor) instead.")
+_NEG_BOOL = (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+    "to invert a mask, use the `~` or `logical_not()` operator instead."
+)
+_SUB_BOOL = (
+    "Subtraction, the `-` operator, with two bool tensors is not supported. Use "
+    "`a != b` (logical xor) instead."
+)
 
 
 def _neg(x):
     try:
         return np.negative(x)
-    except TypeError:                   # numpy refuses bools too, with its own wording
+    except TypeError:  # numpy refuses bools too, with its own wording
         if x.dtype.kind == "b":
             raise RuntimeError(_NEG_BOOL) from None
         raise
 
 
-_neg.raw = np.negative                  # gradient plans (floats only) call the ufunc
+_neg.raw = np.negative  # gradient plans (floats only) call the ufunc
 
 
 def _neg_shape(x: Meta) -> Meta:
@@ -86,37 +102,97 @@ def _neg_shape(x: Meta) -> Meta:
     return Meta(x.shape, x.dtype)
 
 
-defop("neg", forward=_neg, shape=_neg_shape, arity=1, saves=(),
-      vjp=(lambda g, out, x: -g,), samples=_unary_samples())
+defop(
+    "neg",
+    forward=_neg,
+    shape=_neg_shape,
+    arity=1,
+    saves=(),
+    vjp=(lambda g, out, x: -g,),
+    samples=_unary_samples(),
+)
 
-defop("exp", forward=_floatify(np.exp), shape=_unary_shape, arity=1, saves=(), saves_out=True,
-      vjp=(lambda g, out, x: g * out,), samples=_unary_samples())
+defop(
+    "exp",
+    forward=_floatify(np.exp),
+    shape=_unary_shape,
+    arity=1,
+    saves=(),
+    saves_out=True,
+    vjp=(lambda g, out, x: g * out,),
+    samples=_unary_samples(),
+)
 
-defop("log", forward=_floatify(np.log), shape=_unary_shape, arity=1, saves=(0,),
-      vjp=(lambda g, out, x: g / x,), samples=_unary_samples(0.2, 3.0))
+defop(
+    "log",
+    forward=_floatify(np.log),
+    shape=_unary_shape,
+    arity=1,
+    saves=(0,),
+    vjp=(lambda g, out, x: g / x,),
+    samples=_unary_samples(0.2, 3.0),
+)
 
-defop("sqrt", forward=_floatify(np.sqrt), shape=_unary_shape, arity=1, saves=(), saves_out=True,
-      vjp=(lambda g, out, x: g / (out * 2),), samples=_unary_samples(0.2, 3.0))
+defop(
+    "sqrt",
+    forward=_floatify(np.sqrt),
+    shape=_unary_shape,
+    arity=1,
+    saves=(),
+    saves_out=True,
+    vjp=(lambda g, out, x: g / (out * 2),),
+    samples=_unary_samples(0.2, 3.0),
+)
 
-defop("sin", forward=_floatify(np.sin), shape=_unary_shape, arity=1, saves=(0,),
-      vjp=(lambda g, out, x: g * x.cos(),), samples=_unary_samples())
+defop(
+    "sin",
+    forward=_floatify(np.sin),
+    shape=_unary_shape,
+    arity=1,
+    saves=(0,),
+    vjp=(lambda g, out, x: g * x.cos(),),
+    samples=_unary_samples(),
+)
 
-defop("cos", forward=_floatify(np.cos), shape=_unary_shape, arity=1, saves=(0,),
-      vjp=(lambda g, out, x: -(g * x.sin()),), samples=_unary_samples())
+defop(
+    "cos",
+    forward=_floatify(np.cos),
+    shape=_unary_shape,
+    arity=1,
+    saves=(0,),
+    vjp=(lambda g, out, x: -(g * x.sin()),),
+    samples=_unary_samples(),
+)
 
-defop("tanh", forward=_floatify(np.tanh), shape=_unary_shape, arity=1, saves=(), saves_out=True,
-      vjp=(lambda g, out, x: g * (1 - out * out),), samples=_unary_samples())
+defop(
+    "tanh",
+    forward=_floatify(np.tanh),
+    shape=_unary_shape,
+    arity=1,
+    saves=(),
+    saves_out=True,
+    vjp=(lambda g, out, x: g * (1 - out * out),),
+    samples=_unary_samples(),
+)
 
 
 def _sigmoid(x):
     with np.errstate(over="ignore"):
-        out = np.exp(-x, out=np.empty_like(x))   # an array even for 0-d x (np.exp gives a scalar)
+        out = np.exp(-x, out=np.empty_like(x))  # an array even for 0-d x (np.exp gives a scalar)
         out += 1
         return np.reciprocal(out, out=out)
 
 
-defop("sigmoid", forward=_floatify(_sigmoid), shape=_unary_shape, arity=1, saves=(),
-      saves_out=True, vjp=(lambda g, out, x: g * (out * (1 - out)),), samples=_unary_samples())
+defop(
+    "sigmoid",
+    forward=_floatify(_sigmoid),
+    shape=_unary_shape,
+    arity=1,
+    saves=(),
+    saves_out=True,
+    vjp=(lambda g, out, x: g * (out * (1 - out)),),
+    samples=_unary_samples(),
+)
 
 
 def _relu(x):
@@ -126,25 +202,48 @@ def _relu(x):
 
 
 # PyTorch's threshold_backward: zero where out <= 0, so relu'(0) = 0 and a NaN passes g
-defop("relu", forward=_relu, shape=_same_shape, arity=1, saves=(), saves_out=True,
-      vjp=(lambda g, out, x: S.where(out <= 0, 0, g),), samples=_unary_samples())
+defop(
+    "relu",
+    forward=_relu,
+    shape=_same_shape,
+    arity=1,
+    saves=(),
+    saves_out=True,
+    vjp=(lambda g, out, x: S.where(out <= 0, 0, g),),
+    samples=_unary_samples(),
+)
 
-defop("abs", forward=np.abs, shape=_same_shape, arity=1, saves=(0,),
-      vjp=(lambda g, out, x: g * x.sign(),), samples=_unary_samples())
+defop(
+    "abs",
+    forward=np.abs,
+    shape=_same_shape,
+    arity=1,
+    saves=(0,),
+    vjp=(lambda g, out, x: g * x.sign(),),
+    samples=_unary_samples(),
+)
+
 
 def _sign(x):
     """PyTorch's sign, ``(x > 0) - (x < 0)``: NaN gives 0 (numpy's NaN), -0.0 gives +0.0,
     and a bool is itself (numpy has no bool loop)."""
     if x.dtype.kind == "b":
         return x.copy()
-    out = np.sign(x, out=np.empty_like(x))      # an array even for 0-d x
+    out = np.sign(x, out=np.empty_like(x))  # an array even for 0-d x
     if x.dtype.kind == "f":
         np.copyto(out, 0, where=np.isnan(out))
     return out
 
 
-defop("sign", forward=_sign, shape=_same_shape, arity=1, saves=(),
-      vjp=(lambda g, out, x: g.zeros_like_(),), samples=_unary_samples())
+defop(
+    "sign",
+    forward=_sign,
+    shape=_same_shape,
+    arity=1,
+    saves=(),
+    vjp=(lambda g, out, x: g.zeros_like_(),),
+    samples=_unary_samples(),
+)
 
 
 def _check_scalar_fits(op: str, dtype, value) -> None:
@@ -155,8 +254,10 @@ def _check_scalar_fits(op: str, dtype, value) -> None:
     dt = np.dtype(dtype)
     if dt.kind in "iu" and value is not None and not isinstance(value, (bool, np.bool_)):
         info = np.iinfo(dt)
-        if not (isinstance(value, (int, np.integer)) or np.isfinite(value)) or \
-                not info.min <= int(value) <= info.max:
+        if (
+            not (isinstance(value, (int, np.integer)) or np.isfinite(value))
+            or not info.min <= int(value) <= info.max
+        ):
             raise OverflowError(f"{op}: value {value!r} out of bounds for {dt.name}")
 
 
@@ -167,7 +268,7 @@ def _clamp_shape(x: Meta, min=None, max=None) -> Meta:
 
 
 def _clamp(x, min=None, max=None):
-    t = x.dtype.type                # x second: on a tie the result is x, as in PyTorch
+    t = x.dtype.type  # x second: on a tie the result is x, as in PyTorch
     if max is None:
         return np.maximum(t(min), x)
     if min is None:
@@ -185,16 +286,25 @@ def _clamp_vjp(g, out, x, min=None, max=None):
 
 def _clamp_samples():
     r = _rng()
-    return [([r.uniform(-2, 2, size=(3, 4))], {"min": 0.0, "max": None}),
-            ([r.uniform(-2, 2, size=(5,))], {"min": -0.5, "max": 0.5}),
-            ([r.uniform(-2, 2, size=())], {"min": None, "max": 0.3}),
-            ([r.uniform(-2, 2, size=(1,))], {"min": -1.0, "max": None}),
-            ([r.uniform(-2, 2, size=(0, 3))], {"min": 0.0, "max": 1.0})]
+    return [
+        ([r.uniform(-2, 2, size=(3, 4))], {"min": 0.0, "max": None}),
+        ([r.uniform(-2, 2, size=(5,))], {"min": -0.5, "max": 0.5}),
+        ([r.uniform(-2, 2, size=())], {"min": None, "max": 0.3}),
+        ([r.uniform(-2, 2, size=(1,))], {"min": -1.0, "max": None}),
+        ([r.uniform(-2, 2, size=(0, 3))], {"min": 0.0, "max": 1.0}),
+    ]
 
 
-defop("clamp", forward=_clamp, shape=_clamp_shape, arity=1,
-      attrs={"min": "number?", "max": "number?"}, saves=(0,),
-      vjp=(_clamp_vjp,), samples=_clamp_samples)
+defop(
+    "clamp",
+    forward=_clamp,
+    shape=_clamp_shape,
+    arity=1,
+    attrs={"min": "number?", "max": "number?"},
+    saves=(0,),
+    vjp=(_clamp_vjp,),
+    samples=_clamp_samples,
+)
 
 # --- binary -------------------------------------------------------------------
 
@@ -202,12 +312,14 @@ defop("clamp", forward=_clamp, shape=_clamp_shape, arity=1,
 def _binary_shape(name):
     def rule(x: Meta, y: Meta) -> Meta:
         return Meta(broadcast_shapes(x.shape, y.shape, op=name), np.result_type(x.dtype, y.dtype))
+
     return rule
 
 
 def _checked(name, fn, bool_error=None):
     """numpy forward with PyTorch-style broadcasting errors naming op and shapes, and
     PyTorch's RuntimeError ``bool_error`` where numpy refuses bools with a TypeError."""
+
     def forward(x, y):
         try:
             return fn(x, y)
@@ -218,13 +330,22 @@ def _checked(name, fn, bool_error=None):
             if bool_error is not None and np.result_type(x, y).kind == "b":
                 raise RuntimeError(bool_error) from None
             raise
+
     forward.__name__ = name
-    forward.raw = fn        # for callers that produce the error message themselves
+    forward.raw = fn  # for callers that produce the error message themselves
     return forward
 
 
-defop("add", forward=_checked("add", np.add), shape=_binary_shape("add"), arity=2, saves=(),
-      vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g), samples=_binary_samples())
+defop(
+    "add",
+    forward=_checked("add", np.add),
+    shape=_binary_shape("add"),
+    arity=2,
+    saves=(),
+    vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g),
+    samples=_binary_samples(),
+)
+
 
 def _sub_shape(x: Meta, y: Meta) -> Meta:
     if x.dtype.kind == "b" and y.dtype.kind == "b":
@@ -232,12 +353,25 @@ def _sub_shape(x: Meta, y: Meta) -> Meta:
     return _binary_shape("sub")(x, y)
 
 
-defop("sub", forward=_checked("sub", np.subtract, _SUB_BOOL), shape=_sub_shape, arity=2,
-      saves=(), vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g), samples=_binary_samples())
+defop(
+    "sub",
+    forward=_checked("sub", np.subtract, _SUB_BOOL),
+    shape=_sub_shape,
+    arity=2,
+    saves=(),
+    vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g),
+    samples=_binary_samples(),
+)
 
-defop("mul", forward=_checked("mul", np.multiply), shape=_binary_shape("mul"), arity=2,
-      vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x), reads=((1,), (0,)),
-      samples=_binary_samples())
+defop(
+    "mul",
+    forward=_checked("mul", np.multiply),
+    shape=_binary_shape("mul"),
+    arity=2,
+    vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    reads=((1,), (0,)),
+    samples=_binary_samples(),
+)
 
 
 def _div(x, y):
@@ -253,9 +387,15 @@ def _div_shape(x: Meta, y: Meta) -> Meta:
     return Meta(broadcast_shapes(x.shape, y.shape, op="div"), _float_dtype(d))
 
 
-defop("div", forward=_checked("div", _div), shape=_div_shape, arity=2,
-      vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -(g * x) / (y * y)),
-      reads=((1,), (0, 1)), samples=_binary_samples(-2, 2, 0.5, 2.0))
+defop(
+    "div",
+    forward=_checked("div", _div),
+    shape=_div_shape,
+    arity=2,
+    vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -(g * x) / (y * y)),
+    reads=((1,), (0, 1)),
+    samples=_binary_samples(-2, 2, 0.5, 2.0),
+)
 
 
 def _pow(x, y):
@@ -267,7 +407,7 @@ def _pow(x, y):
     dt = np.result_type(x, y)
     if np.ndim(y) == 0:
         if dt == np.result_type(x):
-            if y == 2:                   # the common x**2 and x**1: no error state to manage
+            if y == 2:  # the common x**2 and x**1: no error state to manage
                 return np.square(x)
             if y == 1:
                 return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
@@ -282,14 +422,14 @@ def _pow(x, y):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return np.power(x, y)
     if dt.kind == "b":
-        _pow_shape(Meta(np.shape(x), np.bool_), Meta(np.shape(y), np.bool_))   # PyTorch's error
+        _pow_shape(Meta(np.shape(x), np.bool_), Meta(np.shape(y), np.bool_))  # PyTorch's error
     if dt.kind in "iu":
         return _int_pow(x, y)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         out = np.power(x, y)
     if out.dtype.kind == "f":
         half = np.equal(y, 0.5)
-        if half.any():                   # C's pow(-inf, 0.5) = inf, pow(-0.0, 0.5) = +0.0
+        if half.any():  # C's pow(-inf, 0.5) = inf, pow(-0.0, 0.5) = +0.0
             x = np.asarray(x)
             fix = half & ((x == -np.inf) | ((x == 0) & np.signbit(x)))
             np.copyto(out, np.abs(np.broadcast_to(x, out.shape)).astype(out.dtype), where=fix)
@@ -305,14 +445,18 @@ def _int_pow(x, y):
         out = np.asarray(np.power(x, np.where(neg, 0, y) if neg.any() else y))
     if neg.any():
         x = np.broadcast_to(x, out.shape)
-        np.copyto(out, np.where(x == 1, 1, np.where(x == -1, 1 - 2 * (np.asarray(y) & 1), 0)),
-                  where=np.broadcast_to(neg, out.shape), casting="unsafe")
+        np.copyto(
+            out,
+            np.where(x == 1, 1, np.where(x == -1, 1 - 2 * (np.asarray(y) & 1), 0)),
+            where=np.broadcast_to(neg, out.shape),
+            casting="unsafe",
+        )
     return out
 
 
 def _pow_shape(x: Meta, y: Meta) -> Meta:
     if x.dtype.kind == "b" and y.dtype.kind == "b" and y.shape:
-        raise NotImplementedError('"pow" not implemented for \'Bool\'')
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     return _binary_shape("pow")(x, y)
 
 
@@ -328,9 +472,15 @@ def _pow_vjp_y(g, out, x, y):
     return g * S.where((x == 0) & (y >= 0), 0, out * x.log())
 
 
-defop("pow", forward=_checked("pow", _pow), shape=_pow_shape, arity=2, saves_out=True,
-      vjp=(_pow_vjp_x, _pow_vjp_y),
-      samples=_binary_samples(0.3, 2.0, -2.0, 2.0))
+defop(
+    "pow",
+    forward=_checked("pow", _pow),
+    shape=_pow_shape,
+    arity=2,
+    saves_out=True,
+    vjp=(_pow_vjp_x, _pow_vjp_y),
+    samples=_binary_samples(0.3, 2.0, -2.0, 2.0),
+)
 
 
 def _max_vjp(a_wins):
@@ -339,6 +489,7 @@ def _max_vjp(a_wins):
         # so a NaN on either side (no order) passes the whole gradient to both
         loses = (x < y) if a_wins else (x > y)
         return S.where(x == y, g / 2, S.where(loses, 0, g))
+
     return rule
 
 
@@ -346,14 +497,27 @@ def _min_vjp(a_wins):
     def rule(g, out, x, y):
         loses = (x > y) if a_wins else (x < y)
         return S.where(x == y, g / 2, S.where(loses, 0, g))
+
     return rule
 
 
-defop("maximum", forward=_checked("maximum", np.maximum), shape=_binary_shape("maximum"), arity=2,
-      vjp=(_max_vjp(True), _max_vjp(False)), samples=_binary_samples())
+defop(
+    "maximum",
+    forward=_checked("maximum", np.maximum),
+    shape=_binary_shape("maximum"),
+    arity=2,
+    vjp=(_max_vjp(True), _max_vjp(False)),
+    samples=_binary_samples(),
+)
 
-defop("minimum", forward=_checked("minimum", np.minimum), shape=_binary_shape("minimum"), arity=2,
-      vjp=(_min_vjp(True), _min_vjp(False)), samples=_binary_samples())
+defop(
+    "minimum",
+    forward=_checked("minimum", np.minimum),
+    shape=_binary_shape("minimum"),
+    arity=2,
+    vjp=(_min_vjp(True), _min_vjp(False)),
+    samples=_binary_samples(),
+)
 
 # --- comparisons and logic (no gradient) ------------------------------------------
 
@@ -361,17 +525,37 @@ defop("minimum", forward=_checked("minimum", np.minimum), shape=_binary_shape("m
 def _bool_binary_shape(name):
     def rule(x: Meta, y: Meta) -> Meta:
         return Meta(broadcast_shapes(x.shape, y.shape, op=name), np.dtype(np.bool_))
+
     return rule
 
 
-for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
-                   ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-                   ("logical_and", np.logical_and), ("logical_or", np.logical_or)]:
-    defop(_name, forward=_checked(_name, _fn), shape=_bool_binary_shape(_name), arity=2,
-          vjp=None, samples=_binary_samples())
+for _name, _fn in [
+    ("eq", np.equal),
+    ("ne", np.not_equal),
+    ("lt", np.less),
+    ("le", np.less_equal),
+    ("gt", np.greater),
+    ("ge", np.greater_equal),
+    ("logical_and", np.logical_and),
+    ("logical_or", np.logical_or),
+]:
+    defop(
+        _name,
+        forward=_checked(_name, _fn),
+        shape=_bool_binary_shape(_name),
+        arity=2,
+        vjp=None,
+        samples=_binary_samples(),
+    )
 
-defop("logical_not", forward=np.logical_not, arity=1, vjp=None,
-      shape=lambda x: Meta(x.shape, np.dtype(np.bool_)), samples=_unary_samples())
+defop(
+    "logical_not",
+    forward=np.logical_not,
+    arity=1,
+    vjp=None,
+    shape=lambda x: Meta(x.shape, np.dtype(np.bool_)),
+    samples=_unary_samples(),
+)
 
 # --- where ----------------------------------------------------------------------------
 
@@ -387,24 +571,51 @@ def _where_forward(c, x, y):
 def _where_shape(c: Meta, x: Meta, y: Meta) -> Meta:
     if c.dtype.kind != "b":
         raise TypeError(f"where: condition must be a bool tensor, got {c.dtype}")
-    return Meta(broadcast_shapes(c.shape, x.shape, y.shape, op="where"),
-                np.result_type(x.dtype, y.dtype))
+    return Meta(
+        broadcast_shapes(c.shape, x.shape, y.shape, op="where"), np.result_type(x.dtype, y.dtype)
+    )
 
 
 def _where_samples():
     r = _rng()
-    return [([r.uniform(-1, 1, size=(3, 4)) > 0, r.uniform(-2, 2, size=(3, 4)),
-              r.uniform(-2, 2, size=(4,))], {}),
-            ([np.array(True), r.uniform(-2, 2, size=(2,)), r.uniform(-2, 2, size=())], {}),
-            ([r.uniform(-1, 1, size=(2, 1)) > 0, r.uniform(-2, 2, size=(1, 3)),
-              r.uniform(-2, 2, size=(1,))], {}),
-            ([r.uniform(-1, 1, size=(0, 3)) > 0, r.uniform(-2, 2, size=(3,)),
-              r.uniform(-2, 2, size=())], {})]
+    return [
+        (
+            [
+                r.uniform(-1, 1, size=(3, 4)) > 0,
+                r.uniform(-2, 2, size=(3, 4)),
+                r.uniform(-2, 2, size=(4,)),
+            ],
+            {},
+        ),
+        ([np.array(True), r.uniform(-2, 2, size=(2,)), r.uniform(-2, 2, size=())], {}),
+        (
+            [
+                r.uniform(-1, 1, size=(2, 1)) > 0,
+                r.uniform(-2, 2, size=(1, 3)),
+                r.uniform(-2, 2, size=(1,)),
+            ],
+            {},
+        ),
+        (
+            [
+                r.uniform(-1, 1, size=(0, 3)) > 0,
+                r.uniform(-2, 2, size=(3,)),
+                r.uniform(-2, 2, size=()),
+            ],
+            {},
+        ),
+    ]
 
 
-defop("where", forward=_where_forward, shape=_where_shape, arity=3, saves=(0,),
-      vjp=(None, lambda g, out, c, x, y: S.where(c, g, 0), lambda g, out, c, x, y: S.where(c, 0, g)),
-      samples=_where_samples)
+defop(
+    "where",
+    forward=_where_forward,
+    shape=_where_shape,
+    arity=3,
+    saves=(0,),
+    vjp=(None, lambda g, out, c, x, y: S.where(c, g, 0), lambda g, out, c, x, y: S.where(c, 0, g)),
+    samples=_where_samples,
+)
 
 # --- dtype and copies ---------------------------------------------------------------------
 
@@ -419,24 +630,39 @@ def _cast(x, dtype):
         # and wrap, in numpy and PyTorch alike: numpy's cast is kept for them.)
         lo = np.iinfo(dt).min
         with np.errstate(invalid="ignore"):
-            ok = (x >= lo) & (x < -float(lo))           # False for NaN
+            ok = (x >= lo) & (x < -float(lo))  # False for NaN
             return np.where(ok, np.where(ok, x, 0).astype(dt), dt.type(lo))
     return x.astype(dt)
 
 
-defop("cast", forward=_cast, shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)), arity=1,
-      attrs={"dtype": "dtype"}, saves=(), vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
-      samples=lambda: [([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"}),
-                       ([_rng().uniform(-2, 2, size=())], {"dtype": "float64"}),
-                       ([_rng().uniform(-2, 2, size=(1, 0))], {"dtype": "float32"})])
+defop(
+    "cast",
+    forward=_cast,
+    shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)),
+    arity=1,
+    attrs={"dtype": "dtype"},
+    saves=(),
+    vjp=(lambda g, out, x, dtype: g.to(x.dtype),),
+    samples=lambda: [
+        ([_rng().uniform(-2, 2, size=(3,))], {"dtype": "float32"}),
+        ([_rng().uniform(-2, 2, size=())], {"dtype": "float64"}),
+        ([_rng().uniform(-2, 2, size=(1, 0))], {"dtype": "float32"}),
+    ],
+)
 
-defop("copy", forward=np.copy, shape=_same_shape, arity=1, saves=(),
-      vjp=(lambda g, out, x: g,), samples=_unary_samples())
+defop(
+    "copy",
+    forward=np.copy,
+    shape=_same_shape,
+    arity=1,
+    saves=(),
+    vjp=(lambda g, out, x: g,),
+    samples=_unary_samples(),
+)
 
 # ``t.detach()`` inside a graphc trace: the value passes, the gradient stops (JAX's
 # stop_gradient).  Eager's Tensor.detach shares storage instead and never records this op.
-defop("detach", forward=np.copy, shape=_same_shape, arity=1, vjp=None,
-      samples=_unary_samples())
+defop("detach", forward=np.copy, shape=_same_shape, arity=1, vjp=None, samples=_unary_samples())
 
 
 def _fill(x, value):
@@ -448,8 +674,17 @@ def _fill_shape(x: Meta, value) -> Meta:
     return Meta(x.shape, x.dtype)
 
 
-defop("fill", forward=_fill, shape=_fill_shape, arity=1,
-      attrs={"value": "scalar"}, saves=(), vjp=(lambda g, out, x, value: g.zeros_like_(),),
-      samples=lambda: [([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0}),
-                       ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),
-                       ([_rng().uniform(-2, 2, size=(0, 1))], {"value": 0.0})])
+defop(
+    "fill",
+    forward=_fill,
+    shape=_fill_shape,
+    arity=1,
+    attrs={"value": "scalar"},
+    saves=(),
+    vjp=(lambda g, out, x, value: g.zeros_like_(),),
+    samples=lambda: [
+        ([_rng().uniform(-2, 2, size=(2, 3))], {"value": 0.0}),
+        ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),
+        ([_rng().uniform(-2, 2, size=(0, 1))], {"value": 0.0}),
+    ],
+)

@@ -1,4 +1,5 @@
 """Matrix products (numpy's matmul semantics: 1-D, 2-D and batched)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,10 @@ def _matmul_shape(a: Meta, b: Meta) -> Meta:
     ka = a.shape[-1]
     kb = b.shape[0] if len(b.shape) == 1 else b.shape[-2]
     if ka != kb:
-        raise RuntimeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be "
-                           f"multiplied ({ka} != {kb})")
+        raise RuntimeError(
+            f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be "
+            f"multiplied ({ka} != {kb})"
+        )
     dt = np.result_type(a.dtype, b.dtype)
     if len(a.shape) == 1 and len(b.shape) == 1:
         return Meta((), dt)
@@ -36,9 +39,9 @@ def _mT(t):
 def _vjp_a(g, out, a, b):
     if a.ndim == 1 and b.ndim == 1:
         return g * b
-    if b.ndim == 1:                       # (..., m, n) @ (n,) -> (..., m)
+    if b.ndim == 1:  # (..., m, n) @ (n,) -> (..., m)
         return g.unsqueeze(-1) * b
-    if a.ndim == 1:                       # (n,) @ (..., n, p) -> (..., p)
+    if a.ndim == 1:  # (n,) @ (..., n, p) -> (..., p)
         return (b @ g.unsqueeze(-1)).squeeze(-1)
     return g @ _mT(b)
 
@@ -46,7 +49,7 @@ def _vjp_a(g, out, a, b):
 def _vjp_b(g, out, a, b):
     if a.ndim == 1 and b.ndim == 1:
         return g * a
-    if b.ndim == 1:                       # grad (n,) = sum over batch/m of a^T g
+    if b.ndim == 1:  # grad (n,) = sum over batch/m of a^T g
         return (_mT(a) @ g.unsqueeze(-1)).squeeze(-1)
     if a.ndim == 1:
         return a.unsqueeze(-1) * g.unsqueeze(-2)
@@ -55,8 +58,16 @@ def _vjp_b(g, out, a, b):
 
 def _samples():
     r = _rng()
-    shapes = [((3, 4), (4, 2)), ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)),
-              ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((0, 4), (4, 3)), ((3, 0), (0, 2))]
+    shapes = [
+        ((3, 4), (4, 2)),
+        ((4,), (4,)),
+        ((3, 4), (4,)),
+        ((4,), (4, 2)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((0, 4), (4, 3)),
+        ((3, 0), (0, 2)),
+    ]
     return [([r.uniform(-1, 1, size=a), r.uniform(-1, 1, size=b)], {}) for a, b in shapes]
 
 
@@ -64,5 +75,13 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
-defop("matmul", forward=_matmul, shape=_matmul_shape, arity=2, family="matmul",
-      vjp=(_vjp_a, _vjp_b), reads=((1,), (0,)), samples=_samples)
+defop(
+    "matmul",
+    forward=_matmul,
+    shape=_matmul_shape,
+    arity=2,
+    family="matmul",
+    vjp=(_vjp_a, _vjp_b),
+    reads=((1,), (0,)),
+    samples=_samples,
+)

@@ -1,4 +1,5 @@
 """Movement primitives: reshape, transpose (any permutation), expand, indexing."""
+
 from __future__ import annotations
 
 import math
@@ -16,19 +17,29 @@ def _rng():
 
 
 def _reshape_shape(x: Meta, shape) -> Meta:
-    n_in = math.prod(x.shape)           # Python ints: exact for any size
+    n_in = math.prod(x.shape)  # Python ints: exact for any size
     n_out = math.prod(shape)
     if n_in != n_out:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {n_in}")
     return Meta(tuple(shape), x.dtype)
 
 
-defop("reshape", forward=lambda x, shape: x.reshape(shape), shape=_reshape_shape, arity=1,
-      attrs={"shape": "shape"}, saves=(), family="view", view=True,
-      vjp=(lambda g, out, x, shape: g.reshape(x.shape),),
-      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"shape": (2, 6)}),
-                       ([_rng().uniform(-1, 1, size=())], {"shape": (1, 1)}),
-                       ([_rng().uniform(-1, 1, size=(0, 4))], {"shape": (4, 0)})])
+defop(
+    "reshape",
+    forward=lambda x, shape: x.reshape(shape),
+    shape=_reshape_shape,
+    arity=1,
+    attrs={"shape": "shape"},
+    saves=(),
+    family="view",
+    view=True,
+    vjp=(lambda g, out, x, shape: g.reshape(x.shape),),
+    samples=lambda: [
+        ([_rng().uniform(-1, 1, size=(3, 4))], {"shape": (2, 6)}),
+        ([_rng().uniform(-1, 1, size=())], {"shape": (1, 1)}),
+        ([_rng().uniform(-1, 1, size=(0, 4))], {"shape": (4, 0)}),
+    ],
+)
 
 
 def _inverse(perm):
@@ -40,18 +51,29 @@ def _inverse(perm):
 
 def _transpose_shape(x: Meta, perm) -> Meta:
     if sorted(perm) != list(range(len(x.shape))):
-        raise RuntimeError(f"transpose: perm {list(perm)} is not a permutation of "
-                           f"{len(x.shape)} dims")
+        raise RuntimeError(
+            f"transpose: perm {list(perm)} is not a permutation of {len(x.shape)} dims"
+        )
     return Meta(tuple(x.shape[p] for p in perm), x.dtype)
 
 
-defop("transpose", forward=lambda x, perm: x.transpose(perm), shape=_transpose_shape, arity=1,
-      attrs={"perm": "perm"}, saves=(), family="view", view=True,
-      vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
-      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
-                       ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)}),
-                       ([_rng().uniform(-1, 1, size=())], {"perm": ()}),
-                       ([_rng().uniform(-1, 1, size=(1, 0, 3))], {"perm": (2, 1, 0)})])
+defop(
+    "transpose",
+    forward=lambda x, perm: x.transpose(perm),
+    shape=_transpose_shape,
+    arity=1,
+    attrs={"perm": "perm"},
+    saves=(),
+    family="view",
+    view=True,
+    vjp=(lambda g, out, x, perm: g._op("transpose", "PermuteBackward0", perm=_inverse(perm)),),
+    samples=lambda: [
+        ([_rng().uniform(-1, 1, size=(3, 4))], {"perm": (1, 0)}),
+        ([_rng().uniform(-1, 1, size=(2, 3, 4))], {"perm": (2, 0, 1)}),
+        ([_rng().uniform(-1, 1, size=())], {"perm": ()}),
+        ([_rng().uniform(-1, 1, size=(1, 0, 3))], {"perm": (2, 1, 0)}),
+    ],
+)
 
 
 def _expand_shape(x: Meta, shape) -> Meta:
@@ -90,17 +112,27 @@ def _expand(x, shape):
             return out
     try:
         return np.broadcast_to(x, shape)
-    except ValueError:                  # PyTorch's error for a size numpy cannot address
+    except ValueError:  # PyTorch's error for a size numpy cannot address
         check_size(shape, x.dtype, "expand")
         raise
 
 
-defop("expand", forward=_expand, shape=_expand_shape, arity=1,
-      attrs={"shape": "shape"}, saves=(), family="view", view=True,
-      vjp=(lambda g, out, x, shape: g,),          # sum_to(g, x.shape) is applied by the caller
-      samples=lambda: [([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),
-                       ([_rng().uniform(-1, 1, size=())], {"shape": (2,)}),
-                       ([_rng().uniform(-1, 1, size=(1,))], {"shape": (3, 0)})])
+defop(
+    "expand",
+    forward=_expand,
+    shape=_expand_shape,
+    arity=1,
+    attrs={"shape": "shape"},
+    saves=(),
+    family="view",
+    view=True,
+    vjp=(lambda g, out, x, shape: g,),  # sum_to(g, x.shape) is applied by the caller
+    samples=lambda: [
+        ([_rng().uniform(-1, 1, size=(3, 1))], {"shape": (2, 3, 4)}),
+        ([_rng().uniform(-1, 1, size=())], {"shape": (2,)}),
+        ([_rng().uniform(-1, 1, size=(1,))], {"shape": (3, 0)}),
+    ],
+)
 
 
 # --- indexing -------------------------------------------------------------------
@@ -127,20 +159,22 @@ def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:
     for item in index:
         if item[0] == "t" and idx[item[1]].dtype.kind == "b":
             # a 0-d bool index too: x[b] has a dim of size 1 or 0 depending on b's value
-            raise TypeError("getitem: boolean-mask indexing has a data-dependent shape, which a "
-                            "static graph cannot express; use graphc.where(mask, x, 0) (or sum of "
-                            "a masked product) instead, or run this part eagerly"
-                            if idx[item[1]].shape != () else
-                            "getitem: indexing with a 0-d bool tensor (x[b], x[True]) adds a dim "
-                            "of size 1 or 0 depending on its value, which a static graph cannot "
-                            "express; use graphc.where(b, x, 0) or x.unsqueeze(0) instead, or "
-                            "run this part eagerly")
+            raise TypeError(
+                "getitem: boolean-mask indexing has a data-dependent shape, which a "
+                "static graph cannot express; use graphc.where(mask, x, 0) (or sum of "
+                "a masked product) instead, or run this part eagerly"
+                if idx[item[1]].shape != ()
+                else "getitem: indexing with a 0-d bool tensor (x[b], x[True]) adds a dim "
+                "of size 1 or 0 depending on its value, which a static graph cannot "
+                "express; use graphc.where(b, x, 0) or x.unsqueeze(0) instead, or "
+                "run this part eagerly"
+            )
     # Index a zero-strided dummy of the right shape: exact numpy semantics, no data touched.
     dummy = np.broadcast_to(np.zeros((), np.int8), x.shape)
     try:
-        ints = [it[1] for it in index if it[0] == "t"]    # integer index tensors (bools
-        if not ints:                                      # were refused above)
-            return Meta(np.shape(dummy[S.decode_index(index, ())]), x.dtype)   # basic: a view
+        ints = [it[1] for it in index if it[0] == "t"]  # integer index tensors (bools
+        if not ints:  # were refused above)
+            return Meta(np.shape(dummy[S.decode_index(index, ())]), x.dtype)  # basic: a view
         return Meta(_advanced_index_shape(dummy, idx, index, ints), x.dtype)
     except IndexError as e:
         raise IndexError(f"getitem: {e} (tensor shape {list(x.shape)})") from None
@@ -149,9 +183,13 @@ def _getitem_shape(x: Meta, *idx: Meta, index) -> Meta:
 def _stand_ins(idx, lead: tuple = (), ndim: int = 0, only=()) -> list:
     """Zero-strided zero arrays for index operands (nothing allocated); those in ``only``
     get shape ``lead + (1,) * (ndim - their ndim) + their shape``."""
-    return [np.broadcast_to(np.zeros((), m.dtype), lead + (1,) * (ndim - len(m.shape)) +
-                            tuple(m.shape) if k in only else m.shape)
-            for k, m in enumerate(idx)]
+    return [
+        np.broadcast_to(
+            np.zeros((), m.dtype),
+            lead + (1,) * (ndim - len(m.shape)) + tuple(m.shape) if k in only else m.shape,
+        )
+        for k, m in enumerate(idx)
+    ]
 
 
 def _advanced_index_shape(dummy, idx, index, ints) -> tuple:
@@ -173,13 +211,13 @@ def _advanced_index_shape(dummy, idx, index, ints) -> tuple:
     try:
         bshape = np.broadcast_shapes(*(idx[k].shape for k in ints))
     except ValueError:
-        raise IndexError("shape mismatch: indexing arrays could not be broadcast together "
-                         f"with shapes {' '.join(str(tuple(idx[k].shape)) for k in ints)}"
-                         ) from None
-    one, two = (dummy[key(index, _stand_ins(idx, (0, m), len(bshape), ints))].shape
-                for m in (1, 2))
+        raise IndexError(
+            "shape mismatch: indexing arrays could not be broadcast together "
+            f"with shapes {' '.join(str(tuple(idx[k].shape)) for k in ints)}"
+        ) from None
+    one, two = (dummy[key(index, _stand_ins(idx, (0, m), len(bshape), ints))].shape for m in (1, 2))
     p = next(i for i, (a, b) in enumerate(zip(one, two)) if a != b) - 1
-    return one[:p] + one[p + 2:]
+    return one[:p] + one[p + 2 :]
 
 
 def _getitem_vjp(g, out, x, *idx, index):
@@ -190,7 +228,7 @@ def _getitem_grad(g, *idx, index, shape):
     z = np.zeros(shape, dtype=g.dtype)
     key = S.decode_index(index, idx)
     if any(item[0] == "t" for item in index):
-        np.add.at(z, key, g)        # repeated indices accumulate
+        np.add.at(z, key, g)  # repeated indices accumulate
     else:
         z[key] = g
     return z
@@ -228,47 +266,78 @@ def _check_assigned(op: str, v: Meta, x: Meta, idx: tuple, index: tuple) -> None
     except ValueError:
         ok = False
     if not ok:
-        raise RuntimeError(f"{op}: shape mismatch: value array of shape {list(v.shape)} "
-                           f"could not be broadcast to indexing result of shape {list(sel)}")
+        raise RuntimeError(
+            f"{op}: shape mismatch: value array of shape {list(v.shape)} "
+            f"could not be broadcast to indexing result of shape {list(sel)}"
+        )
 
 
 def _getitem_samples():
     r = _rng()
-    return [([r.uniform(-1, 1, size=(4, 5))], {"index": (("i", 1),)}),
-            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("s", 1, None, 2), ("n",), ("e",))}),
-            ([r.uniform(-1, 1, size=(4, 5)), np.array([0, 2, 2])], {"index": (("t", 0),)}),
-            ([r.uniform(-1, 1, size=(4, 5))], {"index": (("e",), ("i", -1))}),
-            ([r.uniform(-1, 1, size=())], {"index": (("n",),)}),
-            ([r.uniform(-1, 1, size=(0, 3))], {"index": (("s", None, None, None), ("i", 1))}),
-            ([r.uniform(-1, 1, size=(1, 3)), np.array([[0, 2], [1, 1]])],
-             {"index": (("i", 0), ("t", 0))})]
+    return [
+        ([r.uniform(-1, 1, size=(4, 5))], {"index": (("i", 1),)}),
+        ([r.uniform(-1, 1, size=(4, 5))], {"index": (("s", 1, None, 2), ("n",), ("e",))}),
+        ([r.uniform(-1, 1, size=(4, 5)), np.array([0, 2, 2])], {"index": (("t", 0),)}),
+        ([r.uniform(-1, 1, size=(4, 5))], {"index": (("e",), ("i", -1))}),
+        ([r.uniform(-1, 1, size=())], {"index": (("n",),)}),
+        ([r.uniform(-1, 1, size=(0, 3))], {"index": (("s", None, None, None), ("i", 1))}),
+        (
+            [r.uniform(-1, 1, size=(1, 3)), np.array([[0, 2], [1, 1]])],
+            {"index": (("i", 0), ("t", 0))},
+        ),
+    ]
 
 
-defop("getitem", forward=_getitem, shape=_getitem_shape, arity=None, attrs={"index": "index"},
-      saves=_INDEX_OPERANDS, family="index", view=True, vjp=(_getitem_vjp,), samples=_getitem_samples)
+defop(
+    "getitem",
+    forward=_getitem,
+    shape=_getitem_shape,
+    arity=None,
+    attrs={"index": "index"},
+    saves=_INDEX_OPERANDS,
+    family="index",
+    view=True,
+    vjp=(_getitem_vjp,),
+    samples=_getitem_samples,
+)
 
 
 def _getitem_grad_samples():
     r = _rng()
-    return [([r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),), "shape": (4, 5)}),
-            ([r.uniform(-1, 1, size=(3, 5)), np.array([0, 2, 2])],
-             {"index": (("t", 0),), "shape": (4, 5)})]
+    return [
+        ([r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),), "shape": (4, 5)}),
+        (
+            [r.uniform(-1, 1, size=(3, 5)), np.array([0, 2, 2])],
+            {"index": (("t", 0),), "shape": (4, 5)},
+        ),
+    ]
 
 
-defop("getitem_grad", forward=_getitem_grad, shape=_getitem_grad_shape, arity=None,
-      attrs={"index": "index", "shape": "shape"}, saves=_INDEX_OPERANDS, family="index",
-      vjp=(lambda g, out, gy, *idx, index, shape: g._op("getitem", "IndexBackward0", *idx,
-                                                         index=index),),
-      samples=_getitem_grad_samples)
+defop(
+    "getitem_grad",
+    forward=_getitem_grad,
+    shape=_getitem_grad_shape,
+    arity=None,
+    attrs={"index": "index", "shape": "shape"},
+    saves=_INDEX_OPERANDS,
+    family="index",
+    vjp=(
+        lambda g, out, gy, *idx, index, shape: g._op(
+            "getitem", "IndexBackward0", *idx, index=index
+        ),
+    ),
+    samples=_getitem_grad_samples,
+)
 
 
 def _setitem(x, v, *idx, index):
     out = x.copy()
     try:
         out[S.decode_index(index, idx)] = v
-    except ValueError as e:         # PyTorch: a bad index is an IndexError, a bad value not
-        raise RuntimeError(f"index assignment: {e} (tensor shape {list(x.shape)}, value "
-                           f"shape {list(np.shape(v))})") from None
+    except ValueError as e:  # PyTorch: a bad index is an IndexError, a bad value not
+        raise RuntimeError(
+            f"index assignment: {e} (tensor shape {list(x.shape)}, value shape {list(np.shape(v))})"
+        ) from None
     return out
 
 
@@ -283,9 +352,14 @@ def _setitem_vjp_x(g, out, x, v, *idx, index):
 
 
 def _setitem_vjp_v(g, out, x, v, *idx, index):
-    if (len(index) == 1 and index[0][0] == "t" and len(v.shape) <= 1
-            and int(np.prod(v.shape)) == 1 and idx[index[0][1]]._npdtype.kind == "b"
-            and tuple(idx[index[0][1]].shape) == tuple(x.shape)):
+    if (
+        len(index) == 1
+        and index[0][0] == "t"
+        and len(v.shape) <= 1
+        and int(np.prod(v.shape)) == 1
+        and idx[index[0][1]]._npdtype.kind == "b"
+        and tuple(idx[index[0][1]].shape) == tuple(x.shape)
+    ):
         # x[mask] = scalar: g[mask] has a data-dependent shape (a static graph cannot hold
         # it); the masked g in x's shape sums to the same gradient
         return S.where(idx[index[0][1]], g, 0)
@@ -294,19 +368,41 @@ def _setitem_vjp_v(g, out, x, v, *idx, index):
 
 def _setitem_samples():
     r = _rng()
-    return [([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),)}),
-            ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=())],
-             {"index": (("s", None, 2, None),)}),
-            ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,)), np.array([3, 0])],
-             {"index": (("t", 0),)}),
-            # grad_h[h < 0] = 0: a boolean mask and a 0-d value
-            ([r.uniform(-1, 1, size=(3, 4)), r.uniform(-1, 1, size=()),
-              r.uniform(-1, 1, size=(3, 4)) < 0], {"index": (("t", 0),)}),
-            ([r.uniform(-1, 1, size=(1, 3)), r.uniform(-1, 1, size=(1,))], {"index": (("i", 0),)}),
-            ([r.uniform(-1, 1, size=(0, 3)), r.uniform(-1, 1, size=(3,))],
-             {"index": (("s", None, None, None),)})]
+    return [
+        ([r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,))], {"index": (("i", 1),)}),
+        (
+            [r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=())],
+            {"index": (("s", None, 2, None),)},
+        ),
+        (
+            [r.uniform(-1, 1, size=(4, 5)), r.uniform(-1, 1, size=(5,)), np.array([3, 0])],
+            {"index": (("t", 0),)},
+        ),
+        # grad_h[h < 0] = 0: a boolean mask and a 0-d value
+        (
+            [
+                r.uniform(-1, 1, size=(3, 4)),
+                r.uniform(-1, 1, size=()),
+                r.uniform(-1, 1, size=(3, 4)) < 0,
+            ],
+            {"index": (("t", 0),)},
+        ),
+        ([r.uniform(-1, 1, size=(1, 3)), r.uniform(-1, 1, size=(1,))], {"index": (("i", 0),)}),
+        (
+            [r.uniform(-1, 1, size=(0, 3)), r.uniform(-1, 1, size=(3,))],
+            {"index": (("s", None, None, None),)},
+        ),
+    ]
 
 
-defop("setitem", forward=_setitem, shape=_setitem_shape, arity=None, attrs={"index": "index"},
-      saves=_INDEX_OPERANDS[1:], family="index", vjp=(_setitem_vjp_x, _setitem_vjp_v),
-      samples=_setitem_samples)
+defop(
+    "setitem",
+    forward=_setitem,
+    shape=_setitem_shape,
+    arity=None,
+    attrs={"index": "index"},
+    saves=_INDEX_OPERANDS[1:],
+    family="index",
+    vjp=(_setitem_vjp_x, _setitem_vjp_v),
+    samples=_setitem_samples,
+)

@@ -1,4 +1,5 @@
 """Reductions over any set of axes, with keepdim."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ def _reduce_shape(dtype_rule):
     def rule(x: Meta, axis, keepdim) -> Meta:
         axes = norm_axes(axis, len(x.shape))
         return Meta(reduced_shape(x.shape, axes, keepdim), dtype_rule(x.dtype))
+
     return rule
 
 
@@ -29,12 +31,14 @@ def _expand_back(g, x, axis):
 
 def _samples():
     r = _rng()
-    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": (0, 1), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": True}),
-            ([r.uniform(-2, 2, size=(2, 3, 4))], {"axis": (0, 2), "keepdim": False}),
-            ([r.uniform(-2, 2, size=())], {"axis": (), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(1, 3))], {"axis": (0,), "keepdim": False})]
+    return [
+        ([r.uniform(-2, 2, size=(3, 4))], {"axis": (0, 1), "keepdim": False}),
+        ([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": True}),
+        ([r.uniform(-2, 2, size=(2, 3, 4))], {"axis": (0, 2), "keepdim": False}),
+        ([r.uniform(-2, 2, size=())], {"axis": (), "keepdim": False}),
+        ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False}),
+        ([r.uniform(-2, 2, size=(1, 3))], {"axis": (0,), "keepdim": False}),
+    ]
 
 
 def _np_axis(x, axis: tuple) -> tuple:
@@ -44,7 +48,7 @@ def _np_axis(x, axis: tuple) -> tuple:
 
 
 def _sum(x, axis, keepdim):
-    return _add_reduce(x, axis=_np_axis(x, axis), keepdims=keepdim)   # np.sum, no wrapper
+    return _add_reduce(x, axis=_np_axis(x, axis), keepdims=keepdim)  # np.sum, no wrapper
 
 
 _add_reduce = np.add.reduce
@@ -60,15 +64,25 @@ def _sum_dtype(d: np.dtype) -> np.dtype:
     return d
 
 
-defop("sum", forward=_sum, shape=_reduce_shape(_sum_dtype), arity=1, attrs={"axis": "axes", "keepdim": "bool"},
-      saves=(), family="reduce", samples=_samples,
-      vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),))
+defop(
+    "sum",
+    forward=_sum,
+    shape=_reduce_shape(_sum_dtype),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(),
+    family="reduce",
+    samples=_samples,
+    vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),),
+)
 
 
 def _mean_dtype(d: np.dtype) -> np.dtype:
     if d.kind != "f":
-        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
-                           f"floating point or complex dtype. Got: {d.name}")
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either a "
+            f"floating point or complex dtype. Got: {d.name}"
+        )
     return d
 
 
@@ -85,8 +99,17 @@ def _mean_vjp(g, out, x, axis, keepdim):
     return _expand_back(g / max(n, 1), x, axis) if n else _expand_back(g, x, axis)
 
 
-defop("mean", forward=_mean, shape=_reduce_shape(_mean_dtype), arity=1, attrs={"axis": "axes", "keepdim": "bool"},
-      saves=(), family="reduce", samples=_samples, vjp=(_mean_vjp,))
+defop(
+    "mean",
+    forward=_mean,
+    shape=_reduce_shape(_mean_dtype),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(),
+    family="reduce",
+    samples=_samples,
+    vjp=(_mean_vjp,),
+)
 
 
 def _check_nonempty(name: str, shape: tuple, axes: tuple, full_error: type) -> None:
@@ -98,10 +121,15 @@ def _check_nonempty(name: str, shape: tuple, axes: tuple, full_error: type) -> N
     for a in axes if shape else ():
         if shape[a] == 0:
             if len(axes) == len(shape):
-                hint = " Specify the reduction dim with the 'dim' argument." \
-                    if full_error is RuntimeError else ""
-                raise full_error(f"{name}(): Expected reduction dim to be specified for "
-                                 f"input.numel() == 0.{hint}")
+                hint = (
+                    " Specify the reduction dim with the 'dim' argument."
+                    if full_error is RuntimeError
+                    else ""
+                )
+                raise full_error(
+                    f"{name}(): Expected reduction dim to be specified for "
+                    f"input.numel() == 0.{hint}"
+                )
             raise IndexError(f"{name}(): Expected reduction dim {a} to have non-zero size.")
 
 
@@ -110,6 +138,7 @@ def _minmax_shape(name):
         axes = norm_axes(axis, len(x.shape))
         _check_nonempty(name, x.shape, axes, RuntimeError)
         return Meta(reduced_shape(x.shape, axes, keepdim), x.dtype)
+
     return rule
 
 
@@ -118,6 +147,7 @@ def _minmax_forward(fn, name):
         if x.size == 0:
             _check_nonempty(name, x.shape, axis, RuntimeError)
         return fn(x, axis=_np_axis(x, axis), keepdims=keepdim)
+
     forward.__name__ = name
     return forward
 
@@ -138,13 +168,31 @@ def _nonempty_samples():
     return [s for s in _samples() if 0 not in s[0][0].shape]
 
 
-defop("max", forward=_minmax_forward(np.max, "max"), shape=_minmax_shape("max"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), saves_out=True, family="reduce",
-      samples=_nonempty_samples, vjp=(_minmax_vjp,))
+defop(
+    "max",
+    forward=_minmax_forward(np.max, "max"),
+    shape=_minmax_shape("max"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(0,),
+    saves_out=True,
+    family="reduce",
+    samples=_nonempty_samples,
+    vjp=(_minmax_vjp,),
+)
 
-defop("min", forward=_minmax_forward(np.min, "min"), shape=_minmax_shape("min"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), saves_out=True, family="reduce",
-      samples=_nonempty_samples, vjp=(_minmax_vjp,))
+defop(
+    "min",
+    forward=_minmax_forward(np.min, "min"),
+    shape=_minmax_shape("min"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(0,),
+    saves_out=True,
+    family="reduce",
+    samples=_nonempty_samples,
+    vjp=(_minmax_vjp,),
+)
 
 
 # max(dim) / min(dim): the same values as max / min over one dim, but PyTorch sends the
@@ -152,14 +200,18 @@ defop("min", forward=_minmax_forward(np.min, "min"), shape=_minmax_shape("min"),
 # evenly to all ties.  A record of its own, so the forward is the plain reduction and the
 # index is computed only when a gradient is.
 
+
 def _dim_shape(name):
     rule = _minmax_shape(name)
 
     def dim_rule(x: Meta, axis, keepdim) -> Meta:
         if len(norm_axes(axis, len(x.shape))) != 1 or not x.shape:
-            raise RuntimeError(f"{name}(dim): expects exactly one dim of a tensor with dims, "
-                               f"got axis={axis} for shape {list(x.shape)}")
+            raise RuntimeError(
+                f"{name}(dim): expects exactly one dim of a tensor with dims, "
+                f"got axis={axis} for shape {list(x.shape)}"
+            )
         return rule(x, axis, keepdim)
+
     return dim_rule
 
 
@@ -171,24 +223,43 @@ def _dim_vjp(arg: str):
         shape[a] = x.shape[a]
         hit = x._wrap_const(np.arange(x.shape[a]).reshape(shape)) == idx
         return S.where(hit, _expand_back(g, x, axis), 0)
+
     return rule
 
 
 def _dim_samples():
-    r = _rng()          # no ties: finite differences split a tie, PyTorch's rule does not
-    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(3, 4, 2))], {"axis": (0,), "keepdim": True}),
-            ([r.uniform(-2, 2, size=(5,))], {"axis": (0,), "keepdim": False}),
-            ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False})]
+    r = _rng()  # no ties: finite differences split a tie, PyTorch's rule does not
+    return [
+        ([r.uniform(-2, 2, size=(3, 4))], {"axis": (1,), "keepdim": False}),
+        ([r.uniform(-2, 2, size=(3, 4, 2))], {"axis": (0,), "keepdim": True}),
+        ([r.uniform(-2, 2, size=(5,))], {"axis": (0,), "keepdim": False}),
+        ([r.uniform(-2, 2, size=(0, 3))], {"axis": (1,), "keepdim": False}),
+    ]
 
 
-defop("max_dim", forward=_minmax_forward(np.max, "max"), shape=_dim_shape("max"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), family="reduce", samples=_dim_samples,
-      vjp=(_dim_vjp("argmax"),))
+defop(
+    "max_dim",
+    forward=_minmax_forward(np.max, "max"),
+    shape=_dim_shape("max"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(0,),
+    family="reduce",
+    samples=_dim_samples,
+    vjp=(_dim_vjp("argmax"),),
+)
 
-defop("min_dim", forward=_minmax_forward(np.min, "min"), shape=_dim_shape("min"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, saves=(0,), family="reduce", samples=_dim_samples,
-      vjp=(_dim_vjp("argmin"),))
+defop(
+    "min_dim",
+    forward=_minmax_forward(np.min, "min"),
+    shape=_dim_shape("min"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    saves=(0,),
+    family="reduce",
+    samples=_dim_samples,
+    vjp=(_dim_vjp("argmin"),),
+)
 
 
 def _arg_shape(name):
@@ -196,6 +267,7 @@ def _arg_shape(name):
         axes = norm_axes(axis, len(x.shape))
         _check_nonempty(name, x.shape, axes if x.shape else (), IndexError)
         return Meta(reduced_shape(x.shape, axes, keepdim), np.dtype(np.int64))
+
     return rule
 
 
@@ -205,29 +277,65 @@ def _arg_forward(fn, name):
             _check_nonempty(name, x.shape, (axis,), IndexError)
         ax = axis if x.ndim else None
         return np.asarray(fn(x, axis=ax, keepdims=keepdim), dtype=np.int64)
+
     forward.__name__ = name
     return forward
 
 
 def _arg_samples():
     r = _rng()
-    return [([r.uniform(-2, 2, size=(3, 4))], {"axis": 1, "keepdim": False}),
-            ([r.uniform(-2, 2, size=(3, 4))], {"axis": 0, "keepdim": True})]
+    return [
+        ([r.uniform(-2, 2, size=(3, 4))], {"axis": 1, "keepdim": False}),
+        ([r.uniform(-2, 2, size=(3, 4))], {"axis": 0, "keepdim": True}),
+    ]
 
 
-defop("argmax", forward=_arg_forward(np.argmax, "argmax"), shape=_arg_shape("argmax"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="argreduce", samples=_arg_samples)
-defop("argmin", forward=_arg_forward(np.argmin, "argmin"), shape=_arg_shape("argmin"), arity=1,
-      attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="argreduce", samples=_arg_samples)
+defop(
+    "argmax",
+    forward=_arg_forward(np.argmax, "argmax"),
+    shape=_arg_shape("argmax"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    vjp=None,
+    family="argreduce",
+    samples=_arg_samples,
+)
+defop(
+    "argmin",
+    forward=_arg_forward(np.argmin, "argmin"),
+    shape=_arg_shape("argmin"),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    vjp=None,
+    family="argreduce",
+    samples=_arg_samples,
+)
 
 
 def _bool_reduce(fn):
     def forward(x, axis, keepdim):
         return fn(x, axis=_np_axis(x, axis), keepdims=keepdim)
+
     return forward
 
 
-defop("all", forward=_bool_reduce(np.all), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
-      arity=1, attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="reduce", samples=_samples)
-defop("any", forward=_bool_reduce(np.any), shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
-      arity=1, attrs={"axis": "axes", "keepdim": "bool"}, vjp=None, family="reduce", samples=_samples)
+defop(
+    "all",
+    forward=_bool_reduce(np.all),
+    shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    vjp=None,
+    family="reduce",
+    samples=_samples,
+)
+defop(
+    "any",
+    forward=_bool_reduce(np.any),
+    shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
+    arity=1,
+    attrs={"axis": "axes", "keepdim": "bool"},
+    vjp=None,
+    family="reduce",
+    samples=_samples,
+)

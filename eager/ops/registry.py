@@ -21,6 +21,7 @@ Conventions shared by eager's engine and graphc's autodiff:
 * The shape rule gets one :class:`Meta` per input plus the attrs and returns
   the output :class:`Meta`.  graphc's verifier re-derives every node with it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -68,7 +69,7 @@ class OpDef:
     # Optional, per input: the input positions its VJP rule reads.  eager then keeps only
     # what the rules of the inputs that need a gradient read (as PyTorch does for x * c).
     reads: Optional[tuple] = None
-    family: str = "elementwise"    # one of FAMILIES: how every layer treats the op
+    family: str = "elementwise"  # one of FAMILIES: how every layer treats the op
     # the static attributes' types, by name (keys of ATTR_TYPES); ``attrs`` is their names
     attr_types: dict = field(default_factory=dict, compare=False)
     # numpy's forward may return a view of operand 0 (eager links it to its base, graphc's
@@ -90,8 +91,7 @@ OPS: dict[str, OpDef] = {}
 #: accumulate in loops, ``view`` ops only change strides (no code), the others get a
 #: kernel of their own.
 FAMILIES = {
-    "elementwise": "one output element from the same-index elements of the (broadcast) "
-                   "operands",
+    "elementwise": "one output element from the same-index elements of the (broadcast) operands",
     "reduce": "combines elements along axes (sum, max, all...)",
     "argreduce": "the index of the extreme element along an axis",
     "view": "rearranges elements without computing any (reshape, transpose, expand)",
@@ -115,14 +115,26 @@ ATTR_TYPES = {
     "dtype": "the name of a numpy dtype eager supports",
     "str": "a short string",
     "index": "an encoded index: a tuple of ('i', k), ('s', start, stop, step), ('n',), "
-             "('e',) or ('t', operand) items",
+    "('e',) or ('t', operand) items",
 }
 
 
-def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Optional[dict] = None,
-          saves: Optional[Sequence[int]] = None, saves_out: bool = False,
-          family: str = "elementwise", view: bool = False, doc: str = "", samples=None,
-          reads=None) -> OpDef:
+def defop(
+    name: str,
+    *,
+    forward,
+    shape,
+    vjp,
+    arity: Optional[int],
+    attrs: Optional[dict] = None,
+    saves: Optional[Sequence[int]] = None,
+    saves_out: bool = False,
+    family: str = "elementwise",
+    view: bool = False,
+    doc: str = "",
+    samples=None,
+    reads=None,
+) -> OpDef:
     """Register a primitive.  Names are unique: a second definition is a bug.
 
     ``attrs`` maps each static attribute's name to its type (a key of :data:`ATTR_TYPES`),
@@ -134,12 +146,25 @@ def defop(name: str, *, forward, shape, vjp, arity: Optional[int], attrs: Option
     attrs = dict(attrs or {})
     for a, t in attrs.items():
         if t not in ATTR_TYPES:
-            raise ValueError(f"op {name!r}: attribute {a!r} has unknown type {t!r}; one of "
-                             f"{sorted(ATTR_TYPES)}")
-    op = OpDef(name=name, forward=forward, shape=shape, vjp=None if vjp is None else tuple(vjp),
-               arity=arity, attrs=tuple(attrs), saves=None if saves is None else tuple(saves),
-               saves_out=saves_out, reads=reads, family=family, attr_types=attrs, view=view,
-               doc=doc, samples=samples if samples is not None else (lambda: []))
+            raise ValueError(
+                f"op {name!r}: attribute {a!r} has unknown type {t!r}; one of {sorted(ATTR_TYPES)}"
+            )
+    op = OpDef(
+        name=name,
+        forward=forward,
+        shape=shape,
+        vjp=None if vjp is None else tuple(vjp),
+        arity=arity,
+        attrs=tuple(attrs),
+        saves=None if saves is None else tuple(saves),
+        saves_out=saves_out,
+        reads=reads,
+        family=family,
+        attr_types=attrs,
+        view=view,
+        doc=doc,
+        samples=samples if samples is not None else (lambda: []),
+    )
     OPS[name] = op
     return op
 
@@ -168,8 +193,9 @@ def get(name: str) -> OpDef:
 MAX_BYTES = sys.maxsize
 
 
-def check_size(shape: Sequence[int], dtype: Any = None, op: str = "op",
-               error: type = RuntimeError) -> None:
+def check_size(
+    shape: Sequence[int], dtype: Any = None, op: str = "op", error: type = RuntimeError
+) -> None:
     """Refuse a shape numpy cannot address, before anything is allocated or compiled.
 
     RuntimeError (or the subclass ``error``), as PyTorch raises for a size whose
@@ -181,10 +207,15 @@ def check_size(shape: Sequence[int], dtype: Any = None, op: str = "op",
         n *= int(d)
     itemsize = 1 if dtype is None else np.dtype(dtype).itemsize
     if n * itemsize > MAX_BYTES:
-        what = "elements" if dtype is None else \
-            f"elements of {np.dtype(dtype).name} ({n * itemsize} bytes)"
-        raise error(f"{op}: a tensor of shape {list(shape)} is too big: {n} {what} exceed the "
-                    f"{MAX_BYTES} bytes an array can address; use smaller sizes")
+        what = (
+            "elements"
+            if dtype is None
+            else f"elements of {np.dtype(dtype).name} ({n * itemsize} bytes)"
+        )
+        raise error(
+            f"{op}: a tensor of shape {list(shape)} is too big: {n} {what} exceed the "
+            f"{MAX_BYTES} bytes an array can address; use smaller sizes"
+        )
 
 
 def broadcast_shapes(*shapes: tuple, op: str = "op") -> tuple:
@@ -199,16 +230,20 @@ def broadcast_shapes(*shapes: tuple, op: str = "op") -> tuple:
                 a, b = shapes[0], shapes[-1]
                 da = a[-i] if i <= len(a) else 1
                 db = b[-i] if i <= len(b) else 1
-                if da == db or da == 1 or db == 1:    # the clash is with a middle operand
-                    raise RuntimeError(f"{op}: shapes {[list(s) for s in shapes]} cannot be "
-                                       "broadcast") from None
+                if da == db or da == 1 or db == 1:  # the clash is with a middle operand
+                    raise RuntimeError(
+                        f"{op}: shapes {[list(s) for s in shapes]} cannot be broadcast"
+                    ) from None
                 raise RuntimeError(
                     f"{op}: the size of tensor a ({da}) must match the size of tensor b ({db}) "
                     f"at non-singleton dimension {max(len(a), len(b)) - i}; shapes are "
-                    f"{list(a)} and {list(b)}") from None
+                    f"{list(a)} and {list(b)}"
+                ) from None
             out.insert(0, sizes.pop() if sizes else 1)
-        check_size(out, None, op)       # broadcastable: numpy refused the size
-        raise RuntimeError(f"{op}: shapes {[list(s) for s in shapes]} cannot be broadcast") from None
+        check_size(out, None, op)  # broadcastable: numpy refused the size
+        raise RuntimeError(
+            f"{op}: shapes {[list(s) for s in shapes]} cannot be broadcast"
+        ) from None
 
 
 def norm_axes(axis: Any, ndim: int, op: str = "op") -> tuple:
@@ -222,8 +257,10 @@ def norm_axes(axis: Any, ndim: int, op: str = "op") -> tuple:
         a = int(a)
         lim = max(ndim, 1)
         if not -lim <= a < lim:
-            raise IndexError(f"{op}: dimension out of range (expected to be in range of "
-                             f"[{-lim}, {lim - 1}], but got {a})")
+            raise IndexError(
+                f"{op}: dimension out of range (expected to be in range of "
+                f"[{-lim}, {lim - 1}], but got {a})"
+            )
         out.append(a % lim if ndim else 0)
     if len(set(out)) != len(out):
         raise RuntimeError(f"{op}: dim {tuple(axis)} appears multiple times in the list of dims")
@@ -245,8 +282,10 @@ def op_table() -> str:
             op = OPS[name]
             operands = "variadic" if op.arity is None else str(op.arity)
             attrs = ", ".join(f"`{a}` ({t})" for a, t in op.attr_types.items()) or "none"
-            rows.append(f"| {fam} | `{name}` | {operands} | {attrs} | "
-                        f"{'yes' if op.differentiable else 'no'} |")
+            rows.append(
+                f"| {fam} | `{name}` | {operands} | {attrs} | "
+                f"{'yes' if op.differentiable else 'no'} |"
+            )
     types = ["", "| attribute type | values |", "|---|---|"]
     types += [f"| {t} | {what} |" for t, what in ATTR_TYPES.items()]
     fams = ["", "| family | what its ops do |", "|---|---|"]

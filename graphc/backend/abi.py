@@ -6,6 +6,7 @@ The bottom module of the backend: the lowering (graphc.backend) writes code agai
 constants and the runtime (graphc.runtime.native, .pool, .parallel) registers symbols and
 checks offsets against the same ones.  It imports nothing of graphc but its errors.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -20,15 +21,20 @@ class _CheckedInt(ir.IntType):
     BLAS dimensions -- is checked when it is made.  The planner refuses sizes numpy cannot
     address first (TooBigError); this is the backstop that makes a truncation impossible."""
 
-    _instance_cache: dict = {}       # not the cache of ir.IntType's (unchecked) instances
+    _instance_cache: dict = {}  # not the cache of ir.IntType's (unchecked) instances
 
     def wrap_constant_value(self, val):
         val = super().wrap_constant_value(val)
-        if not isinstance(val, bool) and isinstance(val, int) and \
-                not -(1 << (self.width - 1)) <= val < (1 << (self.width - 1)):
-            raise TooBigError(f"internal error: the constant {val} does not fit in an "
-                              f"i{self.width} of the generated code; refusing to compile it "
-                              "(please report this graph)")
+        if (
+            not isinstance(val, bool)
+            and isinstance(val, int)
+            and not -(1 << (self.width - 1)) <= val < (1 << (self.width - 1))
+        ):
+            raise TooBigError(
+                f"internal error: the constant {val} does not fit in an "
+                f"i{self.width} of the generated code; refusing to compile it "
+                "(please report this graph)"
+            )
         return val
 
 
@@ -49,11 +55,11 @@ NPY_ALIGNED = 0x100
 NPY_WRITEABLE = 0x400
 
 RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS, RC_TYPE = 0, 1, 2, 3, 4, 5
-GIL_FREE_MIN = 1 << 14        # loop elements above which the entry releases the GIL
-PARALLEL_MIN = 1 << 18        # elements a loop needs before it is split across threads
-GEMM_PARALLEL_MIN = 1 << 21   # multiply-adds a matrix product needs before it is split
+GIL_FREE_MIN = 1 << 14  # loop elements above which the entry releases the GIL
+PARALLEL_MIN = 1 << 18  # elements a loop needs before it is split across threads
+GEMM_PARALLEL_MIN = 1 << 21  # multiply-adds a matrix product needs before it is split
 MAX_THREADS = 64
-CHUNKS_PER_THREAD = 4         # chunks per thread of a split loop (claimed dynamically)
+CHUNKS_PER_THREAD = 4  # chunks per thread of a split loop (claimed dynamically)
 MAX_CHUNKS = MAX_THREADS * CHUNKS_PER_THREAD
 
 # The worker pool's entry point (graphc/runtime/pool.py), registered with llvm.add_symbol:
@@ -66,7 +72,7 @@ POOL_RUN_FN = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I32])
 # llvm.add_symbol by graphc.runtime.native: functions of CPython's stable C API and of
 # numpy's C-API table (name -> LLVM function type), the addresses of two type objects,
 # and the thread count (graphc.runtime.parallel.NATIVE)
-NUM_THREADS = "graphc_num_threads"           # int32, read atomically once per call
+NUM_THREADS = "graphc_num_threads"  # int32, read atomically once per call
 PY_SYMBOLS = {
     "graphc_PyArray_New": ir.FunctionType(PTR, [PTR, I32, PTR, I32, PTR, PTR, I32, I32, PTR]),
     "graphc_PyTuple_New": ir.FunctionType(PTR, [I64]),
@@ -76,4 +82,4 @@ PY_SYMBOLS = {
     "graphc_PyEval_SaveThread": ir.FunctionType(PTR, []),
     "graphc_PyEval_RestoreThread": ir.FunctionType(ir.VoidType(), [PTR]),
 }
-PY_TYPES = ("graphc_PyArray_Type", "graphc_PyTuple_Type")    # the type objects' addresses
+PY_TYPES = ("graphc_PyArray_Type", "graphc_PyTuple_Type")  # the type objects' addresses

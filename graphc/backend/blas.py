@@ -82,7 +82,7 @@ _state: _Blas | None = None
 
 def _new_lock_in_child() -> None:
     global _lock
-    _lock = threading.Lock()     # held by a thread of the parent: see jit._new_lock_in_child
+    _lock = threading.Lock()  # held by a thread of the parent: see jit._new_lock_in_child
 
 
 if hasattr(os, "register_at_fork"):
@@ -137,11 +137,12 @@ def _open() -> _Blas:
     except ImportError:
         raise BlasUnavailableError(
             "BLAS unavailable: the 'scipy-openblas32' wheel is not installed "
-            "(pip install scipy-openblas32); matmul cannot be compiled to a BLAS call") from None
+            "(pip install scipy-openblas32); matmul cannot be compiled to a BLAS call"
+        ) from None
     except (OSError, IndexError) as exc:
         raise BlasUnavailableError(
-            f"BLAS unavailable: scipy-openblas32 is installed but its library "
-            f"was not found ({exc})") from None
+            f"BLAS unavailable: scipy-openblas32 is installed but its library was not found ({exc})"
+        ) from None
     try:
         lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
@@ -149,8 +150,8 @@ def _open() -> _Blas:
     found_s, found_d = _find(lib, "cblas_sgemm"), _find(lib, "cblas_dgemm")
     if found_s is None or found_d is None:
         raise BlasUnavailableError(
-            f"BLAS unavailable: {path} has no cblas_sgemm/cblas_dgemm "
-            f"(tried prefixes {_PREFIXES})")
+            f"BLAS unavailable: {path} has no cblas_sgemm/cblas_dgemm (tried prefixes {_PREFIXES})"
+        )
     prefix, sgemm = found_s
     _, dgemm = found_d
     sgemm.argtypes = _gemm_argtypes(ctypes.c_float)
@@ -164,9 +165,15 @@ def _open() -> _Blas:
     if get_threads is not None:
         get_threads[1].argtypes = []
         get_threads[1].restype = ctypes.c_int
-    state = _Blas(lib=lib, path=path, prefix=prefix, sgemm=sgemm, dgemm=dgemm,
-                  set_threads=set_threads[1] if set_threads else None,
-                  get_threads=get_threads[1] if get_threads else None)
+    state = _Blas(
+        lib=lib,
+        path=path,
+        prefix=prefix,
+        sgemm=sgemm,
+        dgemm=dgemm,
+        set_threads=set_threads[1] if set_threads else None,
+        get_threads=get_threads[1] if get_threads else None,
+    )
     state.addresses = {
         SGEMM_SYMBOL: ctypes.cast(sgemm, ctypes.c_void_p).value,
         DGEMM_SYMBOL: ctypes.cast(dgemm, ctypes.c_void_p).value,
@@ -251,8 +258,9 @@ def declare_gemm(module: ir.Module, dtype: np.dtype | type) -> ir.Function:
         return existing
     fty = ir.FloatType() if np.dtype(dtype) == np.float32 else ir.DoubleType()
     i32, ptr = ir.IntType(32), ir.PointerType()
-    fnty = ir.FunctionType(ir.VoidType(),
-                           [i32, i32, i32, i32, i32, i32, fty, ptr, i32, ptr, i32, fty, ptr, i32])
+    fnty = ir.FunctionType(
+        ir.VoidType(), [i32, i32, i32, i32, i32, i32, fty, ptr, i32, ptr, i32, fty, ptr, i32]
+    )
     fn = ir.Function(module, fnty, name=name)
     fn.attributes.add("nounwind")
     return fn
@@ -298,6 +306,20 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.ascontiguousarray(b)
     c = np.zeros((m, n), dtype=a.dtype)
     if m and n and k:
-        fn(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, m, n, k, 1.0,
-           a.ctypes.data, max(k, 1), b.ctypes.data, max(n, 1), 0.0, c.ctypes.data, max(n, 1))
+        fn(
+            CBLAS_ROW_MAJOR,
+            CBLAS_NO_TRANS,
+            CBLAS_NO_TRANS,
+            m,
+            n,
+            k,
+            1.0,
+            a.ctypes.data,
+            max(k, 1),
+            b.ctypes.data,
+            max(n, 1),
+            0.0,
+            c.ctypes.data,
+            max(n, 1),
+        )
     return c

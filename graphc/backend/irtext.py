@@ -11,6 +11,7 @@ the result is one inert line.  :func:`check` is the backstop the JIT runs on
 every module text before LLVM parses it: generated IR is printable ASCII, tabs
 and newlines, and anything else means a string bypassed :func:`escape`.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,7 @@ from llvmlite import ir
 
 # printable ASCII except the backslash (the escape character itself) and the double
 # quote (the module name is printed between quotes)
-_KEEP = re.compile(r'[ !#-\[\]-~]*')
+_KEEP = re.compile(r"[ !#-\[\]-~]*")
 _UNSAFE_IR = re.compile(r"[^\t\n -~]")
 
 
@@ -64,5 +65,7 @@ def check(text: str) -> None:
     m = _UNSAFE_IR.search(text)
     if m is not None:
         line = text.count("\n", 0, m.start()) + 1
-        raise ValueError(f"character {m.group()!r} on line {line} of the LLVM IR text: a "
-                         "string reached the IR without graphc.backend.irtext.escape")
+        raise ValueError(
+            f"character {m.group()!r} on line {line} of the LLVM IR text: a "
+            "string reached the IR without graphc.backend.irtext.escape"
+        )

@@ -3,6 +3,7 @@ and the values every lowering uses (loops, element loads and stores, dtype conve
 vector math), and writes the loop kernels -- fused elementwise stores and reductions over
 one index space -- calling each op's entry of the lowering table (graphc.backend.lowering)
 for its element or kernel."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,11 +35,11 @@ class KernelBuilder:
         self.b.store(ir.Constant(I32, RC_OK), self.rc)
         self.exit = fn.append_basic_block("exit")
         self.module = low.module
-        self.par = None            # (start, end, partials) args of a parallel loop kernel
+        self.par = None  # (start, end, partials) args of a parallel loop kernel
         self.outer_size = 0
-        self.in_place = False      # an output is written over an input (plan.alias_kernels)
-        self.trig_flag = None      # i8 slot: a sin/cos argument beyond vecmath's accurate range
-        self.trig_exact = False    # emit sin/cos that are exact for every argument
+        self.in_place = False  # an output is written over an input (plan.alias_kernels)
+        self.trig_flag = None  # i8 slot: a sin/cos argument beyond vecmath's accurate range
+        self.trig_exact = False  # emit sin/cos that are exact for every argument
 
     def finish(self) -> None:
         self.b.branch(self.exit)
@@ -129,8 +130,10 @@ class KernelBuilder:
             # minimum; fptosi only ever sees values in range (else it is poison)
             lo = int(np.iinfo(dst).min)
             ft = reg_type(src)
-            ok = b.and_(b.fcmp_ordered(">=", v, ir.Constant(ft, float(lo))),
-                        b.fcmp_ordered("<", v, ir.Constant(ft, -float(lo))))
+            ok = b.and_(
+                b.fcmp_ordered(">=", v, ir.Constant(ft, float(lo))),
+                b.fcmp_ordered("<", v, ir.Constant(ft, -float(lo))),
+            )
             safe = b.select(ok, v, ir.Constant(ft, 0.0))
             return b.select(ok, b.fptosi(safe, dt), ir.Constant(dt, lo))
         if dst.itemsize > src.itemsize:
@@ -167,7 +170,7 @@ class KernelBuilder:
 
     def max_of(self, x, y, fl):
         b = self.b
-        if fl:   # NaN in either operand propagates, as numpy.maximum
+        if fl:  # NaN in either operand propagates, as numpy.maximum
             return b.select(b.or_(b.fcmp_ordered(">", x, y), self.isnan(x)), x, y)
         return b.select(self.icmp(">", x, y), x, y)
 
@@ -187,8 +190,9 @@ class KernelBuilder:
         exact version runs alone."""
         g = self.g
         trig = numel(kern.space) and any(
-            g.nx.nodes[n]["op"] in ("sin", "cos") for n in self.plan.expr_nodes(
-                self.plan.kernel_roots(kern)))
+            g.nx.nodes[n]["op"] in ("sin", "cos")
+            for n in self.plan.expr_nodes(self.plan.kernel_roots(kern))
+        )
         if not trig:
             self._loop_kernel(kern)
             return
@@ -219,8 +223,9 @@ class KernelBuilder:
             return
         stores = {n for n, dest in kern.stores if dest == n}
         roots = plan.kernel_roots(kern)
-        computed_roots = [r for r in roots if r in stores or
-                          (r not in plan.views and r not in plan.scalars)]
+        computed_roots = [
+            r for r in roots if r in stores or (r not in plan.views and r not in plan.scalars)
+        ]
         vecs, red_out, full = self._access_strides(kern, roots, computed_roots)
         sizes, merged = _merge_dims(space, vecs)
 
@@ -244,15 +249,21 @@ class KernelBuilder:
                     if src is None:
                         v = const(dt, plan.scalars[n].item())
                     else:
-                        v = self.load(src.buf, dt, self.offset(src.offset, remap(
-                            src.broadcast_to(space)), idx), name=f"cp_n{n}")
+                        v = self.load(
+                            src.buf,
+                            dt,
+                            self.offset(src.offset, remap(src.broadcast_to(space)), idx),
+                            name=f"cp_n{n}",
+                        )
                 elif dest == n:
                     v = memo[n]
                 else:
                     v = self._merged_leaf(n, idx, memo, remap, space)
                 stored.append((dest, dt, v))
-            reduced = [self._merged_leaf(g.nx.nodes[r]["operands"][0], idx, memo, remap, space)
-                       for r in kern.reduces]
+            reduced = [
+                self._merged_leaf(g.nx.nodes[r]["operands"][0], idx, memo, remap, space)
+                for r in kern.reduces
+            ]
             for dest, dt, v in stored:
                 self.store(dest, dt, self.offset(0, remap(cstrides(space)), idx), v)
             for r, v in zip(kern.reduces, reduced):
@@ -268,8 +279,9 @@ class KernelBuilder:
                 else:
                     off = self.offset(0, remap(red_out[r]), idx)
                     cur = self.convert(self.load(r, dt, off), dt, acc_t)
-                    self.store(r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t),
-                                                        acc_t, dt))
+                    self.store(
+                        r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t), acc_t, dt)
+                    )
 
         if self.par is not None:
             self.outer_size = sizes[0]
@@ -328,21 +340,28 @@ class KernelBuilder:
                 accs[r] = slot
             else:
                 n_out = numel(d["shape"])
-                self.loop([n_out], lambda ix, r=r, dt=dt, ident=ident: self.store(
-                    r, dt, ix[0], self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0],
-                                               dt)), name=f"init_n{r}_")
+                self.loop(
+                    [n_out],
+                    lambda ix, r=r, dt=dt, ident=ident: self.store(
+                        r,
+                        dt,
+                        ix[0],
+                        self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0], dt),
+                    ),
+                    name=f"init_n{r}_",
+                )
         return accs
 
     def _store_partials(self, kern: Kernel, accs: dict) -> None:
         """After a parallel loop's chunk: its partial of every (full) reduction, into the
         thread's 8-byte slots that the entry folds (see _parallel_ok, combine_partials)."""
         g, b = self.g, self.b
-        for k, r in enumerate(kern.reduces):        # all full reductions (see _parallel_ok)
+        for k, r in enumerate(kern.reduces):  # all full reductions (see _parallel_ok)
             d = g.nx.nodes[r]
             acc_t, _ = accumulator(d["op"], np.dtype(d["dtype"]))
             v = b.load(accs[r], typ=reg_type(acc_t))
             if acc_t.kind == "f":
-                v = b.bitcast(v, I64)            # 8-byte slots (see _parallel_ok)
+                v = b.bitcast(v, I64)  # 8-byte slots (see _parallel_ok)
             b.store(v, b.gep(self.par[2], [ir.Constant(I64, k)], source_etype=I64))
 
     def _reduction_epilogues(self, kern: Kernel, accs: dict, full: dict) -> None:
@@ -356,13 +375,19 @@ class KernelBuilder:
             if full[r]:
                 v = b.load(accs[r], typ=reg_type(acc_t))
                 if reduction(d["op"]).mean:
-                    v = b.fmul(v, ir.Constant(reg_type(acc_t), 1.0 / count if count else
-                                              float("nan")))
+                    v = b.fmul(
+                        v, ir.Constant(reg_type(acc_t), 1.0 / count if count else float("nan"))
+                    )
                 self.store(r, dt, ir.Constant(I64, 0), self.convert(v, acc_t, dt))
             elif reduction(d["op"]).mean:
                 scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
-                self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, scale=scale: self.store(
-                    r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)), name=f"mean_n{r}_")
+                self.loop(
+                    [numel(d["shape"])],
+                    lambda ix, r=r, dt=dt, scale=scale: self.store(
+                        r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)
+                    ),
+                    name=f"mean_n{r}_",
+                )
 
     def combine_partials(self, b, fn, partials, nt, nred: int, data, arena, i: int) -> None:
         """In the entry: fold per-thread partial reductions (thread order) into outputs."""
@@ -375,18 +400,28 @@ class KernelBuilder:
             at = reg_type(acc_t)
 
             def load_part(t):
-                p = b.gep(partials, [b.add(b.mul(t, ir.Constant(I64, nred)),
-                                           ir.Constant(I64, k))], source_etype=I64)
+                p = b.gep(
+                    partials,
+                    [b.add(b.mul(t, ir.Constant(I64, nred)), ir.Constant(I64, k))],
+                    source_etype=I64,
+                )
                 v = b.load(p, typ=I64)
                 return b.bitcast(v, at) if acc_t.kind == "f" else v
 
             acc = b.alloca(at, name=f"comb_n{r}")
             b.store(load_part(ir.Constant(I64, 0)), acc)
             saved = self.b
-            self.b = b                            # _combine emits through self.b
-            counted_loop(b, fn, ir.Constant(I64, 1), nt, lambda t: b.store(
-                self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc),
-                f"k{i}_comb{k}")
+            self.b = b  # _combine emits through self.b
+            counted_loop(
+                b,
+                fn,
+                ir.Constant(I64, 1),
+                nt,
+                lambda t: b.store(
+                    self._combine(d["op"], b.load(acc, typ=at), load_part(t), acc_t), acc
+                ),
+                f"k{i}_comb{k}",
+            )
             self.b = saved
             v = b.load(acc, typ=at)
             count = numel(g.nx.nodes[d["operands"][0]]["shape"])
@@ -411,8 +446,12 @@ class KernelBuilder:
             v = const(dt, plan.scalars[o].item())
         else:
             view = plan.views[o]
-            v = self.load(view.buf, dt, self.offset(view.offset, remap(view.broadcast_to(space)),
-                                                    idx), name=f"ld_n{o}")
+            v = self.load(
+                view.buf,
+                dt,
+                self.offset(view.offset, remap(view.broadcast_to(space)), idx),
+                name=f"ld_n{o}",
+            )
         memo[o] = v
         return v
 
@@ -462,16 +501,21 @@ class KernelBuilder:
             d = g.nx.nodes[r]
             dt = np.dtype(d["dtype"])
             if not numel(d["shape"]):
-                continue                               # an empty result: nothing to write
+                continue  # an empty result: nothing to write
             if reduction(d["op"]).combine in ("max", "min"):
-                raise UnsupportedOpError(f"internal error: {describe(g, r)}: {d['op']} over a "
-                                         "zero-size dim reached the backend")
+                raise UnsupportedOpError(
+                    f"internal error: {describe(g, r)}: {d['op']} over a "
+                    "zero-size dim reached the backend"
+                )
             acc_t, ident = accumulator(d["op"], dt)
             v = self.convert(ident, acc_t, dt)
             if reduction(d["op"]).mean:
                 v = const(dt, float("nan"))
-            self.loop([numel(d["shape"])], lambda ix, r=r, dt=dt, v=v: self.store(r, dt, ix[0], v),
-                      name=f"empty_n{r}_")
+            self.loop(
+                [numel(d["shape"])],
+                lambda ix, r=r, dt=dt, v=v: self.store(r, dt, ix[0], v),
+                name=f"empty_n{r}_",
+            )
 
 
 def _merge_dims(space: tuple, vecs: list):
@@ -501,4 +545,5 @@ def _group_size(space, grp) -> int:
 def _contig(v, space, a: int, grp: list) -> bool:
     """Is dim ``a`` followed by the (already merged) dims ``grp`` one linear run in ``v``?"""
     return v[a] == v[grp[-1]] * _group_size(space, grp) and all(
-        v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1))
+        v[grp[j]] == v[grp[j + 1]] * space[grp[j + 1]] for j in range(len(grp) - 1)
+    )

@@ -1,5 +1,6 @@
 """Small llvmlite helpers the lowering shares: register and memory types of a dtype,
 constants, and a counted loop."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -27,6 +27,7 @@ node ids (``n12``) and each kernel starts with comments naming its nodes and
 their source lines.  Graph names and source lines come from the user (or a JSON
 file): they reach the IR text only through ``irtext`` (escaped to one line).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -38,15 +39,38 @@ from ..errors import GraphcError, LoweringError, UnsupportedOpError, with_contex
 from ..ir import Graph, describe, printable
 
 from . import irtext, lowering
-from .abi import (CHUNKS_PER_THREAD, CHUNK_FN, DATA_OFFSET, ENTRY, FLAGS_OFFSET,
-                   I1, I32, I64, I8, MAX_CHUNKS, MAX_THREADS,
-                   NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_WRITEABLE, NUM_THREADS, OB_SIZE_OFFSET,
-                   OB_TYPE_OFFSET, POOL_RUN, POOL_RUN_FN, PTR, PY_SYMBOLS,
-                   RC_ARGS, RC_INDEX, RC_LAYOUT, RC_NOMEM, RC_TYPE, TUPLE_ITEMS_OFFSET)
+from .abi import (
+    CHUNKS_PER_THREAD,
+    CHUNK_FN,
+    DATA_OFFSET,
+    ENTRY,
+    FLAGS_OFFSET,
+    I1,
+    I32,
+    I64,
+    I8,
+    MAX_CHUNKS,
+    MAX_THREADS,
+    NPY_ALIGNED,
+    NPY_C_CONTIGUOUS,
+    NPY_WRITEABLE,
+    NUM_THREADS,
+    OB_SIZE_OFFSET,
+    OB_TYPE_OFFSET,
+    POOL_RUN,
+    POOL_RUN_FN,
+    PTR,
+    PY_SYMBOLS,
+    RC_ARGS,
+    RC_INDEX,
+    RC_LAYOUT,
+    RC_NOMEM,
+    RC_TYPE,
+    TUPLE_ITEMS_OFFSET,
+)
 from .kernel_builder import KernelBuilder
 from .parallel_policy import canonical, epilogues, parallel_ok, releases_gil
-from .schedule import (Kernel, Schedule, numel)
-
+from .schedule import Kernel, Schedule, numel
 
 
 class Lowerer:
@@ -61,7 +85,7 @@ class Lowerer:
         self._free = None
         self.n_in = len(self.g.inputs)
         self.n_out = len(self.g.outputs)
-        self.current_node: Optional[int] = None    # the node being lowered (error context)
+        self.current_node: Optional[int] = None  # the node being lowered (error context)
 
     # --- entry point ------------------------------------------------------------
     def build(self) -> ir.Module:
@@ -76,12 +100,17 @@ class Lowerer:
         self_arg.name, args_tuple.name = "self", "arrays"
         entry = fn.append_basic_block("entry")
         b = ir.IRBuilder(entry)
-        irtext.comment(b, f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
-                       f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes")
-        b.comment(f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
-                  f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); each item's "
-                  f"type exactly ndarray, then its data pointer at +{DATA_OFFSET}, flags at "
-                  f"+{FLAGS_OFFSET}")
+        irtext.comment(
+            b,
+            f"graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
+            f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes",
+        )
+        b.comment(
+            f"arrays: a tuple of {self.n_in} numpy arrays (type at +{OB_TYPE_OFFSET}, "
+            f"size at +{OB_SIZE_OFFSET}, items at +{TUPLE_ITEMS_OFFSET}); each item's "
+            f"type exactly ndarray, then its data pointer at +{DATA_OFFSET}, flags at "
+            f"+{FLAGS_OFFSET}"
+        )
         b.comment("returns a new tuple of the outputs, a Python int (rc) or NULL (MemoryError)")
         objs = self._check_arguments(b, fn, args_tuple)
         data = self._read_inputs(b, fn, objs)
@@ -98,33 +127,48 @@ class Lowerer:
         b.position_at_end(fail)
         if arena is not None:
             b.call(self._get_free(), [arena])
-        self._fail(b, result, b.load(rc_slot, typ=I32) if rc_slot is not None
-                   else ir.Constant(I32, RC_INDEX))
+        self._fail(
+            b,
+            result,
+            b.load(rc_slot, typ=I32) if rc_slot is not None else ir.Constant(I32, RC_INDEX),
+        )
         return self.module
 
     def _check_arguments(self, b, fn, args_tuple) -> list:
         """The argument is a tuple of ``n_in`` objects, each exactly an ndarray (else
         return RC_ARGS or RC_TYPE); returns the objects."""
-        tp = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
-                    typ=PTR, name="arrays_type")
-        size = b.load(b.gep(args_tuple, [ir.Constant(I64, OB_SIZE_OFFSET)], source_etype=I8),
-                      typ=I64, name="arrays_size")
-        args_ok = b.and_(b.icmp_unsigned("==", tp, self._py_type("graphc_PyTuple_Type")),
-                         b.icmp_unsigned("==", size, ir.Constant(I64, self.n_in)))
+        tp = b.load(
+            b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+            typ=PTR,
+            name="arrays_type",
+        )
+        size = b.load(
+            b.gep(args_tuple, [ir.Constant(I64, OB_SIZE_OFFSET)], source_etype=I8),
+            typ=I64,
+            name="arrays_size",
+        )
+        args_ok = b.and_(
+            b.icmp_unsigned("==", tp, self._py_type("graphc_PyTuple_Type")),
+            b.icmp_unsigned("==", size, ir.Constant(I64, self.n_in)),
+        )
         load = fn.append_basic_block("load_inputs")
         bad_args = fn.append_basic_block("bad_arguments")
         b.cbranch(args_ok, load, bad_args)
         b.position_at_end(bad_args)
         b.ret(self._rc_object(b, RC_ARGS))
         b.position_at_end(load)
-        objs = [b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}")
-                for i in range(self.n_in)]
-        if objs:                  # nothing is read from an object that is not an ndarray
+        objs = [
+            b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}") for i in range(self.n_in)
+        ]
+        if objs:  # nothing is read from an object that is not an ndarray
             array_type = self._py_type("graphc_PyArray_Type")
             exact = ir.Constant(I1, 1)
             for i, obj in enumerate(objs):
-                tp = b.load(b.gep(obj, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
-                            typ=PTR, name=f"in{i}_type")
+                tp = b.load(
+                    b.gep(obj, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+                    typ=PTR,
+                    name=f"in{i}_type",
+                )
                 exact = b.and_(exact, b.icmp_unsigned("==", tp, array_type))
             read = fn.append_basic_block("read_arrays")
             bad_type = fn.append_basic_block("not_an_ndarray")
@@ -140,10 +184,18 @@ class Lowerer:
         data, flags = [], []
         ok = ir.Constant(I1, 1)
         for i, obj in enumerate(objs):
-            data.append(b.load(b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
-                               typ=PTR, name=f"in{i}_data"))
-            fl = b.load(b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
-                        typ=I32, name=f"in{i}_flags")
+            data.append(
+                b.load(
+                    b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
+                    typ=PTR,
+                    name=f"in{i}_data",
+                )
+            )
+            fl = b.load(
+                b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
+                typ=I32,
+                name=f"in{i}_flags",
+            )
             need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
             ok = b.and_(ok, b.icmp_unsigned("==", b.and_(fl, need), need))
             flags.append(fl)
@@ -192,14 +244,20 @@ class Lowerer:
         fused = set(self.epilogues.values())
         for i, (kern, kfn) in enumerate(zip(plan.kernels, kfns)):
             if i in fused:
-                continue                  # run inside its product's shares (see epilogues)
+                continue  # run inside its product's shares (see epilogues)
             args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]
             if self.builders[i].par is not None:
                 j = self.epilogues.get(i)
                 then = None
                 if j is not None:
-                    then = (j, kfns[j], [self._base(b, buf, data, arena)
-                                         for buf in self._kernel_bufs(plan.kernels[j])])
+                    then = (
+                        j,
+                        kfns[j],
+                        [
+                            self._base(b, buf, data, arena)
+                            for buf in self._kernel_bufs(plan.kernels[j])
+                        ],
+                    )
                 self._parallel_call(b, fn, i, kern, kfn, args, then)
                 continue
             rc = b.call(kfn, args, name=f"rc{i}")
@@ -211,7 +269,7 @@ class Lowerer:
                 b.store(rc, rc_slot)
                 b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, nxt)
                 b.position_at_end(nxt)
-            for buf in plan.poison_after.get(i, ()):      # Schedule(poison=True) only
+            for buf in plan.poison_after.get(i, ()):  # Schedule(poison=True) only
                 self._poison(b, buf, arena)
         return rc_slot
 
@@ -220,14 +278,15 @@ class Lowerer:
         compiled shape and dtype) and, for an output written over an input in place, that
         input object.  Returns (tuple, the outputs' data pointers)."""
         b.comment("outputs: new C-order arrays (PyArray_New), in-place ones are their input")
-        result = b.call(self._py_fn("graphc_PyTuple_New"), [ir.Constant(I64, self.n_out)],
-                        name="result")
+        result = b.call(
+            self._py_fn("graphc_PyTuple_New"), [ir.Constant(I64, self.n_out)], name="result"
+        )
         null = ir.Constant(PTR, None)
         failed = fn.append_basic_block("no_result")
         fill = fn.append_basic_block("fill_result")
         b.cbranch(b.icmp_unsigned("==", result, null), failed, fill)
         b.position_at_end(failed)
-        b.ret(null)                       # PyTuple_New set MemoryError
+        b.ret(null)  # PyTuple_New set MemoryError
         b.position_at_end(fill)
         cleanup = None
         out_data = []
@@ -240,22 +299,38 @@ class Lowerer:
                 continue
             d = self.g.nx.nodes[o]
             shape, dt = tuple(d["shape"]), np.dtype(d["dtype"])
-            arr = b.call(self._py_fn("graphc_PyArray_New"), [
-                self._py_type("graphc_PyArray_Type"), ir.Constant(I32, len(shape)),
-                self._dims_global(shape), ir.Constant(I32, dt.num), null, null,
-                ir.Constant(I32, 0), ir.Constant(I32, 0), null], name=f"out{k}")
-            if cleanup is None:           # numpy set MemoryError: drop what was made so far
+            arr = b.call(
+                self._py_fn("graphc_PyArray_New"),
+                [
+                    self._py_type("graphc_PyArray_Type"),
+                    ir.Constant(I32, len(shape)),
+                    self._dims_global(shape),
+                    ir.Constant(I32, dt.num),
+                    null,
+                    null,
+                    ir.Constant(I32, 0),
+                    ir.Constant(I32, 0),
+                    null,
+                ],
+                name=f"out{k}",
+            )
+            if cleanup is None:  # numpy set MemoryError: drop what was made so far
                 cleanup = fn.append_basic_block("no_output")
             nxt = fn.append_basic_block(f"made_out{k}")
             b.cbranch(b.icmp_unsigned("==", arr, null), cleanup, nxt)
             b.position_at_end(nxt)
-            b.store(arr, self._item(b, result, k))      # the tuple owns it (PyTuple_SET_ITEM)
-            out_data.append(b.load(b.gep(arr, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
-                                   typ=PTR, name=f"out{k}_data"))
+            b.store(arr, self._item(b, result, k))  # the tuple owns it (PyTuple_SET_ITEM)
+            out_data.append(
+                b.load(
+                    b.gep(arr, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
+                    typ=PTR,
+                    name=f"out{k}_data",
+                )
+            )
         if cleanup is not None:
             here = b.block
             b.position_at_end(cleanup)
-            b.call(self._py_fn("graphc_Py_DecRef"), [result])   # unset items are NULL
+            b.call(self._py_fn("graphc_Py_DecRef"), [result])  # unset items are NULL
             b.ret(null)
             b.position_at_end(here)
         return result, out_data
@@ -286,7 +361,7 @@ class Lowerer:
     def _py_type(self, name: str):
         gv = self.module.globals.get(name)
         if gv is None:
-            gv = ir.GlobalVariable(self.module, I8, name=name)   # only its address is used
+            gv = ir.GlobalVariable(self.module, I8, name=name)  # only its address is used
         return gv
 
     def _dims_global(self, shape: tuple):
@@ -302,8 +377,9 @@ class Lowerer:
             gv.linkage = "internal"
         return gv
 
-    def _parallel_call(self, b, fn, i: int, kern: Kernel, kfn, args: list,
-                       then: Optional[tuple] = None) -> None:
+    def _parallel_call(
+        self, b, fn, i: int, kern: Kernel, kfn, args: list, then: Optional[tuple] = None
+    ) -> None:
         """Run kernel i's outer loop as chunks on graphc's worker pool, then combine the
         per-chunk partial reductions in chunk order.  The chunks depend only on the thread
         count (one chunk for 1 thread: the serial loop), not on which thread runs which,
@@ -316,20 +392,32 @@ class Lowerer:
         if then is not None:
             args = args + then[2]
         nargs = len(args)
-        with b.goto_entry_block():       # 8-byte slots: kernel args, partials, chunk count
+        with b.goto_entry_block():  # 8-byte slots: kernel args, partials, chunk count
             ctx = b.bitcast(b.alloca(I64, size=nargs + 2, name=f"k{i}_ctx"), PTR)
-            partials = b.bitcast(b.alloca(I64, size=MAX_CHUNKS * max(nred, 1),
-                                          name=f"k{i}_partials"), PTR)
-        nt = b.select(b.icmp_signed("<", self.nthreads, ir.Constant(I32, 1)),
-                      ir.Constant(I32, 1), self.nthreads)
-        nt = b.select(b.icmp_signed(">", nt, ir.Constant(I32, MAX_THREADS)),
-                      ir.Constant(I32, MAX_THREADS), nt)
+            partials = b.bitcast(
+                b.alloca(I64, size=MAX_CHUNKS * max(nred, 1), name=f"k{i}_partials"), PTR
+            )
+        nt = b.select(
+            b.icmp_signed("<", self.nthreads, ir.Constant(I32, 1)),
+            ir.Constant(I32, 1),
+            self.nthreads,
+        )
+        nt = b.select(
+            b.icmp_signed(">", nt, ir.Constant(I32, MAX_THREADS)), ir.Constant(I32, MAX_THREADS), nt
+        )
         nt64 = b.zext(nt, I64)
-        per_thread = 1 if kern.kind == "matmul" else CHUNKS_PER_THREAD   # B is re-read per chunk
-        nchunks = b.select(b.icmp_signed("==", nt64, ir.Constant(I64, 1)), ir.Constant(I64, 1),
-                           b.mul(nt64, ir.Constant(I64, per_thread)))
-        nchunks = b.select(b.icmp_signed(">", nchunks, ir.Constant(I64, size)),
-                           ir.Constant(I64, max(size, 1)), nchunks, name=f"k{i}_nchunks")
+        per_thread = 1 if kern.kind == "matmul" else CHUNKS_PER_THREAD  # B is re-read per chunk
+        nchunks = b.select(
+            b.icmp_signed("==", nt64, ir.Constant(I64, 1)),
+            ir.Constant(I64, 1),
+            b.mul(nt64, ir.Constant(I64, per_thread)),
+        )
+        nchunks = b.select(
+            b.icmp_signed(">", nchunks, ir.Constant(I64, size)),
+            ir.Constant(I64, max(size, 1)),
+            nchunks,
+            name=f"k{i}_nchunks",
+        )
         for k, a in enumerate(args):
             b.store(b.ptrtoint(a, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
         b.store(b.ptrtoint(partials, I64), b.gep(ctx, [ir.Constant(I64, nargs)], source_etype=I64))
@@ -337,15 +425,16 @@ class Lowerer:
         epi = None
         if then is not None:
             j, kfn_j, args_j = then
-            per_row = self.builders[j].outer_size // size   # loop elements per product row
+            per_row = self.builders[j].outer_size // size  # loop elements per product row
             epi = (kfn_j, len(args) - len(args_j), per_row)
         chunk = self._chunk_function(i, kfn, nargs, size, max(nred, 1), epi)
         b.call(self._pool_run(), [chunk, ctx, nchunks, nt])
         if nred:
             kb.combine_partials(b, fn, partials, nchunks, nred, self._data, self._arena_ptr, i)
 
-    def _chunk_function(self, i: int, kfn, nargs: int, size: int, stride: int,
-                        epi: Optional[tuple] = None):
+    def _chunk_function(
+        self, i: int, kfn, nargs: int, size: int, stride: int, epi: Optional[tuple] = None
+    ):
         """``void k<i>_chunk(ctx, c)``: run chunk c of kernel i's outer loop (one of
         ``nchunks`` near-equal ranges of ``[0, size)``) into partial slot c; then, with
         ``epi`` = (epilogue kernel, index of its first argument, its elements per row of
@@ -396,9 +485,11 @@ class Lowerer:
         if not targets:
             return ok
         b.comment("in-place outputs: their inputs must be writeable and overlap no input")
-        nbytes = [numel(self.g.nx.nodes[n]["shape"]) *
-                  np.dtype(self.g.nx.nodes[n]["dtype"]).itemsize for n in self.g.inputs]
-        lo = [b.ptrtoint(p, I64) for p in data[:self.n_in]]
+        nbytes = [
+            numel(self.g.nx.nodes[n]["shape"]) * np.dtype(self.g.nx.nodes[n]["dtype"]).itemsize
+            for n in self.g.inputs
+        ]
+        lo = [b.ptrtoint(p, I64) for p in data[: self.n_in]]
         for i in targets:
             w = ir.Constant(I32, NPY_WRITEABLE)
             ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
@@ -407,8 +498,9 @@ class Lowerer:
                     continue
                 hi_i = b.add(lo[i], ir.Constant(I64, nbytes[i]))
                 hi_j = b.add(lo[j], ir.Constant(I64, nbytes[j]))
-                overlap = b.and_(b.icmp_unsigned("<", lo[i], hi_j),
-                                 b.icmp_unsigned("<", lo[j], hi_i))
+                overlap = b.and_(
+                    b.icmp_unsigned("<", lo[i], hi_j), b.icmp_unsigned("<", lo[j], hi_i)
+                )
                 ok = b.and_(ok, b.xor(overlap, ir.Constant(I1, 1)))
         return ok
 
@@ -423,14 +515,21 @@ class Lowerer:
         _, off, nbytes = self.plan.buffers[buf]
         byte = 0xFF if self.plan.dtype(buf).kind == "f" else 0xA5
         memset = self.module.declare_intrinsic("llvm.memset", [PTR, I64])
-        b.call(memset, [b.gep(arena, [ir.Constant(I64, off)], source_etype=I8,
-                              name=f"poison_n{buf}"),
-                        ir.Constant(I8, byte), ir.Constant(I64, nbytes), ir.Constant(I1, 1)])
+        b.call(
+            memset,
+            [
+                b.gep(arena, [ir.Constant(I64, off)], source_etype=I8, name=f"poison_n{buf}"),
+                ir.Constant(I8, byte),
+                ir.Constant(I64, nbytes),
+                ir.Constant(I1, 1),
+            ],
+        )
 
     def _get_free(self):
         if self._free is None:
-            self._free = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
-                                     name="free")
+            self._free = ir.Function(
+                self.module, ir.FunctionType(ir.VoidType(), [PTR]), name="free"
+            )
         return self._free
 
     def _base(self, b, buf, data, arena):
@@ -445,7 +544,7 @@ class Lowerer:
                 return self._const_global(buf[1])
         spec = self.plan.buffers[buf]
         if spec[0] == "out":
-            if spec[1] in self.plan.inplace:          # written over its input's memory
+            if spec[1] in self.plan.inplace:  # written over its input's memory
                 return data[self.plan.inplace[spec[1]]]
             return data[self.n_in + spec[1]]
         return b.gep(arena, [ir.Constant(I64, spec[1])], source_etype=I8, name=f"buf_n{buf}")
@@ -475,7 +574,8 @@ class Lowerer:
     # --- kernels ------------------------------------------------------------------
     def _parallel_ok(self, kern: Kernel) -> bool:
         return parallel_ok(self.plan, kern) or any(
-            self.plan.kernels[j] is kern for j in self.epilogues.values())
+            self.plan.kernels[j] is kern for j in self.epilogues.values()
+        )
 
     def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
         first = [kern.node] + [n for n, _ in kern.stores] + list(kern.reduces)
@@ -483,34 +583,36 @@ class Lowerer:
         bufs = self._kernel_bufs(kern)
         par = self._parallel_ok(kern)
         extra = [I64, I64, PTR] if par else []
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(bufs) + extra),
-                         name=f"k{i}_{kern.kind}")
+        fn = ir.Function(
+            self.module, ir.FunctionType(I32, [PTR] * len(bufs) + extra), name=f"k{i}_{kern.kind}"
+        )
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         ptrs = {}
         for buf, arg in zip(bufs, fn.args):
-            arg.add_attribute("noalias")          # distinct buffers never overlap
+            arg.add_attribute("noalias")  # distinct buffers never overlap
             arg.name = _buf_name(buf)
             ptrs[buf] = arg
-        for b in kern.reads | kern.writes:        # in-place outputs: their input's pointer
+        for b in kern.reads | kern.writes:  # in-place outputs: their input's pointer
             if b not in ptrs:
                 ptrs[b] = ptrs[self._canonical(b)]
         kb = KernelBuilder(self, fn, ptrs)
         kb.in_place = i in self.plan.alias_kernels
         if par:
-            kb.par = fn.args[len(bufs):]
+            kb.par = fn.args[len(bufs) :]
             for a, nm in zip(kb.par, ("start", "end", "partials")):
                 a.name = nm
         self.builders[i] = kb
         kb.comment_nodes(kern)
         if kern.kind == "loop":
             kb.loop_kernel(kern)
-        else:                                     # a kernel of its own: the op's lowering
+        else:  # a kernel of its own: the op's lowering
             op = self.g.nx.nodes[kern.node]["op"]
             low = lowering.get(op, describe(self.g, kern.node))
             if low.kernel is None:
-                raise UnsupportedOpError(f"{describe(self.g, kern.node)}: no kernel lowering "
-                                         f"for {op}")
+                raise UnsupportedOpError(
+                    f"{describe(self.g, kern.node)}: no kernel lowering for {op}"
+                )
             low.kernel(kb, kern.node)
         kb.finish()
         return fn
@@ -536,5 +638,9 @@ def lower(plan: Schedule, name: str) -> ir.Module:
     except Exception as e:
         n = low.current_node
         at = f" at {describe(plan.g, n)}" if n is not None and n in plan.g else ""
-        raise with_context(LoweringError, f"graphc: lowering {printable(name)} failed{at}: "
-                           f"{type(e).__name__}: {e}", e, node=n) from e
+        raise with_context(
+            LoweringError,
+            f"graphc: lowering {printable(name)} failed{at}: {type(e).__name__}: {e}",
+            e,
+            node=n,
+        ) from e

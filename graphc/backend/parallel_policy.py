@@ -1,5 +1,6 @@
 """Which kernels of a schedule run on several threads, and what runs with them: the
 planner's thread policy (one pool runs loops and matrix products; see docs/backend.md)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,11 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
     shared out, BLAS single-threaded in each share: one pool runs loops and products)."""
     if kern.kind == "matmul":
         gd = gemm_dims(plan, kern.node)
-        return (gd.blas and gd.split_size >= 2 and
-                numel(gd.batch + (gd.M, gd.K, gd.N)) >= GEMM_PARALLEL_MIN)
+        return (
+            gd.blas
+            and gd.split_size >= 2
+            and numel(gd.batch + (gd.M, gd.K, gd.N)) >= GEMM_PARALLEL_MIN
+        )
     if kern.kind == "philox":
         return numel(kern.space) >= PARALLEL_MIN
     if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
@@ -74,8 +78,7 @@ def epilogues(plan: Schedule) -> dict:
     ks = plan.kernels
     for i in range(len(ks) - 1):
         k, nxt = ks[i], ks[i + 1]
-        if k.kind != "matmul" or nxt.kind != "loop" or nxt.reduces or \
-                not parallel_ok(plan, k):
+        if k.kind != "matmul" or nxt.kind != "loop" or nxt.reduces or not parallel_ok(plan, k):
             continue
         gd = gemm_dims(plan, k.node)
         if gd.batch or gd.split != "rows" or nxt.space != (gd.M, gd.N):
@@ -86,8 +89,9 @@ def epilogues(plan: Schedule) -> dict:
             continue
         ok = True
         for v in _loop_views(plan, nxt):
-            if canonical(plan, v.buf) in mine and (v.offset != 0 or v.broadcast_to(nxt.space) !=
-                                  cstrides(nxt.space) or gd.N == 0):
+            if canonical(plan, v.buf) in mine and (
+                v.offset != 0 or v.broadcast_to(nxt.space) != cstrides(nxt.space) or gd.N == 0
+            ):
                 ok = False
                 break
         if ok:

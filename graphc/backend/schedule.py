@@ -9,6 +9,7 @@ that do not depend on each other are merged (multi-output fusion), so a
 forward chain and its gradient reductions share one pass over memory.
 Intermediate buffers live in one arena, reused by liveness.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -23,15 +24,18 @@ from . import lowering
 from .strided import View, as_matrix, blas_layout, cstrides, numel
 
 # the op classes the scheduler treats alike, from the op records' families
-ELEMENTWISE = ops_of("elementwise")     # fused into loop kernels
-REDUCE = ops_of("reduce")               # accumulated in loop kernels
+ELEMENTWISE = ops_of("elementwise")  # fused into loop kernels
+REDUCE = ops_of("reduce")  # accumulated in loop kernels
 ARGREDUCE = ops_of("argreduce")
-VIEW_OPS = ops_of("view")               # strides only, no code
+VIEW_OPS = ops_of("view")  # strides only, no code
 # the ops with a kernel of their own (and its kind), and the ops that are views when a
 # condition on the node holds (a getitem without index operands), from the lowering table
-MATMUL = ops_of("matmul")               # BLAS or loops, operands copied when BLAS can't read them
-OWN_KERNEL = {op: low.kernel_kind for op, low in lowering.LOWERINGS.items()
-              if low.kernel is not None and op not in MATMUL}
+MATMUL = ops_of("matmul")  # BLAS or loops, operands copied when BLAS can't read them
+OWN_KERNEL = {
+    op: low.kernel_kind
+    for op, low in lowering.LOWERINGS.items()
+    if low.kernel is not None and op not in MATMUL
+}
 _VIEW_IF = {op: low.view_if for op, low in lowering.LOWERINGS.items() if low.view_if}
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
@@ -41,12 +45,14 @@ class Kernel:
     """One unit of generated code, run in order by the entry point."""
 
     def __init__(self, kind: str, space: tuple = (), node: Optional[int] = None) -> None:
-        self.kind = kind          # loop | matmul | argreduce | getitem | getitem_grad | setitem | philox | copy
+        self.kind = (
+            kind  # loop | matmul | argreduce | getitem | getitem_grad | setitem | philox | copy
+        )
         self.space = tuple(space)
-        self.node = node          # the node of a non-loop kernel
-        self.stores: list = []    # [(node, dest buffer)] elementwise results stored over space
-        self.reduces: list = []   # reduce nodes accumulated over space
-        self.reads: set = set()   # buffers read
+        self.node = node  # the node of a non-loop kernel
+        self.stores: list = []  # [(node, dest buffer)] elementwise results stored over space
+        self.reduces: list = []  # reduce nodes accumulated over space
+        self.reads: set = set()  # buffers read
         self.writes: set = set()  # buffers written
 
     def __repr__(self) -> str:
@@ -59,24 +65,25 @@ class Kernel:
 class Schedule:
     """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
 
-    def __init__(self, g: Graph, fuse: bool = True, poison: bool = False,
-                 inplace: Optional[dict] = None) -> None:
+    def __init__(
+        self, g: Graph, fuse: bool = True, poison: bool = False, inplace: Optional[dict] = None
+    ) -> None:
         self.g = g
-        self.inplace_requested = dict(inplace or {})   # output index -> input index
-        self.inplace: dict = {}      # the pairs found safe: output k written over input i
-        self.alias_kernels: set = set()   # kernels whose buffer args may alias
+        self.inplace_requested = dict(inplace or {})  # output index -> input index
+        self.inplace: dict = {}  # the pairs found safe: output k written over input i
+        self.alias_kernels: set = set()  # kernels whose buffer args may alias
         self.fuse = fuse
-        self.poison = poison         # debugging: overwrite arena buffers after their last use
+        self.poison = poison  # debugging: overwrite arena buffers after their last use
         self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
         self.order = g.topo_order()
         self.pos = {n: i for i, n in enumerate(self.order)}
-        self.views: dict = {}        # node -> View for buffer-backed nodes
-        self.scalars: dict = {}      # node -> numpy 0-d const
-        self.copies: dict = {}       # node -> View to copy from (materialized views)
+        self.views: dict = {}  # node -> View for buffer-backed nodes
+        self.scalars: dict = {}  # node -> numpy 0-d const
+        self.copies: dict = {}  # node -> View to copy from (materialized views)
         self.materialized: set = set()
-        self.out_buffer: dict = {}   # node -> output index it is computed into
+        self.out_buffer: dict = {}  # node -> output index it is computed into
         self.kernels: list = []
-        self.buffers: dict = {}      # buffer id -> (kind, index/offset, nbytes, dtype)
+        self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
         self.arena_bytes = 0
         self._check_dtypes()
         self._classify()
@@ -104,7 +111,8 @@ class Schedule:
             if d["dtype"] not in NATIVE_DTYPES:
                 raise UnsupportedOpError(
                     f"{describe(self.g, n)}: dtype {d['dtype']} is not supported by the native "
-                    "backend (float32, float64, int64, int32, bool); use backend='interpreter'")
+                    "backend (float32, float64, int64, int32, bool); use backend='interpreter'"
+                )
             check_size(d["shape"], d["dtype"], describe(self.g, n), error=TooBigError)
 
     def _own(self, n: int) -> View:
@@ -143,8 +151,9 @@ class Schedule:
             op = d["op"]
             a = d["attrs"]
             if op == "input":
-                self.views[n] = View(("in", self.g.inputs.index(n)), 0, cstrides(d["shape"]),
-                                     d["shape"])
+                self.views[n] = View(
+                    ("in", self.g.inputs.index(n)), 0, cstrides(d["shape"]), d["shape"]
+                )
             elif op == "const":
                 v = a["value"]
                 if v.ndim == 0:
@@ -152,12 +161,12 @@ class Schedule:
                 else:
                     self.views[n] = View(("const", n), 0, cstrides(v.shape), v.shape)
             elif op in ("reshape", "expand") and d["operands"][0] in self.scalars:
-                self.scalars[n] = self.scalars[d["operands"][0]]      # still one value
+                self.scalars[n] = self.scalars[d["operands"][0]]  # still one value
             elif op in VIEW_OPS or (op in _VIEW_IF and _VIEW_IF[op](d)):
                 src = d["operands"][0]
                 v = self._buffer_view(src)
                 nv = self._apply_view(op, v, a, n)
-                if nv is None:                   # reshape of a non-contiguous view: copy first
+                if nv is None:  # reshape of a non-contiguous view: copy first
                     self._force_copy(src)
                     nv = self._apply_view(op, self.views[src], a, n)
                 self.views[n] = nv
@@ -221,10 +230,10 @@ class Schedule:
 
     # --- phase 3: kernels in dependency order, merged by space ----------------------------
     def _build_kernels(self) -> None:
-        produced_by: dict = {}     # buffer id -> kernel index
-        groups: dict = {}          # space -> list of kernel indices (loop kernels)
-        first_out = {}          # materialized node -> output index it is computed into
-        done_out = set()        # output indices that need no copy
+        produced_by: dict = {}  # buffer id -> kernel index
+        groups: dict = {}  # space -> list of kernel indices (loop kernels)
+        first_out = {}  # materialized node -> output index it is computed into
+        done_out = set()  # output indices that need no copy
         for k, o in enumerate(self.g.outputs):
             if o in self.materialized and self.views[o].buf == o and o not in first_out:
                 first_out[o] = k
@@ -235,8 +244,14 @@ class Schedule:
             if k in done_out or v is None or not isinstance(v.buf, int) or v.buf == o:
                 continue
             b = v.buf
-            if b in self.materialized and b not in first_out and b not in self.copies and \
-                    v.offset == 0 and v.contiguous() and numel(v.shape) == numel(self.shape(b)):
+            if (
+                b in self.materialized
+                and b not in first_out
+                and b not in self.copies
+                and v.offset == 0
+                and v.contiguous()
+                and numel(v.shape) == numel(self.shape(b))
+            ):
                 first_out[b] = k
                 done_out.add(k)
         self.out_buffer = first_out
@@ -260,7 +275,7 @@ class Schedule:
             elif op in OWN_KERNEL:
                 kern = Kernel(OWN_KERNEL[op], self.shape(n), n)
             else:
-                continue                               # inputs and constants
+                continue  # inputs and constants
             kern.writes.add(n)
             kern.reads = self._reads(kern)
             dep = max((produced_by.get(b, -1) for b in kern.reads), default=-1)
@@ -301,15 +316,17 @@ class Schedule:
 
     def _reads(self, kern: Kernel) -> set:
         if kern.kind != "loop":
-            return {self.views[o].buf for o in self.nd(kern.node)["operands"]
-                    if o in self.views}
+            return {self.views[o].buf for o in self.nd(kern.node)["operands"] if o in self.views}
         bufs = set()
         for n, dest in kern.stores:
             if dest == n and n in self.copies and self.copies[n] is not None:
                 bufs.add(self.copies[n].buf)
         stores = {n for n, _ in kern.stores}
-        computed = [r for r in self.kernel_roots(kern)
-                    if r in stores or (r not in self.views and r not in self.scalars)]
+        computed = [
+            r
+            for r in self.kernel_roots(kern)
+            if r in stores or (r not in self.views and r not in self.scalars)
+        ]
         for r in self.kernel_roots(kern):
             if r not in computed and r in self.views:
                 bufs.add(self.views[r].buf)
@@ -334,7 +351,7 @@ class Schedule:
             for o in self.nd(n)["operands"]:
                 if o not in self.views and o not in self.scalars and o not in seen:
                     stack.append(o)
-        return sorted(seen, key=self.pos.__getitem__)     # topological (rewrites add ids)
+        return sorted(seen, key=self.pos.__getitem__)  # topological (rewrites add ids)
 
     # --- phase 4: buffers and the arena ------------------------------------------------------
     def _last_uses(self) -> dict:
@@ -362,8 +379,8 @@ class Schedule:
                     continue
                 nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
-        free: list = []            # (offset, size) blocks available
-        live: list = []            # (end kernel, offset, size)
+        free: list = []  # (offset, size) blocks available
+        live: list = []  # (end kernel, offset, size)
         top = 0
         for start, end, b, nbytes in sorted(intervals, key=lambda t: (t[0], t[2])):
             still = []
@@ -389,13 +406,14 @@ class Schedule:
                 top += size
             self.buffers[b] = ("arena", slot, nbytes)
             live.append((end, slot, size))
-            if self.poison and end < len(self.kernels):     # not the bases of output views
+            if self.poison and end < len(self.kernels):  # not the bases of output views
                 self.poison_after.setdefault(end, []).append(b)
         if top > MAX_BYTES:
             raise TooBigError(
                 f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
                 f"once, more than the {MAX_BYTES} bytes memory can address; use smaller sizes "
-                "or split the computation")
+                "or split the computation"
+            )
         self.arena_bytes = top
 
     def buffer_elements(self, buf) -> int:
@@ -409,8 +427,9 @@ class Schedule:
 
     def _check_bounds(self) -> None:
         """Every view must address only elements of its buffer (checked before any code runs)."""
-        for n, v in list(self.views.items()) + [(n, v) for n, v in self.copies.items()
-                                                if v is not None]:
+        for n, v in list(self.views.items()) + [
+            (n, v) for n, v in self.copies.items() if v is not None
+        ]:
             if numel(v.shape) == 0:
                 continue
             lo = v.offset + sum(min(0, st * (d - 1)) for st, d in zip(v.strides, v.shape))
@@ -420,7 +439,8 @@ class Schedule:
                 raise GraphcError(
                     f"internal error: the view of {describe(self.g, n)} would address elements "
                     f"[{lo}, {hi}] of a buffer of {size}; refusing to generate code (please "
-                    "report this graph)")
+                    "report this graph)"
+                )
 
     def _choose_inplace(self) -> None:
         """Which outputs may be written straight into an input's memory (in-place updates
@@ -441,7 +461,7 @@ class Schedule:
             if writer is None:
                 continue
             kern = self.kernels[writer]
-            if kern.kind != "loop" or any(src in kk.reads for kk in self.kernels[writer + 1:]):
+            if kern.kind != "loop" or any(src in kk.reads for kk in self.kernels[writer + 1 :]):
                 continue
             if self.shape(o) != kern.space or self.shape(self.g.inputs[i]) != kern.space:
                 continue
@@ -453,9 +473,15 @@ class Schedule:
             for n in self.expr_nodes(roots) + roots:
                 for o2 in self.nd(n)["operands"] + ((n,) if n in roots else ()):
                     v = self.views.get(o2)
-                    if v is not None and v.buf == src and not (
-                            v.offset == 0 and v.shape == kern.space and
-                            v.strides == cstrides(kern.space)):
+                    if (
+                        v is not None
+                        and v.buf == src
+                        and not (
+                            v.offset == 0
+                            and v.shape == kern.space
+                            and v.strides == cstrides(kern.space)
+                        )
+                    ):
                         ok = False
             if ok and src in kern.reads:
                 self.inplace[k] = i
@@ -464,16 +490,30 @@ class Schedule:
     # --- reporting ------------------------------------------------------------------
     def summary(self) -> dict:
         loops = [k for k in self.kernels if k.kind == "loop"]
-        return {"kernels": len(self.kernels), "loop_kernels": len(loops),
-                "fused_nodes": sum(len(self.expr_nodes(
-                    [r for r in self.kernel_roots(k) if r not in self.views or
-                     r in {n for n, _ in k.stores}])) for k in loops),
-                "arena_bytes": self.arena_bytes,
-                "materialized": len(self.materialized)}
+        return {
+            "kernels": len(self.kernels),
+            "loop_kernels": len(loops),
+            "fused_nodes": sum(
+                len(
+                    self.expr_nodes(
+                        [
+                            r
+                            for r in self.kernel_roots(k)
+                            if r not in self.views or r in {n for n, _ in k.stores}
+                        ]
+                    )
+                )
+                for k in loops
+            ),
+            "arena_bytes": self.arena_bytes,
+            "materialized": len(self.materialized),
+        }
 
     def describe(self) -> str:
-        lines = [f"plan for {printable(self.g.name)}: {len(self.kernels)} kernels, arena "
-                 f"{self.arena_bytes} bytes"]
+        lines = [
+            f"plan for {printable(self.g.name)}: {len(self.kernels)} kernels, arena "
+            f"{self.arena_bytes} bytes"
+        ]
         for i, k in enumerate(self.kernels):
             lines.append(f"  k{i}: {k!r}")
         return "\n".join(lines)

@@ -2,6 +2,7 @@
 arithmetic of numpy's views and basic indexing, and :class:`Gather`, advanced indexing
 decomposed for code generation.  The bottom of the backend's scheduling: the lowering
 table (graphc.backend.lowering) and the scheduler (graphc.backend.schedule) both use it."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -27,7 +28,8 @@ def numel(shape) -> int:
 
 
 class View:
-    """Elements of buffer ``buf`` at ``offset + sum(i_k * strides[k])`` for an index of ``shape``."""
+    """Elements of buffer ``buf`` at ``offset + sum(i_k * strides[k])`` for an index of
+    ``shape``."""
 
     __slots__ = ("buf", "offset", "strides", "shape")
 
@@ -38,8 +40,9 @@ class View:
         self.shape = tuple(int(s) for s in shape)
 
     def contiguous(self) -> bool:
-        return all(st == c for st, c, d in zip(self.strides, cstrides(self.shape), self.shape)
-                   if d != 1)
+        return all(
+            st == c for st, c, d in zip(self.strides, cstrides(self.shape), self.shape) if d != 1
+        )
 
     def broadcast_to(self, shape: tuple) -> tuple:
         """Strides of this view read over index space ``shape`` (numpy broadcasting)."""
@@ -60,8 +63,11 @@ def index_view(v: View, spec: tuple) -> View:
     has the view's element strides (no data is touched).
     """
     base = np.zeros(1, dtype=np.uint8)
-    probe = np.lib.stride_tricks.as_strided(base, shape=v.shape, strides=v.strides,
-                                            writeable=False) if v.shape else base.reshape(())
+    probe = (
+        np.lib.stride_tricks.as_strided(base, shape=v.shape, strides=v.strides, writeable=False)
+        if v.shape
+        else base.reshape(())
+    )
     try:
         # a trailing new axis keeps the result an array even when every dim is indexed
         key = decode_index(spec, ())
@@ -108,13 +114,17 @@ class Gather:
         self.bshape = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
         adv_dims = {d for d, _, _ in adv}
         self.basic_dims = [d for d in range(len(self.view.shape)) if d not in adv_dims]
-        adjacent = positions == list(range(positions[0], positions[0] + len(positions))) \
-            if positions else True
+        adjacent = (
+            positions == list(range(positions[0], positions[0] + len(positions)))
+            if positions
+            else True
+        )
         first = adv[0][0] if adv else 0
         self.bpos = sum(1 for d in self.basic_dims if d < first) if adjacent else 0
         basic_shape = [self.view.shape[d] for d in self.basic_dims]
-        self.out_shape = tuple(basic_shape[:self.bpos]) + self.bshape + \
-            tuple(basic_shape[self.bpos:])
+        self.out_shape = (
+            tuple(basic_shape[: self.bpos]) + self.bshape + tuple(basic_shape[self.bpos :])
+        )
 
 
 def as_matrix(v: View, side: int) -> View:

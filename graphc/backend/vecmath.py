@@ -61,10 +61,23 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from .vecmath_constants import (_COS_C_F64, _F32, _F64, _LOGDD_BOUNDS, _LOGDD_CENTRES,
-                                _LOGDD_G_F64, _LOGDD_LOGC, _PIO2_PARTS, _POW_Y_CLAMP,
-                                _SIN_S_F64, _TWO_OVER_PI, SPECS, TRIG_ACCURATE_LIMIT,
-                                TRIG_NAN_LIMIT, _Spec)
+from .vecmath_constants import (
+    _COS_C_F64,
+    _F32,
+    _F64,
+    _LOGDD_BOUNDS,
+    _LOGDD_CENTRES,
+    _LOGDD_G_F64,
+    _LOGDD_LOGC,
+    _PIO2_PARTS,
+    _POW_Y_CLAMP,
+    _SIN_S_F64,
+    _TWO_OVER_PI,
+    SPECS,
+    TRIG_ACCURATE_LIMIT,
+    TRIG_NAN_LIMIT,
+    _Spec,
+)
 from .vecmath_emitter import _Emitter
 
 __all__ = [
@@ -91,6 +104,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # Function bodies
 # ---------------------------------------------------------------------------
+
 
 def _exp_core(e: _Emitter, x, lo=None):
     """e**(x + lo) for any x (NaN propagates, +-inf and out-of-range clamp)."""
@@ -148,7 +162,7 @@ def _log_reduce(e: _Emitter, x):
     """(k as float, m) with x = 2**k * m, m in [sqrt(1/2), sqrt(2)), for finite x > 0."""
     s = e.s
     tiny = e.lt(x, s.min_normal)
-    xs = e.sel(tiny, e.mul(x, 2.0 ** s.mant), x)
+    xs = e.sel(tiny, e.mul(x, 2.0**s.mant), x)
     ix = e.iadd(e.bits(xs), s.one_bits - s.sqrt_half_bits)
     k = e.isub(e.lshr(ix, s.mant), s.bias)
     k = e.b.add(k, e.b.select(tiny, e.ci(-s.mant), e.ci(0)))
@@ -228,9 +242,9 @@ def _log_dd(e: _Emitter, ax):
         c = e.sel(below, _LOGDD_CENTRES[j], c)
         lc_hi = e.sel(below, _LOGDD_LOGC[j][0], lc_hi)
         lc_lo = e.sel(below, _LOGDD_LOGC[j][1], lc_lo)
-    num = e.sub(m, c)                       # exact (Sterbenz)
+    num = e.sub(m, c)  # exact (Sterbenz)
     den, den_lo = e.two_sum(m, c)
-    inv = e.div(1.0, den)                   # one division; s_lo absorbs its rounding
+    inv = e.div(1.0, den)  # one division; s_lo absorbs its rounding
     sv = e.mul(num, inv)
     prod = e.mul(sv, den)
     prod_err = e.two_prod_err(sv, den, prod)
@@ -246,8 +260,8 @@ def _log_dd(e: _Emitter, ax):
 
 def _is_integer(e: _Emitter, a):
     """a is an integer, for a = |y| >= 0 (every double >= 2**52 is)."""
-    rounded = e.sub(e.add(a, 2.0 ** 52), 2.0 ** 52)
-    return e.or_(e.ge(a, 2.0 ** 52), e.eq(rounded, a))
+    rounded = e.sub(e.add(a, 2.0**52), 2.0**52)
+    return e.or_(e.ge(a, 2.0**52), e.eq(rounded, a))
 
 
 def _body_pow(e: _Emitter, x, y, double_double: bool = True):
@@ -272,7 +286,7 @@ def _body_pow(e: _Emitter, x, y, double_double: bool = True):
 
     y_int = _is_integer(e, ay)
     half_int = _is_integer(e, e.mul(ay, 0.5))
-    y_odd = e.and_(e.and_(y_int, e.not_(half_int)), e.lt(ay, 2.0 ** 53))
+    y_odd = e.and_(e.and_(y_int, e.not_(half_int)), e.lt(ay, 2.0**53))
     y_neg = e.lt(y, 0.0)
     res = e.sel(e.eq(ax, 0.0), e.sel(y_neg, math.inf, 0.0), res)
     res = e.sel(e.eq(ax, math.inf), e.sel(y_neg, 0.0, math.inf), res)
@@ -287,6 +301,7 @@ def _body_pow(e: _Emitter, x, y, double_double: bool = True):
 # Public getters
 # ---------------------------------------------------------------------------
 
+
 def _spec(ty: ir.Type) -> _Spec:
     if isinstance(ty, ir.DoubleType):
         return _F64
@@ -295,8 +310,9 @@ def _spec(ty: ir.Type) -> _Spec:
     raise TypeError(f"vecmath supports float and double, not {ty}")
 
 
-def _define(module: ir.Module, name: str, ty: ir.Type, nargs: int,
-            emit_body: Callable[..., ir.Value]) -> ir.Function:
+def _define(
+    module: ir.Module, name: str, ty: ir.Type, nargs: int, emit_body: Callable[..., ir.Value]
+) -> ir.Function:
     """Define ``name`` once per module as an internal, always-inlined pure function."""
     spec = _spec(ty)
     full = f"graphc.vm.{name}.{spec.suffix}"
@@ -315,6 +331,7 @@ def _define(module: ir.Module, name: str, ty: ir.Type, nargs: int,
 def _native(body: Callable[..., ir.Value]) -> Callable[..., ir.Value]:
     def emit(builder: ir.IRBuilder, spec: _Spec, *args: ir.Value) -> ir.Value:
         return body(_Emitter(builder, spec), *args)
+
     return emit
 
 
@@ -323,20 +340,26 @@ def _via_f64(name: str, f32_body: str | None = None) -> Callable[..., ir.Value]:
 
     ``f32_body`` names a cheaper f64 body that is still exact enough for float.
     """
+
     def emit(builder: ir.IRBuilder, spec: _Spec, *args: ir.Value) -> ir.Value:
         if spec is _F64:
             return _native(_BODIES[name])(builder, spec, *args)
         inner = f32_body or name
-        f64 = _define(builder.module, inner, ir.DoubleType(), len(args),
-                      _native(_BODIES[inner]))
+        f64 = _define(builder.module, inner, ir.DoubleType(), len(args), _native(_BODIES[inner]))
         wide = [builder.fpext(a, ir.DoubleType()) for a in args]
         return builder.fptrunc(builder.call(f64, wide), spec.fty)
+
     return emit
 
 
 _BODIES: dict[str, Callable[..., ir.Value]] = {
-    "exp": _body_exp, "log": _body_log, "tanh": _body_tanh, "sigmoid": _body_sigmoid,
-    "sin": _body_sin, "cos": _body_cos, "pow": _body_pow,
+    "exp": _body_exp,
+    "log": _body_log,
+    "tanh": _body_tanh,
+    "sigmoid": _body_sigmoid,
+    "sin": _body_sin,
+    "cos": _body_cos,
+    "pow": _body_pow,
     "pow_for_f32": lambda e, x, y: _body_pow(e, x, y, double_double=False),
 }
 _EMITTERS: dict[str, tuple[int, Callable[..., ir.Value]]] = {
@@ -398,8 +421,15 @@ def get_abs(module: ir.Module, ty: ir.Type) -> ir.Function:
 
 
 FUNCTIONS: dict[str, Callable[[ir.Module, ir.Type], ir.Function]] = {
-    "exp": get_exp, "log": get_log, "tanh": get_tanh, "sigmoid": get_sigmoid,
-    "sin": get_sin, "cos": get_cos, "pow": get_pow, "sqrt": get_sqrt, "abs": get_abs,
+    "exp": get_exp,
+    "log": get_log,
+    "tanh": get_tanh,
+    "sigmoid": get_sigmoid,
+    "sin": get_sin,
+    "cos": get_cos,
+    "pow": get_pow,
+    "sqrt": get_sqrt,
+    "abs": get_abs,
 }
 UNARY_FUNCTIONS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "sqrt", "abs")
 BINARY_FUNCTIONS = ("pow",)
@@ -414,13 +444,15 @@ def get_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
     try:
         nargs, emit = _EMITTERS[name]
     except KeyError:
-        raise KeyError(f"vecmath has no function {name!r}; available: "
-                       f"{', '.join(FUNCTIONS)}") from None
+        raise KeyError(
+            f"vecmath has no function {name!r}; available: {', '.join(FUNCTIONS)}"
+        ) from None
     return _define(module, name, ty, nargs, emit)
 
 
-def define_map_kernel(module: ir.Module, name: str, ty: ir.Type,
-                      kernel_name: str | None = None) -> ir.Function:
+def define_map_kernel(
+    module: ir.Module, name: str, ty: ir.Type, kernel_name: str | None = None
+) -> ir.Function:
     """Define ``void k(T* x, [T* y,] T* out, i64 n)``: ``out[i] = name(x[i][, y[i]])``.
 
     A plain counted loop with ``noalias`` pointers, used to measure accuracy
@@ -430,8 +462,9 @@ def define_map_kernel(module: ir.Module, name: str, ty: ir.Type,
     nargs = len(fn_math.function_type.args)
     ptr, i64 = ir.PointerType(), ir.IntType(64)
     kname = kernel_name or f"map_{name}_{_spec(ty).suffix}"
-    kernel = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * (nargs + 1) + [i64]),
-                         name=kname)
+    kernel = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [ptr] * (nargs + 1) + [i64]), name=kname
+    )
     for arg in kernel.args[:-1]:
         arg.add_attribute("noalias")
     *inputs, out, n = kernel.args
@@ -461,11 +494,18 @@ def define_map_kernel(module: ir.Module, name: str, ty: ir.Type,
 #: (sin/cos: |x| < TRIG_ACCURATE_LIMIT), with some margin over the measured
 #: maxima in docs/backend-accuracy.md.  Tests assert these.
 ULP_BOUNDS: dict[tuple[str, str], float] = {
-    ("exp", "float64"): 1.5, ("exp", "float32"): 1.5,
-    ("log", "float64"): 1.0, ("log", "float32"): 1.0,
-    ("tanh", "float64"): 3.0, ("tanh", "float32"): 3.0,
-    ("sigmoid", "float64"): 2.5, ("sigmoid", "float32"): 2.5,
-    ("sin", "float64"): 3.0, ("sin", "float32"): 1.0,
-    ("cos", "float64"): 3.0, ("cos", "float32"): 1.0,
-    ("pow", "float64"): 1.5, ("pow", "float32"): 1.0,
+    ("exp", "float64"): 1.5,
+    ("exp", "float32"): 1.5,
+    ("log", "float64"): 1.0,
+    ("log", "float32"): 1.0,
+    ("tanh", "float64"): 3.0,
+    ("tanh", "float32"): 3.0,
+    ("sigmoid", "float64"): 2.5,
+    ("sigmoid", "float32"): 2.5,
+    ("sin", "float64"): 3.0,
+    ("sin", "float32"): 1.0,
+    ("cos", "float64"): 3.0,
+    ("cos", "float32"): 1.0,
+    ("pow", "float64"): 1.5,
+    ("pow", "float32"): 1.0,
 }

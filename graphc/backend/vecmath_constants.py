@@ -1,6 +1,7 @@
 """The vector math's constants, computed exactly at import from high-precision values
 (pi, logs, the splits of pi/2 for argument reduction, the per-dtype limits); used by
 graphc.backend.vecmath."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ from llvmlite import ir
 # Constants (computed exactly at import from high-precision values)
 # ---------------------------------------------------------------------------
 
-_PI = Fraction(Decimal(
-    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899863"))
+_PI = Fraction(
+    Decimal("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899863")
+)
 
 
 def _ln(x: float) -> Fraction:
@@ -46,8 +48,9 @@ def _f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def _split(v: Fraction, bits: int, to_type: Callable[[float], float] = float
-           ) -> tuple[float, float]:
+def _split(
+    v: Fraction, bits: int, to_type: Callable[[float], float] = float
+) -> tuple[float, float]:
     """Cody-Waite pair ``hi + lo ~= v`` with ``hi`` of ``bits`` significant bits."""
     hi = _round_bits(v, bits)
     return hi, to_type(float(v - Fraction(hi)))
@@ -63,29 +66,66 @@ def _f32_bits(x: float) -> int:
 
 # Polynomial tables, lowest degree first.
 # e**r = 1 + r + r*r * Q(r), Q(r) = (e**r - 1 - r) / r**2 on |r| <= ln2/2.
-_EXP_Q_F64 = (0.5, 0.1666666666666667, 0.04166666666666667, 0.008333333333326025,
-              0.001388888888888367, 0.00019841269875205077, 2.4801587325822283e-05,
-              2.75572549134867e-06, 2.7557273295539724e-07, 2.5105419192016337e-08,
-              2.091483135138041e-09)
-_EXP_Q_F32 = (0.5, 0.1666666716337204, 0.041666463017463684, 0.00833331048488617,
-              0.0013933820882812142, 0.00019891180272679776)
+_EXP_Q_F64 = (
+    0.5,
+    0.1666666666666667,
+    0.04166666666666667,
+    0.008333333333326025,
+    0.001388888888888367,
+    0.00019841269875205077,
+    2.4801587325822283e-05,
+    2.75572549134867e-06,
+    2.7557273295539724e-07,
+    2.5105419192016337e-08,
+    2.091483135138041e-09,
+)
+_EXP_Q_F32 = (
+    0.5,
+    0.1666666716337204,
+    0.041666463017463684,
+    0.00833331048488617,
+    0.0013933820882812142,
+    0.00019891180272679776,
+)
 # log(1+f) = 2s + s*z*G(z), s = f/(2+f), z = s*s, G(z) = (2 atanh(s)/s - 2)/z,
 # on z <= ((sqrt2-1)/(sqrt2+1))**2.
-_LOG_G_F64 = (0.666666666666667, 0.3999999999989827, 0.28571428626533335,
-              0.22222211043822487, 0.18182895746801428, 0.1533150172120742,
-              0.1461916477718642)
-_LOG_G_F32 = (0.6666666865348816, 0.4000012278556824, 0.28550735116004944,
-              0.23332761228084564)
+_LOG_G_F64 = (
+    0.666666666666667,
+    0.3999999999989827,
+    0.28571428626533335,
+    0.22222211043822487,
+    0.18182895746801428,
+    0.1533150172120742,
+    0.1461916477718642,
+)
+_LOG_G_F32 = (0.6666666865348816, 0.4000012278556824, 0.28550735116004944, 0.23332761228084564)
 # Same G on the narrower range of the 5-interval reduction used by pow
 # (|s| <= (2**0.1-1)/(2**0.1+1)).
-_LOGDD_G_F64 = (0.6666666666666666, 0.39999999999996483, 0.28571428594191267,
-                0.22222170676431602, 0.1822944632802616)
+_LOGDD_G_F64 = (
+    0.6666666666666666,
+    0.39999999999996483,
+    0.28571428594191267,
+    0.22222170676431602,
+    0.1822944632802616,
+)
 # sin r = r + r**3 S(w), cos r = 1 - w/2 + w*w C(w), w = r*r, |r| <= pi/4.
-_SIN_S_F64 = (-0.16666666666666666, 0.008333333333333331, -0.00019841269841264968,
-              2.755731921926441e-06, -2.5052106206531682e-08, 1.605852751943773e-10,
-              -7.586455940017973e-13)
-_COS_C_F64 = (0.041666666666666664, -0.0013888888888887367, 2.480158729872029e-05,
-              -2.7557317248229367e-07, 2.0876141380294955e-09, -1.1382280957702634e-11)
+_SIN_S_F64 = (
+    -0.16666666666666666,
+    0.008333333333333331,
+    -0.00019841269841264968,
+    2.755731921926441e-06,
+    -2.5052106206531682e-08,
+    1.605852751943773e-10,
+    -7.586455940017973e-13,
+)
+_COS_C_F64 = (
+    0.041666666666666664,
+    -0.0013888888888887367,
+    2.480158729872029e-05,
+    -2.7557317248229367e-07,
+    2.0876141380294955e-09,
+    -1.1382280957702634e-11,
+)
 
 
 @dataclass(frozen=True)
@@ -102,9 +142,9 @@ class _Spec:
     ln2_hi: float
     ln2_lo: float
     log2e: float
-    exp_hi: float      # clamp: above, exp overflows to inf by itself
-    exp_lo: float      # clamp: below, exp underflows to 0 by itself
-    expm1_lo: float    # below, expm1 rounds to -1 and tanh to +-1
+    exp_hi: float  # clamp: above, exp overflows to inf by itself
+    exp_lo: float  # clamp: below, exp underflows to 0 by itself
+    expm1_lo: float  # below, expm1 rounds to -1 and tanh to +-1
     exp_finite_max: float  # the largest x whose exp is finite (ln of the largest float)
     min_normal: float
     one_bits: int
@@ -115,34 +155,61 @@ class _Spec:
 
 def _make_f64() -> _Spec:
     hi, lo = _split(_LN2, 40)
-    shifter = 1.5 * 2.0 ** 52
+    shifter = 1.5 * 2.0**52
     return _Spec(
-        suffix="f64", fty=ir.DoubleType(), ity=ir.IntType(64),
-        mant=52, bias=1023, shifter=shifter, shifter_bits=_f64_bits(shifter),
-        ln2_hi=hi, ln2_lo=lo, log2e=float(1 / _LN2),
-        exp_hi=710.0, exp_lo=-746.0, expm1_lo=-44.0, min_normal=2.0 ** -1022,
+        suffix="f64",
+        fty=ir.DoubleType(),
+        ity=ir.IntType(64),
+        mant=52,
+        bias=1023,
+        shifter=shifter,
+        shifter_bits=_f64_bits(shifter),
+        ln2_hi=hi,
+        ln2_lo=lo,
+        log2e=float(1 / _LN2),
+        exp_hi=710.0,
+        exp_lo=-746.0,
+        expm1_lo=-44.0,
+        min_normal=2.0**-1022,
         exp_finite_max=float.fromhex("0x1.62e42fefa39efp+9"),
-        one_bits=_f64_bits(1.0), sqrt_half_bits=_f64_bits(math.sqrt(0.5)),
-        exp_q=_EXP_Q_F64, log_g=_LOG_G_F64)
+        one_bits=_f64_bits(1.0),
+        sqrt_half_bits=_f64_bits(math.sqrt(0.5)),
+        exp_q=_EXP_Q_F64,
+        log_g=_LOG_G_F64,
+    )
 
 
 def _make_f32() -> _Spec:
     hi, lo = _split(_LN2, 16, _f32)
-    shifter = 1.5 * 2.0 ** 23
+    shifter = 1.5 * 2.0**23
     return _Spec(
-        suffix="f32", fty=ir.FloatType(), ity=ir.IntType(32),
-        mant=23, bias=127, shifter=shifter, shifter_bits=_f32_bits(shifter),
-        ln2_hi=hi, ln2_lo=lo, log2e=_f32(float(1 / _LN2)),
-        exp_hi=89.0, exp_lo=-104.0, expm1_lo=-20.0, min_normal=2.0 ** -126,
+        suffix="f32",
+        fty=ir.FloatType(),
+        ity=ir.IntType(32),
+        mant=23,
+        bias=127,
+        shifter=shifter,
+        shifter_bits=_f32_bits(shifter),
+        ln2_hi=hi,
+        ln2_lo=lo,
+        log2e=_f32(float(1 / _LN2)),
+        exp_hi=89.0,
+        exp_lo=-104.0,
+        expm1_lo=-20.0,
+        min_normal=2.0**-126,
         exp_finite_max=float.fromhex("0x1.62e42ep+6"),
-        one_bits=_f32_bits(1.0), sqrt_half_bits=_f32_bits(_f32(math.sqrt(0.5))),
-        exp_q=_EXP_Q_F32, log_g=_LOG_G_F32)
+        one_bits=_f32_bits(1.0),
+        sqrt_half_bits=_f32_bits(_f32(math.sqrt(0.5))),
+        exp_q=_EXP_Q_F32,
+        log_g=_LOG_G_F32,
+    )
 
 
 _F64 = _make_f64()
 _F32 = _make_f32()
 #: the constants of each float type's code (exp's finite range...), by dtype name
 SPECS = {"float32": _F32, "float64": _F64}
+
 
 def _pio2_parts() -> tuple[float, ...]:
     """pi/2 in four parts; the first three have 33 bits so n * part is exact for |n| < 2**20."""
@@ -160,10 +227,10 @@ _PIO2_PARTS = _pio2_parts()
 _TWO_OVER_PI = float(2 / _PI)
 
 #: Below this |x|, sin/cos are accurate to a few ulp (exact Cody-Waite products).
-TRIG_ACCURATE_LIMIT = 2.0 ** 20 * math.pi / 2
+TRIG_ACCURATE_LIMIT = 2.0**20 * math.pi / 2
 #: From this |x| on, the vector sin/cos return NaN (the reduction cannot find the quadrant);
 #: compiled kernels recompute such elements with libm.
-TRIG_NAN_LIMIT = 2.0 ** 51
+TRIG_NAN_LIMIT = 2.0**51
 
 # pow: 5 intervals of the mantissa in [2**-0.5, 2**0.5) with centres 2**(j/5);
 # the middle centre is exactly 1 so log stays relatively accurate near x = 1.
@@ -178,5 +245,5 @@ def _log_dd_const(c: float) -> tuple[float, float]:
 
 
 _LOGDD_LOGC = tuple(_log_dd_const(c) for c in _LOGDD_CENTRES)
-_VELTKAMP = 2.0 ** 27 + 1.0
-_POW_Y_CLAMP = 2.0 ** 64
+_VELTKAMP = 2.0**27 + 1.0
+_POW_Y_CLAMP = 2.0**64

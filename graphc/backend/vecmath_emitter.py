@@ -1,5 +1,6 @@
 """The IR emission helper of the vector math: a thin wrapper over llvmlite's IRBuilder so
 the formulas of graphc.backend.vecmath read like the math."""
+
 from __future__ import annotations
 
 
@@ -11,6 +12,7 @@ from .vecmath_constants import _VELTKAMP, _Spec
 # ---------------------------------------------------------------------------
 # IR emission helpers
 # ---------------------------------------------------------------------------
+
 
 class _Emitter:
     """Thin wrapper over IRBuilder so the math below reads like the formulas."""
@@ -48,13 +50,11 @@ class _Emitter:
 
     def _intrinsic(self, name: str, nargs: int) -> ir.Function:
         fty = self.s.fty
-        return self.module.declare_intrinsic(
-            name, [fty], fnty=ir.FunctionType(fty, [fty] * nargs))
+        return self.module.declare_intrinsic(name, [fty], fnty=ir.FunctionType(fty, [fty] * nargs))
 
     def fma(self, a, b, c):
         """a*b + c, fused when the target has FMA (``llvm.fmuladd``)."""
-        return self.b.call(self._intrinsic("llvm.fmuladd", 3),
-                           [self.f(a), self.f(b), self.f(c)])
+        return self.b.call(self._intrinsic("llvm.fmuladd", 3), [self.f(a), self.f(b), self.f(c)])
 
     def fabs(self, a):
         return self.b.call(self._intrinsic("llvm.fabs", 1), [a])

@@ -11,6 +11,7 @@ registry, numpy and networkx.
 Inside the package the modules import each other directly (text <- verify <- printer,
 serialize <- graph), never this ``__init__``.
 """
+
 from .graph import IR_OPS, Graph, iter_nodes
 from .printer import to_dot, to_text
 from .serialize import to_json
@@ -19,5 +20,17 @@ from .verify import verify
 
 from_json = Graph.from_json
 
-__all__ = ["IR_OPS", "Graph", "describe", "from_json", "iter_nodes", "printable", "short_dtype",
-           "to_dot", "to_json", "to_text", "type_str", "verify"]
+__all__ = [
+    "IR_OPS",
+    "Graph",
+    "describe",
+    "from_json",
+    "iter_nodes",
+    "printable",
+    "short_dtype",
+    "to_dot",
+    "to_json",
+    "to_text",
+    "type_str",
+    "verify",
+]

@@ -13,6 +13,7 @@ their users when built by tracing; walks use
 ``lexicographical_topological_sort`` keyed by id so output is deterministic
 after any rewrite.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
@@ -25,7 +26,6 @@ from eager.interop import OPS, Meta, check_size
 from ..errors import GraphVerificationError, TooBigError
 from .printer import to_dot as _to_dot, to_text as _to_text
 from .serialize import from_json as _from_json, to_json as _to_json
-from .text import describe, printable, short_dtype, type_str
 from .verify import verify
 
 IR_OPS = ("input", "const")
@@ -44,13 +44,22 @@ class Graph:
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.input_names: list[str] = []
-        self.meta: dict = {}           # free-form info (e.g. which outputs are gradients)
+        self.meta: dict = {}  # free-form info (e.g. which outputs are gradients)
         self._next_id = 0
 
     # --- construction -------------------------------------------------------------
-    def add_node(self, op: str, operands: Sequence[int] = (), attrs: Optional[dict] = None, *,
-                 shape: Optional[tuple] = None, dtype: Any = None, src: str = "",
-                 role: str = "forward", by: str = "trace") -> int:
+    def add_node(
+        self,
+        op: str,
+        operands: Sequence[int] = (),
+        attrs: Optional[dict] = None,
+        *,
+        shape: Optional[tuple] = None,
+        dtype: Any = None,
+        src: str = "",
+        role: str = "forward",
+        by: str = "trace",
+    ) -> int:
         """Add a node; shape/dtype are derived with the op's shape rule when not given."""
         attrs = dict(attrs or {})
         operands = tuple(int(o) for o in operands)
@@ -62,15 +71,30 @@ class Graph:
         check_size(shape, dtype, f"{op} at {src}" if src else op, error=TooBigError)
         nid = self._next_id
         self._next_id += 1
-        self.nx.add_node(nid, op=op, operands=operands, attrs=attrs, shape=tuple(shape),
-                         dtype=np.dtype(dtype).name, src=src, role=role, by=by)
+        self.nx.add_node(
+            nid,
+            op=op,
+            operands=operands,
+            attrs=attrs,
+            shape=tuple(shape),
+            dtype=np.dtype(dtype).name,
+            src=src,
+            role=role,
+            by=by,
+        )
         for pos, o in enumerate(operands):
             self.nx.add_edge(o, nid, key=pos)
         return nid
 
     def add_input(self, name: str, shape: tuple, dtype: Any) -> int:
-        nid = self.add_node("input", (), {"name": name, "index": len(self.inputs)},
-                            shape=shape, dtype=dtype, by="trace")
+        nid = self.add_node(
+            "input",
+            (),
+            {"name": name, "index": len(self.inputs)},
+            shape=shape,
+            dtype=dtype,
+            by="trace",
+        )
         self.inputs.append(nid)
         self.input_names.append(name)
         return nid
@@ -78,8 +102,9 @@ class Graph:
     def add_const(self, value: Any, src: str = "", role: str = "forward", by: str = "trace") -> int:
         arr = np.array(value)
         arr.setflags(write=False)
-        return self.add_node("const", (), {"value": arr}, shape=arr.shape, dtype=arr.dtype,
-                             src=src, role=role, by=by)
+        return self.add_node(
+            "const", (), {"value": arr}, shape=arr.shape, dtype=arr.dtype, src=src, role=role, by=by
+        )
 
     def infer(self, op: str, operands: Sequence[int], attrs: dict) -> Meta:
         """Shape and dtype of ``op`` applied to existing nodes (the op's shape rule)."""
@@ -159,8 +184,10 @@ class Graph:
         return _to_text(self)
 
     def __repr__(self) -> str:
-        return (f"<graphc.Graph {self.name}: {len(self.inputs)} inputs, {len(self)} nodes, "
-                f"{len(self.outputs)} outputs>")
+        return (
+            f"<graphc.Graph {self.name}: {len(self.inputs)} inputs, {len(self)} nodes, "
+            f"{len(self.outputs)} outputs>"
+        )
 
     def to_dot(self) -> str:
         return _to_dot(self)

@@ -2,6 +2,7 @@
 
 The functions take any ``graphc.ir.graph.Graph``; this module does not import it
 (``str(graph)`` and ``Graph.to_dot`` call down into it)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,8 +73,9 @@ def node_line(g, nid: int, names: dict) -> str:
 
 def to_text(g) -> str:
     names = operand_names(g)
-    params = ", ".join(f"{names[i]}: {type_str(g.nx.nodes[i]['shape'], g.nx.nodes[i]['dtype'])}"
-                       for i in g.inputs)
+    params = ", ".join(
+        f"{names[i]}: {type_str(g.nx.nodes[i]['shape'], g.nx.nodes[i]['dtype'])}" for i in g.inputs
+    )
     lines = [f"graph {_show(g.name)}({params}) {{"]
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
@@ -87,15 +89,19 @@ def to_text(g) -> str:
 
 
 def _dot_escape(s: str) -> str:
-    return "\\n".join(_show(part).replace("\\", "\\\\").replace('"', '\\"')
-                      for part in s.split("\n"))
+    return "\\n".join(
+        _show(part).replace("\\", "\\\\").replace('"', '\\"') for part in s.split("\n")
+    )
 
 
 def to_dot(g) -> str:
     """Graphviz DOT: inputs as ellipses, consts as notes, backward nodes shaded."""
     out_ids = set(g.outputs)
-    lines = [f'digraph "{_dot_escape(g.name)}" {{', "  rankdir=TB;",
-             '  node [shape=box, fontname="monospace", fontsize=10];']
+    lines = [
+        f'digraph "{_dot_escape(g.name)}" {{',
+        "  rankdir=TB;",
+        '  node [shape=box, fontname="monospace", fontsize=10];',
+    ]
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
         ty = type_str(d["shape"], d["dtype"])
@@ -105,11 +111,14 @@ def to_dot(g) -> str:
         elif d["op"] == "const":
             v = d["attrs"]["value"]
             label = (_fmt_scalar(v) if v.ndim == 0 else "const") + f"\n{ty}"
-            style = 'shape=note, fontsize=9'
+            style = "shape=note, fontsize=9"
         else:
             label = f"%{nid} {d['op']}\n{ty}"
-            style = ('style=filled, fillcolor="#ffe9d6"' if d.get("role") == "backward"
-                     else 'style=filled, fillcolor="#eeeeee"')
+            style = (
+                'style=filled, fillcolor="#ffe9d6"'
+                if d.get("role") == "backward"
+                else 'style=filled, fillcolor="#eeeeee"'
+            )
         if nid in out_ids:
             style += ", penwidth=2"
         lines.append(f'  n{nid} [label="{_dot_escape(label)}", {style}];')

@@ -13,6 +13,7 @@ Graph or raises GraphFormatError.
 This module sits below ``graphc.ir.graph`` and does not import it: ``Graph.to_json``
 and ``Graph.from_json`` call down into it, the latter passing the class to build.
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,11 +37,11 @@ MAX_TEXT = 64 * 1024 * 1024
 MAX_NODES = 1_000_000
 MAX_CONST_ELEMENTS = 10_000_000
 MAX_RANK = 32
-MAX_DIM = 2 ** 31 - 1
-MAX_DEPTH = 100                  # [ and { nesting; a valid graph document needs at most 41
-MAX_STR = 256                    # name, input names, attribute strings
-MAX_PROVENANCE = 1024            # src, role, by
-INT64 = (-2 ** 63, 2 ** 63 - 1)  # integer attributes become i64 constants
+MAX_DIM = 2**31 - 1
+MAX_DEPTH = 100  # [ and { nesting; a valid graph document needs at most 41
+MAX_STR = 256  # name, input names, attribute strings
+MAX_PROVENANCE = 1024  # src, role, by
+INT64 = (-(2**63), 2**63 - 1)  # integer attributes become i64 constants
 _DTYPES = {d.name for d in FROM_NP}
 # C0, DEL, C1 (NEL \x85 included), the Unicode line and paragraph separators, and lone
 # surrogates (not encodable as UTF-8): anything that could end a line (an LLVM comment)
@@ -52,8 +53,13 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 def _enc(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         data = np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<"), copy=False)
-        return {"$array": {"dtype": v.dtype.name, "shape": list(v.shape),
-                           "data": base64.b64encode(data.tobytes()).decode("ascii")}}
+        return {
+            "$array": {
+                "dtype": v.dtype.name,
+                "shape": list(v.shape),
+                "data": base64.b64encode(data.tobytes()).decode("ascii"),
+            }
+        }
     if isinstance(v, tuple):
         return {"$tuple": [_enc(x) for x in v]}
     if isinstance(v, (np.integer,)):
@@ -69,12 +75,27 @@ def to_json(g) -> str:
     nodes = []
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
-        nodes.append({"id": nid, "op": d["op"], "operands": list(d["operands"]),
-                      "attrs": {k: _enc(v) for k, v in sorted(d["attrs"].items())},
-                      "shape": list(d["shape"]), "dtype": d["dtype"], "src": d.get("src", ""),
-                      "role": d.get("role", "forward"), "by": d.get("by", "trace")})
-    doc = {"format": FORMAT, "version": VERSION, "name": g.name, "inputs": list(g.inputs),
-           "outputs": list(g.outputs), "nodes": nodes}
+        nodes.append(
+            {
+                "id": nid,
+                "op": d["op"],
+                "operands": list(d["operands"]),
+                "attrs": {k: _enc(v) for k, v in sorted(d["attrs"].items())},
+                "shape": list(d["shape"]),
+                "dtype": d["dtype"],
+                "src": d.get("src", ""),
+                "role": d.get("role", "forward"),
+                "by": d.get("by", "trace"),
+            }
+        )
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": g.name,
+        "inputs": list(g.inputs),
+        "outputs": list(g.outputs),
+        "nodes": nodes,
+    }
     return json.dumps(doc, indent=1, allow_nan=False)
 
 
@@ -103,12 +124,14 @@ def _int(v: Any, where: str, lo: int = 0, hi: int = MAX_DIM) -> int:
 def _str(v: Any, where: str, what: str, limit: int = MAX_STR) -> str:
     """A string field: at most ``limit`` characters, none of them a control character."""
     if not isinstance(v, str) or len(v) > limit:
-        _fail(f"{what} must be a short string (at most {limit} characters), got {_show(v)}",
-              where)
+        _fail(f"{what} must be a short string (at most {limit} characters), got {_show(v)}", where)
     bad = _BAD_CHARS.search(v)
     if bad is not None:
-        _fail(f"{what} {_show(v)} contains the control character {bad.group()!r} at position "
-              f"{bad.start()}", where)
+        _fail(
+            f"{what} {_show(v)} contains the control character {bad.group()!r} at position "
+            f"{bad.start()}",
+            where,
+        )
     return v
 
 
@@ -125,8 +148,7 @@ def _shape(v: Any, where: str, dtype: str) -> tuple:
         _fail(f"expected a shape (list of at most {MAX_RANK} ints), got {_show(v)}", where)
     shape = tuple(_int(x, where) for x in v)
     if math.prod(shape) * np.dtype(dtype).itemsize > sys.maxsize:
-        _fail(f"{dtype}{list(shape)} is larger than any array can be ({sys.maxsize} bytes)",
-              where)
+        _fail(f"{dtype}{list(shape)} is larger than any array can be ({sys.maxsize} bytes)", where)
     return shape
 
 
@@ -200,16 +222,21 @@ def _number(v: Any) -> bool:
 # record declares each attribute's type, so a new op's attributes are checked here with no
 # new line (tests/graphc/ir/test_ir_json.py fails when a type has no check)
 TYPE_CHECKS = {
-    "axes": lambda v: v is None or _is_int(v) or (
-        isinstance(v, tuple) and all(_is_int(x) for x in v)),
+    "axes": lambda v: (
+        v is None or _is_int(v) or (isinstance(v, tuple) and all(_is_int(x) for x in v))
+    ),
     "bool": lambda v: isinstance(v, bool),
     "int": lambda v: _is_int(v),
     "count": lambda v: _is_int(v) and v >= 0,
     "float": _number,
     "number?": lambda v: v is None or _number(v),
     "scalar": lambda v: isinstance(v, (int, float, bool)) or isinstance(v, np.ndarray),
-    "shape": lambda v: isinstance(v, tuple) and len(v) <= MAX_RANK and all(
-        _is_int(x) and 0 <= x <= MAX_DIM for x in v) and math.prod(v) <= sys.maxsize,
+    "shape": lambda v: (
+        isinstance(v, tuple)
+        and len(v) <= MAX_RANK
+        and all(_is_int(x) and 0 <= x <= MAX_DIM for x in v)
+        and math.prod(v) <= sys.maxsize
+    ),
     "perm": lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v),
     "dtype": lambda v: isinstance(v, str) and v in _DTYPES,
     "str": lambda v: isinstance(v, str),
@@ -260,7 +287,7 @@ def _parse(text: str) -> dict:
         doc = json.loads(text, parse_constant=lambda c: _fail(f"non-standard constant {c}"))
     except GraphFormatError:
         raise
-    except (ValueError, RecursionError) as e:   # ValueError: also ints of > 4300 digits
+    except (ValueError, RecursionError) as e:  # ValueError: also ints of > 4300 digits
         _fail(f"not valid JSON: {e}")
     if not isinstance(doc, dict):
         _fail("top level must be an object")
@@ -284,12 +311,15 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
     where = f"nodes[{k}]"
     if not isinstance(n, dict) or set(n) != _NODE_KEYS:
         _fail(f"each node needs exactly the keys {sorted(_NODE_KEYS)}", where)
-    nid = _int(n["id"], where, 0, 2 ** 62)
+    nid = _int(n["id"], where, 0, 2**62)
     if nid in idmap:
         _fail(f"duplicate node id {nid}", where)
     op = n["op"]
-    shown = op if isinstance(op, str) and op.isascii() and op.isprintable() and \
-        len(op) <= 60 else _show(op)
+    shown = (
+        op
+        if isinstance(op, str) and op.isascii() and op.isprintable() and len(op) <= 60
+        else _show(op)
+    )
     where = f"nodes[{k}] (%{nid} = {shown})"
     if not isinstance(op, str) or (op not in OPS and op not in ("input", "const")):
         _fail(f"unknown op {_show(op)}", where)
@@ -297,7 +327,7 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
         _fail("operands must be a list", where)
     operands = []
     for o in n["operands"]:
-        o = _int(o, where, 0, 2 ** 62)
+        o = _int(o, where, 0, 2**62)
         if o not in idmap:
             _fail(f"operand %{o} is not defined before its use", where)
         operands.append(idmap[o])
@@ -309,7 +339,7 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
         _str(n[key], where, key, MAX_PROVENANCE)
     if n["role"] not in ("forward", "backward"):
         _fail(f"role must be forward or backward, got {_show(n['role'])}", where)
-    g._next_id = nid        # keep the document's ids: the text form survives a round trip
+    g._next_id = nid  # keep the document's ids: the text form survives a round trip
     if op == "input":
         if operands or set(attrs) != {"name", "index"} or not isinstance(attrs["name"], str):
             _fail("input nodes take no operands and attrs {name, index}", where)
@@ -320,17 +350,34 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
         v = attrs["value"]
         if v.shape != shape or v.dtype.name != n["dtype"]:
             _fail("const value does not match the node's shape/dtype", where)
-        new = g.add_node("const", (), attrs, shape=shape, dtype=n["dtype"], src=n["src"],
-                         role=n["role"], by=n["by"])
+        new = g.add_node(
+            "const",
+            (),
+            attrs,
+            shape=shape,
+            dtype=n["dtype"],
+            src=n["src"],
+            role=n["role"],
+            by=n["by"],
+        )
     else:
         _check_op(g, op, operands, attrs, shape, n["dtype"], where)
-        new = g.add_node(op, operands, attrs, shape=shape, dtype=n["dtype"], src=n["src"],
-                         role=n["role"], by=n["by"])
+        new = g.add_node(
+            op,
+            operands,
+            attrs,
+            shape=shape,
+            dtype=n["dtype"],
+            src=n["src"],
+            role=n["role"],
+            by=n["by"],
+        )
     idmap[nid] = new
 
 
-def _check_op(g, op: str, operands: list, attrs: dict, shape: tuple, dtype: str,
-              where: str) -> None:
+def _check_op(
+    g, op: str, operands: list, attrs: dict, shape: tuple, dtype: str, where: str
+) -> None:
     """An op node as its record declares it: arity, attribute names and types, and the
     shape and dtype its shape rule derives."""
     opdef = OPS[op]
@@ -343,15 +390,20 @@ def _check_op(g, op: str, operands: list, attrs: dict, shape: tuple, dtype: str,
     for key, v in attrs.items():
         kind = opdef.attr_types[key]
         if not TYPE_CHECKS[kind](v):
-            _fail(f"attr {key}={_show(v)} has the wrong type for {op} (expected "
-                  f"{ATTR_TYPES[kind]})", where)
+            _fail(
+                f"attr {key}={_show(v)} has the wrong type for {op} (expected {ATTR_TYPES[kind]})",
+                where,
+            )
     try:
         m = g.infer(op, operands, attrs)
     except Exception as e:  # the shape rule rejected the operands/attrs
         _fail(f"shape rule rejected the node: {e}", where)
     if tuple(m.shape) != shape or m.dtype.name != dtype:
-        _fail(f"declared {dtype}{list(shape)} but the shape rule derives "
-              f"{m.dtype.name}{list(m.shape)}", where)
+        _fail(
+            f"declared {dtype}{list(shape)} but the shape rule derives "
+            f"{m.dtype.name}{list(m.shape)}",
+            where,
+        )
 
 
 def _read_inputs_outputs(g, doc: dict, idmap: dict) -> None:
@@ -363,7 +415,8 @@ def _read_inputs_outputs(g, doc: dict, idmap: dict) -> None:
         if not _is_int(i) or i not in idmap or g.nx.nodes[idmap[i]]["op"] != "input":
             _fail(f"input {_show(i)} is not an input node")
     if sorted(idmap[i] for i in doc["inputs"]) != sorted(
-            n for n, d in g.nx.nodes(data=True) if d["op"] == "input"):
+        n for n, d in g.nx.nodes(data=True) if d["op"] == "input"
+    ):
         _fail("graph.inputs must list every input node exactly once")
     g.inputs = [idmap[i] for i in doc["inputs"]]
     for pos, nid in enumerate(g.inputs):

@@ -1,14 +1,24 @@
 """One-line text forms shared by the IR's printer, verifier and error messages: short
 dtype names, ``f32[2,3]`` types, escaped names and source lines, and a node described
 for an error message.  The bottom of the ``graphc.ir`` package: numpy only."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import numpy as np
 
-_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
-          "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "bool"}
+_SHORT = {
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "bool",
+}
 
 
 def short_dtype(dtype: Any) -> str:
@@ -28,9 +38,18 @@ def printable(text: object) -> str:
     s = str(text)
     if s.isprintable():
         return s
-    return "".join(ch if ch.isprintable() else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
-                    if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}") for ch in s)
+    return "".join(
+        ch
+        if ch.isprintable()
+        else (
+            f"\\x{ord(ch):02x}"
+            if ord(ch) < 0x100
+            else f"\\u{ord(ch):04x}"
+            if ord(ch) < 0x10000
+            else f"\\U{ord(ch):08x}"
+        )
+        for ch in s
+    )
 
 
 def describe(g, nid: int) -> str:

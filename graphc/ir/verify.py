@@ -2,6 +2,7 @@
 mirror the operand lists, known ops with their exact attributes, recorded types the op's
 shape rule derives, canonical axes).  It takes any ``graphc.ir.graph.Graph`` and does not
 import it: ``Graph.verify`` calls down into this module."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -47,8 +48,11 @@ def verify(g, pass_name: Optional[str] = None) -> None:
             continue
         if op == "const":
             v = d["attrs"].get("value")
-            if not isinstance(v, np.ndarray) or v.shape != tuple(d["shape"]) or \
-                    v.dtype.name != d["dtype"]:
+            if (
+                not isinstance(v, np.ndarray)
+                or v.shape != tuple(d["shape"])
+                or v.dtype.name != d["dtype"]
+            ):
                 fail("const value does not match the node's shape/dtype", nid)
             continue
         if op not in OPS:
@@ -65,13 +69,19 @@ def verify(g, pass_name: Optional[str] = None) -> None:
         except Exception as e:  # the shape rule's own error, re-raised with the node
             fail(f"shape rule failed: {e}", nid)
         if tuple(m.shape) != tuple(d["shape"]) or m.dtype.name != d["dtype"]:
-            fail(f"recorded type {type_str(d['shape'], d['dtype'])} but the shape rule derives "
-                 f"{type_str(m.shape, m.dtype)}", nid)
+            fail(
+                f"recorded type {type_str(d['shape'], d['dtype'])} but the shape rule derives "
+                f"{type_str(m.shape, m.dtype)}",
+                nid,
+            )
         if "axis" in d["attrs"]:
             want = _canonical_axis(op, d["attrs"]["axis"], len(g.nx.nodes[operands[0]]["shape"]))
             if want is not None:
-                fail(f"axis={d['attrs']['axis']!r} is not in the canonical form {want!r} the "
-                     "tracer records and the passes and backend rely on", nid)
+                fail(
+                    f"axis={d['attrs']['axis']!r} is not in the canonical form {want!r} the "
+                    "tracer records and the passes and backend rely on",
+                    nid,
+                )
 
 
 def _canonical_axis(op: str, axis: Any, ndim: int) -> Any:

@@ -13,11 +13,11 @@ out as a PassError naming the pass, the node and its source line (context.py).
 Fusion and memory planning happen at lowering time (graphc.backend.plan)
 because they decide loop structure, not graph structure.
 """
+
 from __future__ import annotations
 
 from .context import PassContext, PassError, current
-from .registry import (CHANGES, PASSES, PIPELINES, REGISTRY, PassInfo, register_pass,
-                       unregister_pass)
+from .registry import CHANGES, PASSES, PIPELINES, REGISTRY, PassInfo, register_pass, unregister_pass
 
 # the passes register themselves on import; the pipeline order comes from their
 # ``order``, not from the order of these imports
@@ -27,6 +27,23 @@ from .cse import cse  # noqa: E402
 from .dce import dce  # noqa: E402
 from .manager import PassManager, PassResult, optimize  # noqa: E402
 
-__all__ = ["CHANGES", "MAX_FOLD_ELEMENTS", "PASSES", "PIPELINES", "REGISTRY", "PassContext",
-           "PassError", "PassInfo", "PassManager", "PassResult", "cse", "current", "dce",
-           "fold", "optimize", "register_pass", "simplify", "unregister_pass"]
+__all__ = [
+    "CHANGES",
+    "MAX_FOLD_ELEMENTS",
+    "PASSES",
+    "PIPELINES",
+    "REGISTRY",
+    "PassContext",
+    "PassError",
+    "PassInfo",
+    "PassManager",
+    "PassResult",
+    "cse",
+    "current",
+    "dce",
+    "fold",
+    "optimize",
+    "register_pass",
+    "simplify",
+    "unregister_pass",
+]

@@ -9,6 +9,7 @@ rule, the node (id, op, operands, type) and the user's source line; the original
 exception is the ``__cause__``, and the new one is still an instance of the
 original type, so ``except ZeroDivisionError`` keeps working.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,10 +25,16 @@ class PassError(GraphcError):
     ``pass_name``, ``node`` (an id or None), ``rule`` (or None) and ``original`` (the
     exception raised by the pass) are attributes."""
 
-    def __init__(self, message: str, pass_name: str = "", node: Optional[int] = None,
-                 rule: Optional[str] = None, original: Optional[BaseException] = None) -> None:
-        Exception.__init__(self, message)    # not super(): the original type's __init__
-        self.message = message                # may take other arguments
+    def __init__(
+        self,
+        message: str,
+        pass_name: str = "",
+        node: Optional[int] = None,
+        rule: Optional[str] = None,
+        original: Optional[BaseException] = None,
+    ) -> None:
+        Exception.__init__(self, message)  # not super(): the original type's __init__
+        self.message = message  # may take other arguments
         self.pass_name = pass_name
         self.node = node
         self.rule = rule
@@ -44,12 +51,12 @@ class PassContext:
 
     def __init__(self, pass_name: str = "") -> None:
         self.pass_name = pass_name
-        self.node: Optional[int] = None      # the node being looked at
-        self.rule: Optional[str] = None      # the rule being tried (rule-based passes)
-        self.stats: dict = {}                # counters the pass keeps, e.g. rule -> hits
+        self.node: Optional[int] = None  # the node being looked at
+        self.rule: Optional[str] = None  # the rule being tried (rule-based passes)
+        self.stats: dict = {}  # counters the pass keeps, e.g. rule -> hits
 
 
-_local = threading.local()          # compiles in different threads have their own context
+_local = threading.local()  # compiles in different threads have their own context
 
 
 def current() -> PassContext:
@@ -87,8 +94,7 @@ def pass_error(ctx: PassContext, g: Graph, exc: Exception) -> PassError:
     rule = f" (rule {ctx.rule!r})" if ctx.rule else ""
     try:
         at = where(g, ctx.node)
-    except Exception:               # a pass may leave the node half rewritten
+    except Exception:  # a pass may leave the node half rewritten
         at = f" at %{ctx.node}"
     msg = f"graphc: pass {ctx.pass_name!r}{rule} failed{at}: {type(exc).__name__}: {exc}"
-    return with_context(PassError, msg, exc, pass_name=ctx.pass_name, node=ctx.node,
-                        rule=ctx.rule)
+    return with_context(PassError, msg, exc, pass_name=ctx.pass_name, node=ctx.node, rule=ctx.rule)

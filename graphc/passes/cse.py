@@ -1,4 +1,5 @@
 """``cse``: common subexpression elimination."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ def _attr_key(v):
     if isinstance(v, float) and v != v:
         return ("nan",)
     if isinstance(v, float) and v == 0.0:
-        return ("zero", np.signbit(v))      # 0.0 and -0.0 are different attrs
+        return ("zero", np.signbit(v))  # 0.0 and -0.0 are different attrs
     if isinstance(v, tuple):
         return tuple(_attr_key(x) for x in v)
     return (type(v).__name__, v)
@@ -31,8 +32,13 @@ def cse(g: Graph) -> bool:
         d = g.nx.nodes[n]
         if d["op"] == "input":
             continue
-        key = (d["op"], d["dtype"], tuple(d["shape"]), d["operands"],
-               tuple(sorted((k, _attr_key(v)) for k, v in d["attrs"].items())))
+        key = (
+            d["op"],
+            d["dtype"],
+            tuple(d["shape"]),
+            d["operands"],
+            tuple(sorted((k, _attr_key(v)) for k, v in d["attrs"].items())),
+        )
         other = seen.get(key)
         if other is None:
             seen[key] = n

@@ -1,4 +1,5 @@
 """``dce``: dead code elimination."""
+
 from __future__ import annotations
 
 from ..ir import Graph

@@ -1,4 +1,5 @@
 """``fold``: constant folding with the ops' own numpy forwards."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,15 +30,16 @@ def fold(g: Graph) -> bool:
         if n_out > MAX_FOLD_ELEMENTS:
             continue
         # never materialize a broadcast: expand(const) stays a stride-0 view of the scalar
-        if n_out > max([1] + [int(np.prod(g.nx.nodes[o]["shape"], dtype=np.int64))
-                              for o in d["operands"]]):
+        if n_out > max(
+            [1] + [int(np.prod(g.nx.nodes[o]["shape"], dtype=np.int64)) for o in d["operands"]]
+        ):
             continue
         vals = [g.nx.nodes[o]["attrs"]["value"] for o in d["operands"]]
         try:
             with np.errstate(all="ignore"):
                 v = np.asarray(OPS[op].forward(*vals, **d["attrs"]))
         except Exception:
-            continue            # leave it to run time (where the error belongs)
+            continue  # leave it to run time (where the error belongs)
         v = np.array(v, dtype=d["dtype"], order="C")
         if v.shape != tuple(d["shape"]):
             continue

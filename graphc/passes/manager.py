@@ -7,6 +7,7 @@ kept the promise it registered (:func:`check_promise`).  An exception escaping a
 pass is re-raised as a :class:`~graphc.passes.context.PassError` naming the pass,
 rule and node the pass had reached.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,19 +22,28 @@ from .registry import CHANGES, PASSES, PIPELINES, REGISTRY, PassInfo
 class PassResult:
     __slots__ = ("name", "changed", "seconds", "nodes_after", "round", "stats")
 
-    def __init__(self, name: str, changed: bool, seconds: float, nodes_after: int,
-                 round: int = 1, stats: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        changed: bool,
+        seconds: float,
+        nodes_after: int,
+        round: int = 1,
+        stats: Optional[dict] = None,
+    ) -> None:
         self.name = name
         self.changed = changed
         self.seconds = seconds
         self.nodes_after = nodes_after
-        self.round = round          # 1-based round of the fixed-point loop
-        self.stats = stats or {}    # the pass's counters, e.g. simplify: rule name -> hits
+        self.round = round  # 1-based round of the fixed-point loop
+        self.stats = stats or {}  # the pass's counters, e.g. simplify: rule name -> hits
 
     def __repr__(self) -> str:
         extra = "".join(f", {k} x{v}" for k, v in sorted(self.stats.items()))
-        return (f"{self.name} (round {self.round}): {'changed' if self.changed else 'no change'}, "
-                f"{self.seconds * 1e3:.2f} ms, {self.nodes_after} nodes{extra}")
+        return (
+            f"{self.name} (round {self.round}): {'changed' if self.changed else 'no change'}, "
+            f"{self.seconds * 1e3:.2f} ms, {self.nodes_after} nodes{extra}"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -43,10 +53,13 @@ class PassResult:
 def snapshot(g: Graph) -> tuple:
     """What :func:`check_promise` compares: per node (op, operands, attrs), the inputs,
     and the outputs with their types."""
-    nodes = {n: (d["op"], d["operands"], tuple(d["attrs"].items()))
-             for n, d in g.nx.nodes(data=True)}
-    outs = [(o, tuple(g.nx.nodes[o]["shape"]), g.nx.nodes[o]["dtype"]) if o in g.nx else
-            (o, None, None) for o in g.outputs]
+    nodes = {
+        n: (d["op"], d["operands"], tuple(d["attrs"].items())) for n, d in g.nx.nodes(data=True)
+    }
+    outs = [
+        (o, tuple(g.nx.nodes[o]["shape"]), g.nx.nodes[o]["dtype"]) if o in g.nx else (o, None, None)
+        for o in g.outputs
+    ]
     return nodes, list(g.inputs), outs
 
 
@@ -62,17 +75,25 @@ def check_promise(info: PassInfo, before: tuple, g: Graph) -> None:
     may = info.may
 
     def fail(msg: str, nid: Optional[int] = None) -> None:
-        at = f" at {describe(g, nid)}" if nid is not None and nid in g.nx else \
-            (f" at %{nid}" if nid is not None else "")
+        at = (
+            f" at {describe(g, nid)}"
+            if nid is not None and nid in g.nx
+            else (f" at %{nid}" if nid is not None else "")
+        )
         declared = ", ".join(sorted(may)) or "nothing"
-        raise GraphVerificationError(f"invalid graph {g.name!r} after pass {info.name!r}{at}: "
-                                     f"{msg} (the pass declares it may change: {declared})")
+        raise GraphVerificationError(
+            f"invalid graph {g.name!r} after pass {info.name!r}{at}: "
+            f"{msg} (the pass declares it may change: {declared})"
+        )
 
     if list(g.inputs) != inputs:
         fail(f"the inputs changed from {inputs} to {list(g.inputs)}")
     for n in inputs:
-        if n not in g.nx or g.nx.nodes[n]["op"] != "input" or \
-                not _same_attrs(tuple(g.nx.nodes[n]["attrs"].items()), nodes[n][2]):
+        if (
+            n not in g.nx
+            or g.nx.nodes[n]["op"] != "input"
+            or not _same_attrs(tuple(g.nx.nodes[n]["attrs"].items()), nodes[n][2])
+        ):
             fail("an input node was changed", n)
     if len(g.outputs) != len(outs):
         fail(f"the graph had {len(outs)} outputs and now has {len(g.outputs)}")
@@ -96,8 +117,9 @@ def check_promise(info: PassInfo, before: tuple, g: Graph) -> None:
         old = nodes.get(n)
         if old is None:
             continue
-        if (d["op"] != old[0] or not _same_attrs(tuple(d["attrs"].items()), old[2])) and \
-                "rewrite nodes" not in may:
+        if (
+            d["op"] != old[0] or not _same_attrs(tuple(d["attrs"].items()), old[2])
+        ) and "rewrite nodes" not in may:
             fail(f"it rewrote the node (was {old[0]}({', '.join(f'%{o}' for o in old[1])}))", n)
         if d["operands"] != old[1] and not may & {"rewrite nodes", "redirect uses"}:
             fail(f"it changed the operands from {list(old[1])}", n)
@@ -109,18 +131,23 @@ def check_promise(info: PassInfo, before: tuple, g: Graph) -> None:
 class PassManager:
     """Runs a pipeline to a fixed point; records per-pass timing and change flags."""
 
-    def __init__(self, opt_level: int = 2, disable: Iterable[str] = (),
-                 print_after: Iterable[str] = (), verify_each: bool = False,
-                 max_rounds: int = 6, on_print: Optional[Callable[[str], None]] = None,
-                 snapshot_each: bool = False,
-                 after_pass: Optional[Callable[[str, int, Graph, bool], None]] = None) -> None:
+    def __init__(
+        self,
+        opt_level: int = 2,
+        disable: Iterable[str] = (),
+        print_after: Iterable[str] = (),
+        verify_each: bool = False,
+        max_rounds: int = 6,
+        on_print: Optional[Callable[[str], None]] = None,
+        snapshot_each: bool = False,
+        after_pass: Optional[Callable[[str, int, Graph, bool], None]] = None,
+    ) -> None:
         if opt_level not in PIPELINES:
             raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
         disable = set(disable)
         unknown = disable - set(PASSES)
         if unknown:
-            raise ValueError(f"unknown pass(es) {sorted(unknown)}; passes are "
-                             f"{', '.join(PASSES)}")
+            raise ValueError(f"unknown pass(es) {sorted(unknown)}; passes are {', '.join(PASSES)}")
         unknown = set(print_after) - set(PASSES)
         if unknown:
             raise ValueError(f"print_after names unknown pass(es) {sorted(unknown)}")
@@ -130,9 +157,9 @@ class PassManager:
         self.max_rounds = max_rounds
         self.on_print = on_print or print
         self.snapshot_each = snapshot_each
-        self.after_pass = after_pass     # hook(name, round, graph, changed), e.g. bisect_passes
+        self.after_pass = after_pass  # hook(name, round, graph, changed), e.g. bisect_passes
         self.log: list = []
-        self.snapshots: list = []      # (pass name, IR text): print_after passes, or every pass
+        self.snapshots: list = []  # (pass name, IR text): print_after passes, or every pass
 
     def run(self, g: Graph) -> Graph:
         for rnd in range(1, self.max_rounds + 1):
@@ -142,7 +169,7 @@ class PassManager:
                 promise = None
                 if self.verify_each:
                     info = REGISTRY.get(name)
-                    if info is not None and info.fn is fn:   # not a test's stand-in
+                    if info is not None and info.fn is fn:  # not a test's stand-in
                         promise, before = info, snapshot(g)
                 ctx, prev = enter(name)
                 try:
@@ -150,7 +177,7 @@ class PassManager:
                     changed = fn(g)
                     dt = time.perf_counter() - t0
                 except PassError:
-                    raise                       # already names its pass (a nested run)
+                    raise  # already names its pass (a nested run)
                 except Exception as e:
                     raise pass_error(ctx, g, e) from e
                 finally:
@@ -161,8 +188,10 @@ class PassManager:
                     if promise is not None:
                         check_promise(promise, before, g)
                 if name in self.print_after or self.snapshot_each:
-                    text = (f"// IR after {name} (round {rnd}, "
-                            f"{'changed' if changed else 'no change'})\n{g}")
+                    text = (
+                        f"// IR after {name} (round {rnd}, "
+                        f"{'changed' if changed else 'no change'})\n{g}"
+                    )
                     self.snapshots.append((name, text))
                     if name in self.print_after:
                         self.on_print(text)
@@ -187,8 +216,10 @@ class PassManager:
         """One row per pass run; ``rules=True`` adds the rules that fired under each row."""
         lines = ["pass        round  changed   time(ms)  nodes"]
         for r in self.log:
-            lines.append(f"{r.name:<11} {r.round:<6} {str(r.changed):<9} "
-                         f"{r.seconds * 1e3:8.3f}  {r.nodes_after}")
+            lines.append(
+                f"{r.name:<11} {r.round:<6} {str(r.changed):<9} "
+                f"{r.seconds * 1e3:8.3f}  {r.nodes_after}"
+            )
             if rules and r.stats:
                 lines.append("    " + ", ".join(f"{k} x{v}" for k, v in sorted(r.stats.items())))
         total = sum(r.seconds for r in self.log)

@@ -12,6 +12,7 @@ there are and never changes an output's shape or dtype.  With
 ``verify_each=True`` the pass manager checks every pass run against its
 declaration (:func:`graphc.passes.manager.check_promise`).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
@@ -32,8 +33,7 @@ class PassInfo:
 
     __slots__ = ("name", "fn", "order", "min_level", "may", "doc")
 
-    def __init__(self, name: str, fn: Callable, order: int, min_level: int,
-                 may: frozenset) -> None:
+    def __init__(self, name: str, fn: Callable, order: int, min_level: int, may: frozenset) -> None:
         self.name = name
         self.fn = fn
         self.order = order
@@ -42,15 +42,17 @@ class PassInfo:
         self.doc = (fn.__doc__ or "").strip().split("\n")[0]
 
     def __repr__(self) -> str:
-        return (f"<pass {self.name!r}: order {self.order}, opt_level >= {self.min_level}, "
-                f"may {', '.join(sorted(self.may)) or 'change nothing'}>")
+        return (
+            f"<pass {self.name!r}: order {self.order}, opt_level >= {self.min_level}, "
+            f"may {', '.join(sorted(self.may)) or 'change nothing'}>"
+        )
 
 
-REGISTRY: dict = {}                 # name -> PassInfo
+REGISTRY: dict = {}  # name -> PassInfo
 # The two tables the pass manager reads; kept in step with REGISTRY by register_pass and
 # unregister_pass (tools and tests may also patch them directly, e.g. bisect experiments).
-PASSES: dict = {}                   # name -> fn(graph) -> changed
-PIPELINES: dict = {}                # opt_level -> tuple of pass names, in order
+PASSES: dict = {}  # name -> fn(graph) -> changed
+PIPELINES: dict = {}  # opt_level -> tuple of pass names, in order
 
 
 def _rebuild() -> None:
@@ -58,12 +60,12 @@ def _rebuild() -> None:
     PASSES.clear()
     PASSES.update((p.name, p.fn) for p in infos)
     PIPELINES.clear()
-    PIPELINES.update((lvl, tuple(p.name for p in infos if p.min_level <= lvl))
-                     for lvl in LEVELS)
+    PIPELINES.update((lvl, tuple(p.name for p in infos if p.min_level <= lvl)) for lvl in LEVELS)
 
 
-def register_pass(name: str, *, order: int, min_level: int = 2,
-                  may: Iterable[str] = ()) -> Callable:
+def register_pass(
+    name: str, *, order: int, min_level: int = 2, may: Iterable[str] = ()
+) -> Callable:
     """Decorator: register ``fn(graph) -> changed`` as the pass ``name``.
 
     ``order`` places it in the pipeline (smaller runs first), ``min_level`` is the
@@ -73,8 +75,9 @@ def register_pass(name: str, *, order: int, min_level: int = 2,
     may = frozenset(may)
     unknown = may - set(CHANGES)
     if unknown:
-        raise ValueError(f"pass {name!r} declares unknown changes {sorted(unknown)}; "
-                         f"known: {', '.join(CHANGES)}")
+        raise ValueError(
+            f"pass {name!r} declares unknown changes {sorted(unknown)}; known: {', '.join(CHANGES)}"
+        )
     if min_level not in LEVELS[1:]:
         raise ValueError(f"min_level must be 1, 2 or 3, got {min_level!r}")
 

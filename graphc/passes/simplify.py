@@ -17,6 +17,7 @@ docs/passes.md for the one rule that rounds differently and the rewrites that
 are deliberately absent).  The pass counts how often each rule fired in the
 running pass's statistics (``PassResult.stats``).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -104,22 +105,26 @@ def _same(g: Graph, n: int, cand: Optional[int]) -> Optional[int]:
 
 def _x_op_c(value) -> Callable:
     """``x <op> value`` -> x"""
-    return lambda g, n, d: _same(g, n, d["operands"][0]) if _is(g, d["operands"][1], value) \
-        else None
+    return lambda g, n, d: (
+        _same(g, n, d["operands"][0]) if _is(g, d["operands"][1], value) else None
+    )
 
 
 def _c_op_x(value) -> Callable:
     """``value <op> x`` -> x, when ``x <op> value`` did not match"""
+
     def guard(g, n, d):
         a, b = d["operands"]
         if _is(g, b, value) or not _is(g, a, value):
             return None
         return _same(g, n, b)
+
     return guard
 
 
 def _int_add_zero(first: bool) -> Callable:
     """integer ``x + 0`` / ``0 + x`` -> x, when neither -0.0 rule matched"""
+
     def guard(g, n, d):
         if _kind(d) not in "iub":
             return None
@@ -129,6 +134,7 @@ def _int_add_zero(first: bool) -> Callable:
         if first:
             return _same(g, n, a) if _is(g, b, 0) else None
         return _same(g, n, b) if not _is(g, b, 0) and _is(g, a, 0) else None
+
     return guard
 
 
@@ -150,8 +156,7 @@ def _operand(g, n, d):
 
 def _to_same_shape(g, n, d):
     x = d["operands"][0]
-    return _same(g, n, x) if tuple(d["attrs"]["shape"]) == tuple(g.nx.nodes[x]["shape"]) \
-        else None
+    return _same(g, n, x) if tuple(d["attrs"]["shape"]) == tuple(g.nx.nodes[x]["shape"]) else None
 
 
 def _identity_perm(g, n, d):
@@ -184,7 +189,7 @@ def _square(g, n, d):
 
 
 def _to_mul_self(g, n, d, x) -> None:
-    _replace_op(g, n, "mul", (x, x), {})                          # x**2 -> x*x (exact)
+    _replace_op(g, n, "mul", (x, x), {})  # x**2 -> x*x (exact)
 
 
 def _times_minus_one(first: bool) -> Callable:
@@ -193,11 +198,12 @@ def _times_minus_one(first: bool) -> Callable:
             return None
         x, c = d["operands"] if first else reversed(d["operands"])
         return x if _is(g, c, -1) and _same_type(g, x, n) else None
+
     return guard
 
 
 def _to_neg(g, n, d, x) -> None:
-    _replace_op(g, n, "neg", (x,), {})                            # x*(-1) -> -x (exact)
+    _replace_op(g, n, "neg", (x,), {})  # x*(-1) -> -x (exact)
 
 
 def _of_same_op(g, n, d):
@@ -232,7 +238,7 @@ def _sum_of_broadcast_guard(g, n, d):
     for a in axes:
         count *= es[a]
     if count == 0:
-        return None         # an empty sum is 0, but inf * 0 or nan * 0 is nan
+        return None  # an empty sum is 0, but inf * 0 or nan * 0 is nan
     return x, xs, es, padded, axes, count
 
 
@@ -247,17 +253,24 @@ def _sum_of_broadcast(g, n, d, match) -> None:
     r = x
     if keep != xs:
         if int(np.prod(keep)) == int(np.prod(xs)):
-            r = g.add_node("reshape", (x,), {"shape": keep}, src=src, role=d["role"],
-                           by="simplify")
+            r = g.add_node("reshape", (x,), {"shape": keep}, src=src, role=d["role"], by="simplify")
         else:
-            r = g.add_node("expand", (g.add_node("reshape", (x,), {"shape": padded}, src=src,
-                                                 role=d["role"], by="simplify"),),
-                           {"shape": tuple(padded[i] if i in axes else es[i]
-                                           for i in range(len(es)))}, src=src, role=d["role"],
-                           by="simplify")
+            r = g.add_node(
+                "expand",
+                (
+                    g.add_node(
+                        "reshape", (x,), {"shape": padded}, src=src, role=d["role"], by="simplify"
+                    ),
+                ),
+                {"shape": tuple(padded[i] if i in axes else es[i] for i in range(len(es)))},
+                src=src,
+                role=d["role"],
+                by="simplify",
+            )
             if not d["attrs"]["keepdim"]:
-                r = g.add_node("reshape", (r,), {"shape": keep}, src=src, role=d["role"],
-                               by="simplify")
+                r = g.add_node(
+                    "reshape", (r,), {"shape": keep}, src=src, role=d["role"], by="simplify"
+                )
     c = g.add_const(np.asarray(count, dtype=d["dtype"]), src=src, role=d["role"], by="simplify")
     m = g.add_node("mul", (r, c), {}, src=src, role=d["role"], by="simplify")
     # numpy's sum starts from +0.0, so a sum of -0.0 is +0.0: "+ 0.0" keeps that (and is
@@ -283,7 +296,7 @@ RULES: list = [
     Rule("x**1", ("pow",), _x_op_c(1), _use),
     Rule("neg(neg x)", ("neg",), _neg_neg, _use),
     Rule("copy", ("copy",), _operand, _use),
-    Rule("detach", ("detach",), _operand, _use),   # values only: gradients were taken
+    Rule("detach", ("detach",), _operand, _use),  # values only: gradients were taken
     Rule("reshape to the same shape", ("reshape",), _to_same_shape, _use),
     Rule("expand to the same shape", ("expand",), _to_same_shape, _use),
     Rule("identity transpose", ("transpose",), _identity_perm, _use),
@@ -327,8 +340,9 @@ def remove_rule(name: str) -> None:
 _index()
 
 
-@register_pass("simplify", order=10,
-               may=("add nodes", "remove nodes", "rewrite nodes", "redirect uses"))
+@register_pass(
+    "simplify", order=10, may=("add nodes", "remove nodes", "rewrite nodes", "redirect uses")
+)
 def simplify(g: Graph) -> bool:
     """Algebraic simplification by a rule table; every rule is exact for all floats."""
     ctx = current()

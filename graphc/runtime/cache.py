@@ -36,6 +36,7 @@ Two caches live here:
   replaced.  A tampered entry (bad magic, header, size, key or checksum) is a
   miss too, and is removed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,9 +52,18 @@ import weakref
 from typing import Any, Optional, Union
 
 __all__ = [
-    "DEFAULT_ENGINE_LIMIT", "set_engine_limit", "engine_limit", "live_engines", "evictions",
-    "DiskCache", "DiskCacheWarning", "enable_disk_cache", "disable_disk_cache",
-    "disk_cache_dir", "default_cache_dir", "resolve_disk_cache",
+    "DEFAULT_ENGINE_LIMIT",
+    "set_engine_limit",
+    "engine_limit",
+    "live_engines",
+    "evictions",
+    "DiskCache",
+    "DiskCacheWarning",
+    "enable_disk_cache",
+    "disable_disk_cache",
+    "disk_cache_dir",
+    "default_cache_dir",
+    "resolve_disk_cache",
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -63,8 +73,8 @@ DEFAULT_ENGINE_LIMIT = 512
 
 _lru_lock = threading.Lock()
 _limit: Optional[int] = DEFAULT_ENGINE_LIMIT
-_live: dict = {}                 # token -> (weakref to entry, weakref to owner); under _lru_lock
-_dead: list = []                 # tokens of entries garbage collected (appended lock-free)
+_live: dict = {}  # token -> (weakref to entry, weakref to owner); under _lru_lock
+_dead: list = []  # tokens of entries garbage collected (appended lock-free)
 _tokens = itertools.count(1)
 _evicted = [0]
 
@@ -133,7 +143,7 @@ def _enforce(keep: Optional[int]) -> None:
         cands = []
         for token, (eref, oref) in list(_live.items()):
             e, o = eref(), oref()
-            if e is None or o is None:      # owner gone: whoever still holds the entry owns it
+            if e is None or o is None:  # owner gone: whoever still holds the entry owns it
                 _live.pop(token, None)
                 continue
             cands.append((e.stamp, token, e, o))
@@ -177,7 +187,7 @@ def default_cache_dir() -> str:
     return os.path.join(base, "graphc")
 
 
-_global_path: Optional[str] = None        # set by enable_disk_cache
+_global_path: Optional[str] = None  # set by enable_disk_cache
 _instances: dict = {}
 _instances_lock = threading.Lock()
 
@@ -289,8 +299,10 @@ class DiskCache:
         self.hits = self.misses = self.stores = self.rejected = 0
 
     def __repr__(self) -> str:
-        return (f"<graphc DiskCache {self.path!r} hits={self.hits} misses={self.misses} "
-                f"stores={self.stores} rejected={self.rejected}>")
+        return (
+            f"<graphc DiskCache {self.path!r} hits={self.hits} misses={self.misses} "
+            f"stores={self.stores} rejected={self.rejected}>"
+        )
 
     # --- the directory -----------------------------------------------------------
     def usable(self) -> bool:
@@ -300,8 +312,11 @@ class DiskCache:
                 if self._checked is None:
                     problem = self._prepare()
                     if problem is not None:
-                        warnings.warn(f"graphc: disk cache disabled: {problem}",
-                                      DiskCacheWarning, stacklevel=2)
+                        warnings.warn(
+                            f"graphc: disk cache disabled: {problem}",
+                            DiskCacheWarning,
+                            stacklevel=2,
+                        )
                     self._checked = problem is None
         return self._checked
 
@@ -313,7 +328,7 @@ class DiskCache:
                 os.makedirs(parent, mode=0o700, exist_ok=True)
             try:
                 os.mkdir(path, 0o700)
-                os.chmod(path, 0o700)        # the umask may have removed bits; never adds any
+                os.chmod(path, 0o700)  # the umask may have removed bits; never adds any
             except FileExistsError:
                 pass
             st = os.stat(path)
@@ -322,11 +337,15 @@ class DiskCache:
         if not stat.S_ISDIR(st.st_mode):
             return f"{path!r} is not a directory"
         if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            return (f"{path!r} is owned by uid {st.st_uid}, not by this user "
-                    f"(uid {os.getuid()}); another user could plant object code there")
+            return (
+                f"{path!r} is owned by uid {st.st_uid}, not by this user "
+                f"(uid {os.getuid()}); another user could plant object code there"
+            )
         if st.st_mode & 0o022:
-            return (f"{path!r} is writable by group or others (mode "
-                    f"{stat.S_IMODE(st.st_mode):04o}); chmod 700 it to use it as a cache")
+            return (
+                f"{path!r} is writable by group or others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); chmod 700 it to use it as a cache"
+            )
         return None
 
     # --- keys -----------------------------------------------------------------------
@@ -339,6 +358,7 @@ class DiskCache:
         from . import llvm_engine
         from .._version import __version__
         from ..backend import blas
+
         parts = {
             "format": FORMAT_VERSION,
             "graph": graph_key_text(graph),
@@ -369,7 +389,7 @@ class DiskCache:
         except OSError as e:
             self._reject(fname, f"cannot stat it ({e})", remove=False)
             return None
-        if not _ours(before):           # not even opened: a FIFO would block, a device act
+        if not _ours(before):  # not even opened: a FIFO would block, a device act
             self._reject(fname, "not a regular file owned by this user", remove=False)
             return None
         try:
@@ -412,8 +432,8 @@ class DiskCache:
         if end < 0:
             return None, "header missing or truncated"
         try:
-            header = json.loads(blob[len(MAGIC):end].decode("utf-8"))
-        except (ValueError, RecursionError):    # also nesting, ints of > 4300 digits
+            header = json.loads(blob[len(MAGIC) : end].decode("utf-8"))
+        except (ValueError, RecursionError):  # also nesting, ints of > 4300 digits
             return None, "header is not valid JSON"
         if not isinstance(header, dict):
             return None, "header is not a JSON object"
@@ -421,7 +441,7 @@ class DiskCache:
             return None, f"format version {header.get('format')!r}, expected {FORMAT_VERSION}"
         if header.get("key") != key:
             return None, "entry belongs to another key (foreign or renamed file)"
-        payload = blob[end + 1:]
+        payload = blob[end + 1 :]
         size = header.get("size")
         if not isinstance(size, int) or size != len(payload) or size == 0:
             return None, f"payload is {len(payload)} bytes, header says {size!r} (truncated?)"
@@ -434,16 +454,24 @@ class DiskCache:
         self.misses += 1
         if remove:
             _remove_ours(fname)
-        warnings.warn(f"graphc: ignoring disk cache entry {fname}: {why}; recompiling",
-                      DiskCacheWarning, stacklevel=3)
+        warnings.warn(
+            f"graphc: ignoring disk cache entry {fname}: {why}; recompiling",
+            DiskCacheWarning,
+            stacklevel=3,
+        )
 
     def store(self, key: str, payload: bytes, name: str = "") -> bool:
         """Write an entry atomically (temp file in the same directory, then rename)."""
         if not payload or not self.usable():
             return False
-        header = {"format": FORMAT_VERSION, "key": key, "size": len(payload),
-                  "sha256": hashlib.sha256(payload).hexdigest(), "name": str(name)[:200],
-                  "created": int(time.time())}
+        header = {
+            "format": FORMAT_VERSION,
+            "key": key,
+            "size": len(payload),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "name": str(name)[:200],
+            "created": int(time.time()),
+        }
         blob = MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + payload
         fname = self.file_for(key)
         try:
@@ -451,8 +479,11 @@ class DiskCache:
         except OSError:
             there = None
         if there is not None and not _ours(there):
-            warnings.warn(f"graphc: not replacing {fname}: it is not a regular file owned by "
-                          "this user", DiskCacheWarning, stacklevel=2)
+            warnings.warn(
+                f"graphc: not replacing {fname}: it is not a regular file owned by this user",
+                DiskCacheWarning,
+                stacklevel=2,
+            )
             return False
         tmp = None
         try:
@@ -462,8 +493,11 @@ class DiskCache:
             os.replace(tmp, fname)
             tmp = None
         except OSError as e:
-            warnings.warn(f"graphc: could not write disk cache entry in {self.path}: {e}",
-                          DiskCacheWarning, stacklevel=2)
+            warnings.warn(
+                f"graphc: could not write disk cache entry in {self.path}: {e}",
+                DiskCacheWarning,
+                stacklevel=2,
+            )
             return False
         finally:
             if tmp is not None:
@@ -477,8 +511,11 @@ class DiskCache:
     def entries(self) -> list:
         """Paths of the entries currently stored."""
         try:
-            return sorted(os.path.join(self.path, f) for f in os.listdir(self.path)
-                          if f.endswith(SUFFIX) and not f.startswith("."))
+            return sorted(
+                os.path.join(self.path, f)
+                for f in os.listdir(self.path)
+                if f.endswith(SUFFIX) and not f.startswith(".")
+            )
         except OSError:
             return []
 
@@ -487,8 +524,13 @@ class DiskCache:
         return sum(_remove_ours(p) for p in self.entries())
 
 
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) |
-               getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+)
 
 
 def _ours(st: os.stat_result) -> bool:
@@ -511,8 +553,9 @@ def _remove_ours(fname: str) -> bool:
 SLIM_ENGINES = True
 
 
-def load_or_compile(module_factory, disk: Optional[DiskCache], key: Optional[str],
-                    opt_level: int, name: str):
+def load_or_compile(
+    module_factory, disk: Optional[DiskCache], key: Optional[str], opt_level: int, name: str
+):
     """(JitModule, how) for a plan: from the disk cache when possible, else compiled.
 
     ``module_factory()`` builds the llvmlite module (only called on a miss);
@@ -527,14 +570,16 @@ def load_or_compile(module_factory, disk: Optional[DiskCache], key: Optional[str
     The IR texts are kept, so ``llvm_ir()`` and ``asm()`` still work.
     """
     from . import llvm_engine
+
     if disk is not None and key is not None:
         payload = disk.load(key)
         if payload is not None:
             from ..backend import blas
-            blas.available()        # the code may call gemm: its symbol must be registered
+
+            blas.available()  # the code may call gemm: its symbol must be registered
             try:
                 return llvm_engine.load_object_code(payload, name=name), "disk-hit"
-            except llvm_engine.JitError as e:       # verified bytes LLVM still refuses: recompile
+            except llvm_engine.JitError as e:  # verified bytes LLVM still refuses: recompile
                 disk._reject(disk.file_for(key), str(e))
     mod = llvm_engine.compile_module(module_factory(), opt_level, name=name)
     try:
@@ -546,12 +591,16 @@ def load_or_compile(module_factory, disk: Optional[DiskCache], key: Optional[str
         how = "disk-stored"
     if SLIM_ENGINES and code is not None:
         try:
-            slim = llvm_engine.load_object_code(code, name=name, function_names=mod.function_names,
-                                        llvm_ir=mod.llvm_ir(optimized=False),
-                                        optimized_ir=mod.llvm_ir(optimized=True))
-        except llvm_engine.JitError:            # keep the big engine: correct, only larger
+            slim = llvm_engine.load_object_code(
+                code,
+                name=name,
+                function_names=mod.function_names,
+                llvm_ir=mod.llvm_ir(optimized=False),
+                optimized_ir=mod.llvm_ir(optimized=True),
+            )
+        except llvm_engine.JitError:  # keep the big engine: correct, only larger
             return mod, how
-        slim.opt_level = opt_level      # asm() regenerates code at the level it was built with
+        slim.opt_level = opt_level  # asm() regenerates code at the level it was built with
         mod.close()
         mod = slim
     return mod, how

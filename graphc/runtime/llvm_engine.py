@@ -1,4 +1,5 @@
-"""The LLVM engine wrapper (thread-safe): LLVM IR text (or an llvmlite.ir.Module) in, callable addresses out.
+"""The LLVM engine wrapper (thread-safe): LLVM IR text (or an llvmlite.ir.Module) in,
+callable addresses out.
 
 Every compiled module gets its own LLVM context and its own MCJIT execution
 engine, so modules never see each other's symbols (two modules may both define
@@ -80,8 +81,11 @@ def _new_lock_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_hold_for_fork, after_in_parent=_release_after_fork,
-                        after_in_child=_new_lock_in_child)
+    os.register_at_fork(
+        before=_hold_for_fork,
+        after_in_parent=_release_after_fork,
+        after_in_child=_new_lock_in_child,
+    )
 
 # id(JitModule) -> (engine, context): see JitModule.__init__
 _LIVE: dict = {}
@@ -146,8 +150,8 @@ def _target_machine(opt_level: int) -> llvm.TargetMachine:
     triple, cpu, features = _host()
     target = llvm.Target.from_triple(triple)
     return target.create_target_machine(
-        cpu=cpu, features=features, opt=opt_level, reloc="default",
-        codemodel="jitdefault", jit=True)
+        cpu=cpu, features=features, opt=opt_level, reloc="default", codemodel="jitdefault", jit=True
+    )
 
 
 def _check_opt_level(opt_level: int) -> int:
@@ -191,10 +195,18 @@ class JitModule:
     frees the machine code.
     """
 
-    def __init__(self, *, name: str, opt_level: int | None,
-                 engine: llvm.ExecutionEngine, context: llvm.ContextRef,
-                 object_code: bytes | None, ir_before: str | None,
-                 ir_after: str | None, function_names: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        opt_level: int | None,
+        engine: llvm.ExecutionEngine,
+        context: llvm.ContextRef,
+        object_code: bytes | None,
+        ir_before: str | None,
+        ir_after: str | None,
+        function_names: tuple[str, ...],
+    ) -> None:
         self.name = name
         self.opt_level = opt_level
         self.function_names = function_names
@@ -227,8 +239,9 @@ class JitModule:
             addr = self._engine.get_function_address(name)
         if not addr:
             known = ", ".join(self.function_names) or "unknown (loaded from object code)"
-            raise JitError(f"no function {name!r} in JIT module {self.name!r}; "
-                           f"defined functions: {known}")
+            raise JitError(
+                f"no function {name!r} in JIT module {self.name!r}; defined functions: {known}"
+            )
         self._addresses[name] = addr
         return addr
 
@@ -236,9 +249,11 @@ class JitModule:
         """LLVM IR text after (default) or before the optimisation pipeline."""
         text = self._ir_after if optimized else self._ir_before
         if text is None:
-            raise JitError(f"JIT module {self.name!r} was loaded from object code "
-                           "without its IR text; pass llvm_ir=/optimized_ir= to "
-                           "load_object_code to keep it")
+            raise JitError(
+                f"JIT module {self.name!r} was loaded from object code "
+                "without its IR text; pass llvm_ir=/optimized_ir= to "
+                "load_object_code to keep it"
+            )
         return text
 
     def asm(self) -> str:
@@ -287,8 +302,7 @@ class JitModule:
             pass
 
 
-def _new_engine(module: llvm.ModuleRef, opt_level: int
-                ) -> tuple[llvm.ExecutionEngine, list[bytes]]:
+def _new_engine(module: llvm.ModuleRef, opt_level: int) -> tuple[llvm.ExecutionEngine, list[bytes]]:
     """An MCJIT engine owning ``module``, plus a list that will receive its object file."""
     tm = _target_machine(opt_level)
     engine = llvm.create_mcjit_compiler(module, tm)  # the engine now owns tm
@@ -297,8 +311,9 @@ def _new_engine(module: llvm.ModuleRef, opt_level: int
     return engine, captured
 
 
-def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
-                   name: str | None = None) -> JitModule:
+def compile_module(
+    llvm_ir: str | ir.Module, opt_level: int = 3, *, name: str | None = None
+) -> JitModule:
     """Parse, verify, optimise at ``opt_level`` (0 = no passes) and JIT-compile for the host.
 
     ``llvm_ir`` is LLVM IR text or an ``llvmlite.ir.Module``.  The module's
@@ -312,7 +327,7 @@ def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
     if name is None:
         name = llvm_ir.name if isinstance(llvm_ir, ir.Module) else "<llvm ir>"
     try:
-        irtext.check(text)      # a stray \r or NUL would let a name or comment become code
+        irtext.check(text)  # a stray \r or NUL would let a name or comment become code
     except ValueError as exc:
         raise JitError(f"refusing to compile module {name!r}: {exc}") from None
     _ensure_initialized()
@@ -323,8 +338,9 @@ def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
             try:
                 module = llvm.parse_assembly(text, context=context)
             except RuntimeError as exc:
-                raise JitError(f"LLVM could not parse module {name!r}: {exc}\n"
-                               f"{_first_lines(text)}") from None
+                raise JitError(
+                    f"LLVM could not parse module {name!r}: {exc}\n{_first_lines(text)}"
+                ) from None
             try:
                 module.verify()
             except RuntimeError as exc:
@@ -351,15 +367,26 @@ def compile_module(llvm_ir: str | ir.Module, opt_level: int = 3, *,
                 module.close()
             context.close()
             raise
-    return JitModule(name=name, opt_level=opt_level, engine=engine, context=context,
-                     object_code=captured[0] if captured else None,
-                     ir_before=text, ir_after=ir_after, function_names=functions)
+    return JitModule(
+        name=name,
+        opt_level=opt_level,
+        engine=engine,
+        context=context,
+        object_code=captured[0] if captured else None,
+        ir_before=text,
+        ir_after=ir_after,
+        function_names=functions,
+    )
 
 
-def load_object_code(data: bytes, *, name: str = "<object code>",
-                     function_names: tuple[str, ...] = (),
-                     llvm_ir: str | None = None,
-                     optimized_ir: str | None = None) -> JitModule:
+def load_object_code(
+    data: bytes,
+    *,
+    name: str = "<object code>",
+    function_names: tuple[str, ...] = (),
+    llvm_ir: str | None = None,
+    optimized_ir: str | None = None,
+) -> JitModule:
     """Load an object file from :meth:`JitModule.object_code` without recompiling.
 
     The caller must have checked :func:`host_cpu_key` (the code may use CPU
@@ -385,8 +412,9 @@ def load_object_code(data: bytes, *, name: str = "<object code>",
             engine, _ = _new_engine(empty, 2)
             obj = llvm.ObjectFileRef.from_data(bytes(data))
             if not obj._ptr:  # LLVM rejected it; passing it on would crash
-                raise JitError(f"could not load object code for {name!r}: "
-                               "not an object file LLVM understands")
+                raise JitError(
+                    f"could not load object code for {name!r}: not an object file LLVM understands"
+                )
             try:
                 engine.add_object_file(obj)
                 engine.finalize_object()
@@ -399,6 +427,13 @@ def load_object_code(data: bytes, *, name: str = "<object code>",
                 empty.close()
             context.close()
             raise
-    return JitModule(name=name, opt_level=None, engine=engine, context=context,
-                     object_code=bytes(data), ir_before=llvm_ir,
-                     ir_after=optimized_ir, function_names=tuple(function_names))
+    return JitModule(
+        name=name,
+        opt_level=None,
+        engine=engine,
+        context=context,
+        object_code=bytes(data),
+        ir_before=llvm_ir,
+        ir_after=optimized_ir,
+        function_names=tuple(function_names),
+    )

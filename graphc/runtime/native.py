@@ -10,6 +10,7 @@ from numpy's array struct, allocates the outputs with numpy's own
 ``PyArray_New`` and returns them as a tuple.  The struct offsets, the C-API
 functions it calls and numpy's C-API table are checked once, here, at import.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,17 +29,23 @@ from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
 from . import cache, llvm_engine as jit, parallel, pool
 
-_PYAPI = ("PyTuple_New", "PyLong_FromSsize_t", "Py_IncRef", "Py_DecRef", "PyEval_SaveThread",
-          "PyEval_RestoreThread")
-_PyArray_New_SLOT = 93          # numpy's C-API table (stable since numpy 1.0)
+_PYAPI = (
+    "PyTuple_New",
+    "PyLong_FromSsize_t",
+    "Py_IncRef",
+    "Py_DecRef",
+    "PyEval_SaveThread",
+    "PyEval_RestoreThread",
+)
+_PyArray_New_SLOT = 93  # numpy's C-API table (stable since numpy 1.0)
 _PyArray_Type_SLOT = 2
 
 
 def _numpy_api_table() -> "ctypes.Array":
     """numpy's C-API function table (what ``import_array()`` gives C extensions)."""
     try:
-        from numpy._core import _multiarray_umath as mu          # numpy >= 2
-    except ImportError:                                          # pragma: no cover
+        from numpy._core import _multiarray_umath as mu  # numpy >= 2
+    except ImportError:  # pragma: no cover
         from numpy.core import _multiarray_umath as mu
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
@@ -65,8 +72,10 @@ def _check_abi() -> Optional[str]:
         if tflags & abi.NPY_C_CONTIGUOUS:
             return "flags offset differs (transposed array reads as C-contiguous)"
         tup = (a, t)
-        items = [ctypes.c_void_p.from_address(id(tup) + abi.TUPLE_ITEMS_OFFSET + 8 * i).value
-                 for i in range(2)]
+        items = [
+            ctypes.c_void_p.from_address(id(tup) + abi.TUPLE_ITEMS_OFFSET + 8 * i).value
+            for i in range(2)
+        ]
         if items != [id(a), id(t)]:
             return "tuple item offset differs"
         if ctypes.c_void_p.from_address(id(tup) + abi.OB_TYPE_OFFSET).value != id(tuple):
@@ -76,19 +85,31 @@ def _check_abi() -> Optional[str]:
         table = _numpy_api_table()
         if table[_PyArray_Type_SLOT] != id(np.ndarray):
             return "numpy's C-API table does not start as expected"
-        new = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_int, ctypes.c_void_p,
-                                ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                ctypes.c_void_p)(table[_PyArray_New_SLOT])
+        new = ctypes.PYFUNCTYPE(
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_ssize_t),
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        )(table[_PyArray_New_SLOT])
         dims = (ctypes.c_ssize_t * 2)(2, 3)
         p = new(id(np.ndarray), 2, dims, np.dtype(np.int32).num, None, None, 0, 0, None)
         if not p:
             return "numpy's PyArray_New failed"
-        made = ctypes.cast(p, ctypes.py_object).value        # a second reference ...
-        ctypes.pythonapi.Py_DecRef(ctypes.py_object(made))   # ... and the new one dropped
-        if made.__class__ is not np.ndarray or made.shape != (2, 3) or \
-                made.dtype != np.int32 or not made.flags.c_contiguous or \
-                sys.getrefcount(made) != 2:
+        made = ctypes.cast(p, ctypes.py_object).value  # a second reference ...
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(made))  # ... and the new one dropped
+        if (
+            made.__class__ is not np.ndarray
+            or made.shape != (2, 3)
+            or made.dtype != np.int32
+            or not made.flags.c_contiguous
+            or sys.getrefcount(made) != 2
+        ):
             return "numpy's PyArray_New does not make the arrays expected"
     except Exception as e:  # pragma: no cover - exotic Python builds
         return f"probe failed: {e}"
@@ -101,8 +122,10 @@ ABI_PROBLEM = _check_abi()
 def _register_symbols() -> None:
     """Give JIT code the addresses of the C API it calls (``lower.PY_SYMBOLS``), the
     type objects it compares against and the thread count, under stable names."""
-    addrs = {"graphc_" + n: ctypes.cast(getattr(ctypes.pythonapi, n), ctypes.c_void_p).value
-             for n in _PYAPI}
+    addrs = {
+        "graphc_" + n: ctypes.cast(getattr(ctypes.pythonapi, n), ctypes.c_void_p).value
+        for n in _PYAPI
+    }
     addrs["graphc_PyArray_New"] = _numpy_api_table()[_PyArray_New_SLOT]
     addrs["graphc_PyArray_Type"] = id(np.ndarray)
     addrs["graphc_PyTuple_Type"] = id(tuple)
@@ -132,13 +155,18 @@ def register_blas() -> None:
 
 class _MethodDef(ctypes.Structure):
     """CPython's ``PyMethodDef``."""
-    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
-                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+    _fields_ = [
+        ("ml_name", ctypes.c_char_p),
+        ("ml_meth", ctypes.c_void_p),
+        ("ml_flags", ctypes.c_int),
+        ("ml_doc", ctypes.c_char_p),
+    ]
 
 
 _METH_O = 0x0008
 _new_cfunction = ctypes.pythonapi.PyCFunction_NewEx
-_new_cfunction.restype = ctypes.py_object             # a new reference, which ctypes takes
+_new_cfunction.restype = ctypes.py_object  # a new reference, which ctypes takes
 _new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
 
 
@@ -154,35 +182,51 @@ def _builtin(module: "jit.JitModule", symbol: str):
 class NativeExecutable:
     """A compiled graph: ``run(arrays) -> tuple of new output arrays``."""
 
-    def __init__(self, graph: Graph, opt_level: int = 3, name: Optional[str] = None,
-                 fuse: Optional[bool] = None, poison: bool = False,
-                 disk_cache: Optional["cache.DiskCache"] = None,
-                 inplace: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        opt_level: int = 3,
+        name: Optional[str] = None,
+        fuse: Optional[bool] = None,
+        poison: bool = False,
+        disk_cache: Optional["cache.DiskCache"] = None,
+        inplace: Optional[dict] = None,
+    ) -> None:
         if ABI_PROBLEM is not None:
-            raise GraphcError(f"the native backend cannot read numpy arrays on this build "
-                              f"({ABI_PROBLEM}); use backend='interpreter'")
+            raise GraphcError(
+                f"the native backend cannot read numpy arrays on this build "
+                f"({ABI_PROBLEM}); use backend='interpreter'"
+            )
         verify(graph, "lowering")
         self.graph = graph
-        self.name = printable(name or graph.name)     # shown in every error message
+        self.name = printable(name or graph.name)  # shown in every error message
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Schedule(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
-        if parallel_policy.needs_pool(self.plan):     # its code calls graphc_pool_run: register it first
+        if parallel_policy.needs_pool(
+            self.plan
+        ):  # its code calls graphc_pool_run: register it first
             pool.ensure()
-        if any(k.kind == "matmul" for k in self.plan.kernels):   # its code may call BLAS's gemm
+        if any(k.kind == "matmul" for k in self.plan.kernels):  # its code may call BLAS's gemm
             register_blas()
-        self._inspect = None            # a JIT module with IR text, for code from disk
+        self._inspect = None  # a JIT module with IR text, for code from disk
         key = None
         if disk_cache is not None:
             try:
                 # every option that changes the generated code is part of the key
-                key = disk_cache.key(graph, opt_level, fuse=fuse, poison=poison,
-                                     inplace=sorted(self.plan.inplace.items()))
-            except Exception:           # a graph the JSON form cannot hold: no disk caching
+                key = disk_cache.key(
+                    graph,
+                    opt_level,
+                    fuse=fuse,
+                    poison=poison,
+                    inplace=sorted(self.plan.inplace.items()),
+                )
+            except Exception:  # a graph the JSON form cannot hold: no disk caching
                 key = None
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
-        self.jit, self.cache_status = cache.load_or_compile(self._lower, disk_cache, key,
-                                                            opt_level, self.name)
+        self.jit, self.cache_status = cache.load_or_compile(
+            self._lower, disk_cache, key, opt_level, self.name
+        )
         self._init_call()
 
     def _lower(self):
@@ -193,10 +237,12 @@ class NativeExecutable:
     def _init_call(self) -> None:
         g = self.graph
         self.n_in = len(g.inputs)
-        self.out_specs = [(tuple(g.nx.nodes[o]["shape"]), np.dtype(g.nx.nodes[o]["dtype"]))
-                          for o in g.outputs]
-        self.in_specs = [(tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"]))
-                         for i in g.inputs]
+        self.out_specs = [
+            (tuple(g.nx.nodes[o]["shape"]), np.dtype(g.nx.nodes[o]["dtype"])) for o in g.outputs
+        ]
+        self.in_specs = [
+            (tuple(g.nx.nodes[i]["shape"]), np.dtype(g.nx.nodes[i]["dtype"])) for i in g.inputs
+        ]
         # small graphs keep the GIL (cheaper call); big ones release it while running
         self.releases_gil = parallel_policy.releases_gil(self.plan)
         self._native = _builtin(self.jit, abi.ENTRY)
@@ -215,13 +261,16 @@ class NativeExecutable:
             arrays = tuple(arrays)
         if len(arrays) != self.n_in:
             raise GraphcError(f"{self.name}: takes {self.n_in} input arrays, got {len(arrays)}")
-        arrays = tuple(a if type(a) is np.ndarray else self._base_array(k, a)
-                       for k, a in enumerate(arrays))
+        arrays = tuple(
+            a if type(a) is np.ndarray else self._base_array(k, a) for k, a in enumerate(arrays)
+        )
         for k, (a, (shape, dt)) in enumerate(zip(arrays, self.in_specs)):
             if a.shape != shape or a.dtype != dt:
-                raise GraphcError(f"{self.name}: input {k} is {a.dtype}{list(a.shape)}, compiled "
-                                  f"for {dt}{list(shape)}; pass an array of that shape and dtype "
-                                  "(or call the CompiledFunction, which recompiles)")
+                raise GraphcError(
+                    f"{self.name}: input {k} is {a.dtype}{list(a.shape)}, compiled "
+                    f"for {dt}{list(shape)}; pass an array of that shape and dtype "
+                    "(or call the CompiledFunction, which recompiles)"
+                )
         return self.run_trusted(arrays)
 
     def _base_array(self, k: int, a) -> np.ndarray:
@@ -230,11 +279,15 @@ class NativeExecutable:
         on the real type, never on ``__class__``, which any object can fake."""
         t = type(a)
         if not issubclass(t, np.ndarray):
-            raise GraphcError(f"{self.name}: input {k} is of type {t.__name__}, not a numpy "
-                              "array; pass np.asarray(...) of it")
+            raise GraphcError(
+                f"{self.name}: input {k} is of type {t.__name__}, not a numpy "
+                "array; pass np.asarray(...) of it"
+            )
         if issubclass(t, np.ma.MaskedArray):
-            raise GraphcError(f"{self.name}: input {k} is a masked array; masks are not "
-                              "supported: pass x.filled(value) or np.ma.getdata(x)")
+            raise GraphcError(
+                f"{self.name}: input {k} is a masked array; masks are not "
+                "supported: pass x.filled(value) or np.ma.getdata(x)"
+            )
         return np.asarray(a)
 
     def run_trusted(self, arrays: tuple) -> tuple:
@@ -255,22 +308,28 @@ class NativeExecutable:
                 if type(a) is not np.ndarray:
                     a = self._base_array(k, a)
                 if a.shape != shape:
-                    raise GraphcError(f"{self.name}: input {k} has shape {a.shape} where "
-                                      f"{shape} was compiled")
+                    raise GraphcError(
+                        f"{self.name}: input {k} has shape {a.shape} where {shape} was compiled"
+                    )
                 fixed.append(np.array(a, dtype=dt, order="C", copy=True))
             outs = self._native(tuple(fixed))
             if outs.__class__ is not int:
                 return outs
             rc = outs
         if rc == abi.RC_INDEX:
-            raise IndexError(f"{self.name}: an index tensor holds a value out of range for the "
-                             "dimension it indexes")
+            raise IndexError(
+                f"{self.name}: an index tensor holds a value out of range for the "
+                "dimension it indexes"
+            )
         if rc == abi.RC_NOMEM:
-            raise MemoryError(f"{self.name}: could not allocate {self.plan.arena_bytes} bytes for "
-                              "intermediates")
+            raise MemoryError(
+                f"{self.name}: could not allocate {self.plan.arena_bytes} bytes for intermediates"
+            )
         if rc == abi.RC_ARGS:
-            raise GraphcError(f"{self.name}: the native entry takes a tuple of {self.n_in} "
-                              f"arrays, got {type(arrays).__name__} of {len(arrays)}")
+            raise GraphcError(
+                f"{self.name}: the native entry takes a tuple of {self.n_in} "
+                f"arrays, got {type(arrays).__name__} of {len(arrays)}"
+            )
         raise GraphcError(f"{self.name}: native call failed with code {rc}")
 
     # --- inspection -----------------------------------------------------------
@@ -281,7 +340,7 @@ class NativeExecutable:
             return self.jit
         if self._inspect is None:
             mod = jit.compile_module(self._lower(), self.opt_level, name=self.name)
-            mod.close()                 # only its IR text is needed (asm() re-generates code)
+            mod.close()  # only its IR text is needed (asm() re-generates code)
             self._inspect = mod
         return self._inspect
 
@@ -293,16 +352,21 @@ class NativeExecutable:
         table to tie the code back to the graph.  Names and source lines are escaped
         (``irtext.escape``): the text may be fed back to LLVM.
         """
-        lines = [f"{mark} graphc: {irtext.escape(self.graph.name)}: {len(self.plan.kernels)} "
-                 f"kernel(s), arena {self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be "
-                 f"inlined into {abi.ENTRY}"]
+        lines = [
+            f"{mark} graphc: {irtext.escape(self.graph.name)}: {len(self.plan.kernels)} "
+            f"kernel(s), arena {self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be "
+            f"inlined into {abi.ENTRY}"
+        ]
         for i, k in enumerate(self.plan.kernels):
             nodes = {n for n, _ in k.stores} | set(k.reduces)
             if k.node is not None:
                 nodes.add(k.node)
-            if k.kind == "loop":        # the elementwise nodes fused into the loop, too
-                nodes |= {n for n in self.plan.expr_nodes(self.plan.kernel_roots(k))
-                          if self.graph.nx.nodes[n]["op"] not in ("input", "const")}
+            if k.kind == "loop":  # the elementwise nodes fused into the loop, too
+                nodes |= {
+                    n
+                    for n in self.plan.expr_nodes(self.plan.kernel_roots(k))
+                    if self.graph.nx.nodes[n]["op"] not in ("input", "const")
+                }
             nodes = sorted(nodes)
             lines.append(f"{mark}   k{i}_{k.kind}:")
             lines += [f"{mark}     {irtext.escape(describe(self.graph, n))}" for n in nodes]
@@ -314,4 +378,3 @@ class NativeExecutable:
 
     def asm(self) -> str:
         return self.legend("#") + self._inspectable().asm()
-

@@ -10,6 +10,7 @@ Generated code reads the count from the C ``int32`` :data:`NATIVE` (registered
 for JIT code as ``graphc_num_threads`` by graphc.runtime.native), which
 ``STATE.n`` keeps in step.
 """
+
 from __future__ import annotations
 
 import ctypes

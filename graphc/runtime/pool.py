@@ -47,6 +47,7 @@ calling thread waits the same way for the last chunk a worker is still running.
   ``os.register_at_fork`` hook re-initializes the pool there, and the child
   starts its own workers on first use.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -121,24 +122,24 @@ class _Builder:
         def scalar(name, ty, value):
             g = ir.GlobalVariable(m, ty, name=name)
             g.initializer = ir.Constant(ty, value)
-            g.align = 64                    # one cache line each: no false sharing
+            g.align = 64  # one cache line each: no false sharing
             g.linkage = "internal"
             return g
 
         self.mutex, self.work_cv = opaque("pool_mutex"), opaque("pool_work_cv")
         self.done_cv, self.submit = opaque("pool_done_cv"), opaque("pool_submit")
-        self.job_id = scalar("job_id", I64, 0)        # atomic; 0 = no job yet
-        self.job_fn = scalar("job_fn", PTR, None)     # job fields: written and read under mutex
+        self.job_id = scalar("job_id", I64, 0)  # atomic; 0 = no job yet
+        self.job_fn = scalar("job_fn", PTR, None)  # job fields: written and read under mutex
         self.job_ctx = scalar("job_ctx", PTR, None)
         self.job_n = scalar("job_n", I64, 0)
         self.job_workers = scalar("job_workers", I64, 0)
-        self.ticket = scalar("ticket", I64, 0)        # atomic: (job << 32) | next chunk
-        self.done = scalar("done", I64, 0)            # atomic: chunks finished in this job
-        self.started = scalar("started", I64, 0)      # workers running (written by the
+        self.ticket = scalar("ticket", I64, 0)  # atomic: (job << 32) | next chunk
+        self.done = scalar("done", I64, 0)  # atomic: chunks finished in this job
+        self.started = scalar("started", I64, 0)  # workers running (written by the
         #                                               submit lock holder only)
         self.limit = scalar("worker_limit", I64, MAX_WORKERS)
         self.spin_ns = scalar("spin_ns", I64, SPIN_NS)
-        self.caller_cpu = scalar("caller_cpu", I64, -1)   # atomic: CPU of the last post
+        self.caller_cpu = scalar("caller_cpu", I64, -1)  # atomic: CPU of the last post
 
         def decl(name, ret, args):
             return ir.Function(m, ir.FunctionType(ret, args), name=name)
@@ -151,15 +152,18 @@ class _Builder:
         self.cond_wait = decl("pthread_cond_wait", I32, [PTR, PTR])
         self.cond_broadcast = decl("pthread_cond_broadcast", I32, [PTR])
         self.create = decl("pthread_create", I32, [PTR, PTR, PTR, PTR])
-        self.detach = decl("pthread_detach", I32, [I64])      # pthread_t: 8 bytes
+        self.detach = decl("pthread_detach", I32, [I64])  # pthread_t: 8 bytes
         self.clock_gettime = decl("clock_gettime", I32, [I32, PTR])
         self.sigfillset = decl("sigfillset", I32, [PTR])
         self.sigmask = decl("pthread_sigmask", I32, [I32, PTR, PTR])
         self.sched_yield = decl("sched_yield", I32, [])
         self.getcpu = decl("sched_getcpu", I32, []) if _has_symbol("sched_getcpu") else None
         triple = llvm.get_process_triple()
-        self.pause = (decl("llvm.x86.sse2.pause", VOID, [])
-                      if triple.startswith(("x86_64", "i386", "i686")) else None)
+        self.pause = (
+            decl("llvm.x86.sse2.pause", VOID, [])
+            if triple.startswith(("x86_64", "i386", "i686"))
+            else None
+        )
 
     # --- small helpers --------------------------------------------------------------
     @staticmethod
@@ -228,9 +232,9 @@ class _Builder:
         CPU by the scheduler when it is woken (a spinning one may stay where it is)."""
         f = self.function(name, ir.FunctionType(VOID, [PTR, I64]))
         p, v = f.args
-        entry, outer, inner, more, check, out = (f.append_basic_block(s) for s in
-                                                 ("entry", "outer", "inner", "more", "check",
-                                                  "out"))
+        entry, outer, inner, more, check, out = (
+            f.append_basic_block(s) for s in ("entry", "outer", "inner", "more", "check", "out")
+        )
         b = ir.IRBuilder(entry)
         i = b.alloca(I64)
         ns = b.load_atomic(self.spin_ns, "monotonic", 8, typ=I64)
@@ -266,15 +270,18 @@ class _Builder:
         if self.getcpu is None:
             return ir.Constant(I1, 0)
         cpu = b.sext(b.call(self.getcpu, []), I64)
-        return b.and_(b.icmp_signed(">=", cpu, self.c64(0)),
-                      b.icmp_signed("==", cpu, self.load_atomic(b, self.caller_cpu)))
+        return b.and_(
+            b.icmp_signed(">=", cpu, self.c64(0)),
+            b.icmp_signed("==", cpu, self.load_atomic(b, self.caller_cpu)),
+        )
 
     def _run_chunks(self):
         """Claim and run chunks of job ``id`` until none is left (or the job is gone)."""
         f = self.function("run_chunks", ir.FunctionType(VOID, [PTR, PTR, I64, I64]))
         fn, ctx, n, job = f.args
-        entry, loop, claim, run, last, out = (f.append_basic_block(s) for s in
-                                              ("entry", "loop", "claim", "run", "last", "out"))
+        entry, loop, claim, run, last, out = (
+            f.append_basic_block(s) for s in ("entry", "loop", "claim", "run", "last", "out")
+        )
         b = ir.IRBuilder(entry)
         tag = b.shl(b.and_(job, self.c64(0xFFFFFFFF)), self.c64(32))
         b.branch(loop)
@@ -290,7 +297,7 @@ class _Builder:
         _call_chunk(b, fn, ctx, c)
         d = b.add(b.atomic_rmw("add", self.done, self.c64(1), "seq_cst"), self.c64(1))
         b.cbranch(b.icmp_signed("==", d, n), last, loop)
-        b.position_at_end(last)                 # the job is complete: wake the caller
+        b.position_at_end(last)  # the job is complete: wake the caller
         b.call(self.lock_fn, [self.mutex])
         b.call(self.cond_broadcast, [self.done_cv])
         b.call(self.unlock_fn, [self.mutex])
@@ -305,16 +312,19 @@ class _Builder:
         instead of spinning."""
         f = self.function("worker", ir.FunctionType(PTR, [PTR]))
         entry, loop, spin, lock, wait, sleep, got, helpb = (
-            f.append_basic_block(s) for s in
-            ("entry", "loop", "spin", "lock", "wait", "sleep", "got", "help"))
+            f.append_basic_block(s)
+            for s in ("entry", "loop", "spin", "lock", "wait", "sleep", "got", "help")
+        )
         b = ir.IRBuilder(entry)
         k = b.ptrtoint(f.args[0], I64)
         mask = b.alloca(ir.ArrayType(ir.IntType(8), OPAQUE_BYTES))
-        b.call(self.sigfillset, [mask])       # signals go to Python's threads, never here
-        b.call(self.sigmask, [ir.Constant(I32, int(signal.SIG_BLOCK)), mask, ir.Constant(PTR, None)])
+        b.call(self.sigfillset, [mask])  # signals go to Python's threads, never here
+        b.call(
+            self.sigmask, [ir.Constant(I32, int(signal.SIG_BLOCK)), mask, ir.Constant(PTR, None)]
+        )
         seen = b.alloca(I64)
         wanted = b.alloca(I1)
-        b.store(self.c64(-1), seen)           # take part in whatever job is current
+        b.store(self.c64(-1), seen)  # take part in whatever job is current
         b.store(ir.Constant(I1, 1), wanted)
         b.branch(loop)
         b.position_at_end(loop)
@@ -354,8 +364,10 @@ class _Builder:
         null = ir.Constant(PTR, None)
         memset = self.m.declare_intrinsic("llvm.memset", [PTR, I64])
         for g in (self.mutex, self.work_cv, self.done_cv, self.submit):
-            b.call(memset, [g, ir.Constant(ir.IntType(8), 0), self.c64(OPAQUE_BYTES),
-                            ir.Constant(I1, 0)])
+            b.call(
+                memset,
+                [g, ir.Constant(ir.IntType(8), 0), self.c64(OPAQUE_BYTES), ir.Constant(I1, 0)],
+            )
         for g in (self.mutex, self.submit):
             b.call(self.mutex_init, [g, null])
         for g in (self.work_cv, self.done_cv):
@@ -371,25 +383,37 @@ class _Builder:
     def _run(self):
         f = self.function(RUN_SYMBOL, RUN_FN, internal=False)
         fn, ctx, n, nt = f.args
-        blocks = ("entry", "try", "serial", "start_cond", "start", "started", "post", "wait",
-                  "sleep", "finish", "release")
-        (entry, trylk, serial, start_cond, start, started, post, wait, sleep, finish,
-         release) = (f.append_basic_block(s) for s in blocks)
+        blocks = (
+            "entry",
+            "try",
+            "serial",
+            "start_cond",
+            "start",
+            "started",
+            "post",
+            "wait",
+            "sleep",
+            "finish",
+            "release",
+        )
+        (entry, trylk, serial, start_cond, start, started, post, wait, sleep, finish, release) = (
+            f.append_basic_block(s) for s in blocks
+        )
         b = ir.IRBuilder(entry)
         tid = b.alloca(I64)
         nt64 = b.sext(nt, I64)
         trivial = b.or_(b.icmp_signed("<=", nt64, self.c64(1)), b.icmp_signed("<=", n, self.c64(1)))
         b.cbranch(trivial, serial, trylk)
 
-        b.position_at_end(serial)              # all chunks on this thread
+        b.position_at_end(serial)  # all chunks on this thread
         self.serial(b, f, fn, ctx, n)
         b.ret_void()
 
-        b.position_at_end(trylk)               # busy (another thread's job): run serially
+        b.position_at_end(trylk)  # busy (another thread's job): run serially
         busy = b.icmp_signed("!=", b.call(self.trylock_fn, [self.submit]), ir.Constant(I32, 0))
         b.cbranch(busy, serial, start_cond)
 
-        b.position_at_end(start_cond)          # start workers up to min(nt - 1, limit)
+        b.position_at_end(start_cond)  # start workers up to min(nt - 1, limit)
         want = b.sub(nt64, self.c64(1))
         lim = b.load_atomic(self.limit, "monotonic", 8, typ=I64)
         want = b.select(b.icmp_signed("<", lim, want), lim, want)
@@ -414,7 +438,7 @@ class _Builder:
         self.serial(b, f, fn, ctx, n)
         b.branch(release)
 
-        b.position_at_end(post)                # publish the job, wake sleeping workers
+        b.position_at_end(post)  # publish the job, wake sleeping workers
         b.call(self.lock_fn, [self.mutex])
         job = b.add(self.load_atomic(b, self.job_id), self.c64(1))
         b.store(fn, self.job_fn)
@@ -429,7 +453,7 @@ class _Builder:
         b.call(self.cond_broadcast, [self.work_cv])
         b.call(self.unlock_fn, [self.mutex])
         b.call(self.run_chunks, [fn, ctx, n, job])
-        b.call(self.spin_ne, [self.done, n])   # a worker may still run its last chunk
+        b.call(self.spin_ne, [self.done, n])  # a worker may still run its last chunk
         b.call(self.lock_fn, [self.mutex])
         b.branch(wait)
         b.position_at_end(wait)
@@ -446,8 +470,10 @@ class _Builder:
 
     def _setters(self):
         """Test and tuning hooks: spin time, worker limit, workers started."""
-        for name, g in (("graphc_pool_set_spin_ns", self.spin_ns),
-                        ("graphc_pool_set_worker_limit", self.limit)):
+        for name, g in (
+            ("graphc_pool_set_spin_ns", self.spin_ns),
+            ("graphc_pool_set_worker_limit", self.limit),
+        ):
             f = self.function(name, ir.FunctionType(I64, [I64]), internal=False)
             b = ir.IRBuilder(f.append_basic_block("entry"))
             b.ret(b.atomic_rmw("xchg", g, f.args[0], "monotonic"))
@@ -468,7 +494,7 @@ _hooks: dict = {}
 
 def _new_lock_in_child() -> None:
     global _lock
-    _lock = threading.Lock()     # held by a thread of the parent: see llvm_engine._new_lock_in_child
+    _lock = threading.Lock()  # held by a thread of the parent: see llvm_engine._new_lock_in_child
 
 
 if hasattr(os, "register_at_fork"):
@@ -500,8 +526,10 @@ def ensure() -> None:
             init=init,
             spin=proto(ctypes.c_int64, ctypes.c_int64)(mod.address("graphc_pool_set_spin_ns")),
             limit=proto(ctypes.c_int64, ctypes.c_int64)(
-                mod.address("graphc_pool_set_worker_limit")),
-            started=proto(ctypes.c_int64)(mod.address("graphc_pool_started")))
+                mod.address("graphc_pool_set_worker_limit")
+            ),
+            started=proto(ctypes.c_int64)(mod.address("graphc_pool_started")),
+        )
         init()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=init)

@@ -12,6 +12,7 @@ count.  The key comes from ``eager.manual_seed`` (mixed, so compiled code's stre
 not eager's: eager and compiled code draw different numbers for one seed, as PyTorch's
 CPU and CUDA generators do), or from the OS when no seed was ever set.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,14 +25,14 @@ from eager.interop import SEED
 _lock = threading.Lock()
 _key = 0
 _counter = 0
-_seen = None                 # eager's (seed, count) the stream was made from
+_seen = None  # eager's (seed, count) the stream was made from
 
 
 def _mix(x: int) -> int:
     """splitmix64's finalizer: a seed's bits spread over the whole key."""
-    x = (x + 0x9E3779B97F4A7C15) % 2 ** 64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2 ** 64
+    x = (x + 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
     return x ^ (x >> 31)
 
 
@@ -42,12 +43,15 @@ def advance(n: int) -> np.ndarray:
     with _lock:
         seed = tuple(SEED)
         if seed != _seen:
-            _key = _mix(seed[0] % 2 ** 64) if seed[0] is not None else \
-                int.from_bytes(os.urandom(8), "little")
+            _key = (
+                _mix(seed[0] % 2**64)
+                if seed[0] is not None
+                else int.from_bytes(os.urandom(8), "little")
+            )
             _counter = 0
             _seen = seed
         out = np.array([_key, _counter], np.uint64).view(np.int64)
-        _counter = (_counter + int(n)) % 2 ** 64
+        _counter = (_counter + int(n)) % 2**64
         return out
 
 

@@ -8,6 +8,7 @@ importable -- they are never dependencies.
     graphc bench --quick    # fewer repeats
     graphc bench --json
 """
+
 from __future__ import annotations
 
 import gc
@@ -28,7 +29,7 @@ from ..api import compile as graphc_compile
 from ..transforms import value_and_grad
 from .workloads import D_IN, D_OUT, H, LEARNING_RATE as LR, N, seed_functions, seed_step
 
-mlp_step = seed_step         # the seeds' training step (graphc.tools.workloads)
+mlp_step = seed_step  # the seeds' training step (graphc.tools.workloads)
 
 
 # Each implementation runs this long before it is timed, so it is timed in its own
@@ -82,15 +83,21 @@ def w0(quick: bool) -> dict:
     a_np = np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32)
     a = eager.from_numpy(a_np.copy())
     f = graphc_compile(lambda a: a + a)
-    rows = {"numpy": _median_time(lambda: a_np + a_np, quick),
-            "eager": _median_time(lambda: a + a, quick),
-            "compiled": _median_time(lambda: f(a_np), quick)}
+    rows = {
+        "numpy": _median_time(lambda: a_np + a_np, quick),
+        "eager": _median_time(lambda: a + a, quick),
+        "compiled": _median_time(lambda: f(a_np), quick),
+    }
     torch = _optional("torch")
     if torch is not None:
         t = torch.from_numpy(a_np.copy())
         rows["torch eager"] = _median_time(lambda: t + t, quick)
-    return {"id": "W0", "what": "a + a, 3x3 f32, one call", "times": rows,
-            "targets": {"eager": ("<=", 8.0)}}
+    return {
+        "id": "W0",
+        "what": "a + a, 3x3 f32, one call",
+        "times": rows,
+        "targets": {"eager": ("<=", 8.0)},
+    }
 
 
 def _mlp_data():
@@ -141,10 +148,12 @@ def w1(quick: bool) -> dict:
     cw1 = eager.tensor(w1_, requires_grad=True)
     cw2 = eager.tensor(w2_, requires_grad=True)
     cstep = graphc_compile(mlp_step)
-    rows = {"numpy": _median_time(numpy_step, quick),
-            "matmuls only": _median_time(matmuls_only, quick),
-            "eager": _median_time(lambda: mlp_step(tx, ty, ew1, ew2), quick),
-            "compiled": _median_time(lambda: cstep(tx, ty, cw1, cw2), quick)}
+    rows = {
+        "numpy": _median_time(numpy_step, quick),
+        "matmuls only": _median_time(matmuls_only, quick),
+        "eager": _median_time(lambda: mlp_step(tx, ty, ew1, ew2), quick),
+        "compiled": _median_time(lambda: cstep(tx, ty, cw1, cw2), quick),
+    }
     torch = _optional("torch")
     if torch is not None:
         tw1 = torch.tensor(w1_, requires_grad=True)
@@ -152,10 +161,14 @@ def w1(quick: bool) -> dict:
         txx, tyy = torch.from_numpy(x), torch.from_numpy(y)
         torch_step = seed_functions(torch)[0]
         rows["torch eager"] = _median_time(lambda: torch_step(txx, tyy, tw1, tw2), quick)
-    return {"id": "W1", "what": "seed MLP training step f32 (fwd+bwd+SGD)", "times": rows,
-            # eager: PyTorch's own eager is the reference (its C++ engine measures 1.4x
-            # numpy here; the step's arithmetic under PyTorch's semantics alone is 1.14x)
-            "targets": {"eager": ("<=t", 1.0), "compiled": ("<=m", 1.3)}}
+    return {
+        "id": "W1",
+        "what": "seed MLP training step f32 (fwd+bwd+SGD)",
+        "times": rows,
+        # eager: PyTorch's own eager is the reference (its C++ engine measures 1.4x
+        # numpy here; the step's arithmetic under PyTorch's semantics alone is 1.14x)
+        "targets": {"eager": ("<=t", 1.0), "compiled": ("<=m", 1.3)},
+    }
 
 
 def w2_fn(x, w, b):
@@ -189,22 +202,28 @@ def w2(quick: bool) -> dict:
 
     vg = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
     fwd = graphc_compile(w2_fn)
-    rows = {"numpy": _median_time(numpy_vg, quick),
-            "eager": _median_time(eager_vg, quick),
-            "compiled": _median_time(lambda: vg(x, w, b), quick),
-            "numpy fwd": _median_time(numpy_fwd, quick),
-            "compiled fwd": _median_time(lambda: fwd(x, w, b), quick)}
+    rows = {
+        "numpy": _median_time(numpy_vg, quick),
+        "eager": _median_time(eager_vg, quick),
+        "compiled": _median_time(lambda: vg(x, w, b), quick),
+        "numpy fwd": _median_time(numpy_fwd, quick),
+        "compiled fwd": _median_time(lambda: fwd(x, w, b), quick),
+    }
     jax = _optional("jax")
     if jax is not None:
         import jax.numpy as jnp
-        jvg = jax.jit(jax.value_and_grad(lambda x, w, b: jnp.sum(jnp.tanh(x * w + b) ** 2),
-                                         argnums=(1, 2)))
+
+        jvg = jax.jit(
+            jax.value_and_grad(lambda x, w, b: jnp.sum(jnp.tanh(x * w + b) ** 2), argnums=(1, 2))
+        )
         jx = jnp.asarray(x)
         rows["jax jit"] = _median_time(lambda: jax.block_until_ready(jvg(jx, w, b)), quick)
-    return {"id": "W2", "what": "sum(tanh(x*w+b)**2), 1e6 f64: value + 2 grads (and fwd)",
-            "times": rows,
-            "targets": {"eager": ("<=", 1.2), "compiled": (">=x", 10.0),
-                        "compiled fwd": (">=xf", 5.0)}}
+    return {
+        "id": "W2",
+        "what": "sum(tanh(x*w+b)**2), 1e6 f64: value + 2 grads (and fwd)",
+        "times": rows,
+        "targets": {"eager": ("<=", 1.2), "compiled": (">=x", 10.0), "compiled fwd": (">=xf", 5.0)},
+    }
 
 
 def seed_graph(a, w1, w2, w3, w4):
@@ -238,9 +257,11 @@ def w3(quick: bool) -> dict:
         return L
 
     vg = graphc_compile(value_and_grad(seed_graph, argnums=(0, 1, 2, 3, 4)))
-    rows = {"numpy": _median_time(lambda: numpy_vg(*arrs), quick),
-            "eager": _median_time(eager_vg, quick),
-            "compiled": _median_time(lambda: vg(*arrs), quick)}
+    rows = {
+        "numpy": _median_time(lambda: numpy_vg(*arrs), quick),
+        "eager": _median_time(eager_vg, quick),
+        "compiled": _median_time(lambda: vg(*arrs), quick),
+    }
     torch = _optional("torch")
     if torch is not None:
         tt = [torch.tensor(a, requires_grad=True) for a in arrs]
@@ -250,9 +271,14 @@ def w3(quick: bool) -> dict:
                 t.grad = None
             L = seed_graph(*tt)
             L.backward()
+
         rows["torch eager"] = _median_time(torch_vg, quick)
-    return {"id": "W3", "what": "seeds' 3x3 graph f64: value + 5 grads", "times": rows,
-            "targets": {"eager": ("<=t", 1.0), "compiled": (">=x", 2.0)}}
+    return {
+        "id": "W3",
+        "what": "seeds' 3x3 graph f64: value + 5 grads",
+        "times": rows,
+        "targets": {"eager": ("<=t", 1.0), "compiled": (">=x", 2.0)},
+    }
 
 
 def w4(quick: bool) -> dict:
@@ -274,7 +300,7 @@ def w4(quick: bool) -> dict:
         before = f.cache_info().traces
         f(tx, ty, cw1, cw2)
         f(tx, ty, cw1, cw2)
-        recompiles += f.cache_info().traces - before - 1   # the 2nd call has .grad set: 1 trace
+        recompiles += f.cache_info().traces - before - 1  # the 2nd call has .grad set: 1 trace
         g = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
         t0 = time.perf_counter()
         g(xx, w, b)
@@ -282,10 +308,13 @@ def w4(quick: bool) -> dict:
         before = g.cache_info().traces
         g(xx, w, b)
         recompiles += g.cache_info().traces - before
-    return {"id": "W4", "what": "cold compile (trace+grad+optimize+LLVM+load), first call",
-            "times": {"W1 step": statistics.median(mlp), "W2 value+grad": statistics.median(vg)},
-            "recompiles_on_repeated_signature": max(recompiles, 0),
-            "targets": {"W1 step": ("<=s", 0.100)}}
+    return {
+        "id": "W4",
+        "what": "cold compile (trace+grad+optimize+LLVM+load), first call",
+        "times": {"W1 step": statistics.median(mlp), "W2 value+grad": statistics.median(vg)},
+        "recompiles_on_repeated_signature": max(recompiles, 0),
+        "targets": {"W1 step": ("<=s", 0.100)},
+    }
 
 
 def w5(quick: bool) -> dict:
@@ -305,10 +334,15 @@ def w5(quick: bool) -> dict:
     vg = graphc_compile(value_and_grad(w2_fn, argnums=(1, 2)))
     vg(x, w, b)
     st = vg.stats(x, w, b)
-    return {"id": "W5", "what": "peak intermediate bytes of W2 value+grad",
-            "bytes": {"eager (tracemalloc peak)": eager_peak,
-                      "compiled (planned arena)": st.get("arena_bytes", 0)},
-            "targets": {"compiled": ("<=frac", 0.25)}}
+    return {
+        "id": "W5",
+        "what": "peak intermediate bytes of W2 value+grad",
+        "bytes": {
+            "eager (tracemalloc peak)": eager_peak,
+            "compiled (planned arena)": st.get("arena_bytes", 0),
+        },
+        "targets": {"compiled": ("<=frac", 0.25)},
+    }
 
 
 WORKLOADS = {"W0": w0, "W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5}
@@ -316,11 +350,19 @@ WORKLOADS = {"W0": w0, "W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5}
 
 def environment() -> dict:
     from ..backend import blas
-    info = {"python": platform.python_version(), "numpy": np.__version__,
-            "machine": platform.machine(), "cpus": os.cpu_count()}
+
+    info = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
     from ..runtime import parallel
-    info["graphc threads"] = (f"{parallel.get_num_threads()} (loops and matrix products; "
-                              "its BLAS single-threaded in each share)")
+
+    info["graphc threads"] = (
+        f"{parallel.get_num_threads()} (loops and matrix products; "
+        "its BLAS single-threaded in each share)"
+    )
     if not blas.available():
         info["graphc BLAS"] = f"n/a ({blas.unavailable_reason()})"
     info["numpy BLAS threads"] = _numpy_blas_threads()
@@ -348,8 +390,11 @@ def _numpy_blas_threads() -> str:
     return "?"
 
 
-def run(quick: bool = False, only: Optional[list] = None,
-        progress: Optional[Callable[[str], None]] = None) -> dict:
+def run(
+    quick: bool = False,
+    only: Optional[list] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
     results = {"environment": environment(), "workloads": []}
     for wid, fn in WORKLOADS.items():
         if only and wid not in only:
@@ -380,27 +425,26 @@ def _verdict(kind: str, bound: float, times: dict, name: str) -> str:
         if ref is None:
             return f"target <= {bound}x torch eager (PyTorch not importable: not measured)"
         r = t / ref
-        return (f"target <= {bound}x torch eager ({r:.2f}x): "
-                f"{'met' if r <= bound else 'MISSED'}")
+        return f"target <= {bound}x torch eager ({r:.2f}x): {'met' if r <= bound else 'MISSED'}"
     if kind == "<=m":
         r = t / times["matmuls only"]
-        return (f"target <= {bound}x matmuls only ({r:.2f}x): "
-                f"{'met' if r <= bound else 'MISSED'}")
+        return f"target <= {bound}x matmuls only ({r:.2f}x): {'met' if r <= bound else 'MISSED'}"
     if kind == ">=x":
         r = times["numpy"] / t
         return f"target >= {bound}x faster: {'met' if r >= bound else 'MISSED'}"
     if kind == ">=xf":
         r = times["numpy fwd"] / t
-        return f"target >= {bound}x faster than numpy fwd ({r:.1f}x): " \
-               f"{'met' if r >= bound else 'MISSED'}"
+        return (
+            f"target >= {bound}x faster than numpy fwd ({r:.1f}x): "
+            f"{'met' if r >= bound else 'MISSED'}"
+        )
     if kind == "<=s":
         return f"target <= {bound * 1e3:.0f} ms: {'met' if t <= bound else 'MISSED'}"
     return ""
 
 
 def format_tables(results: dict) -> str:
-    lines = ["environment: " + ", ".join(f"{k}={v}" for k, v in results["environment"].items()),
-             ""]
+    lines = ["environment: " + ", ".join(f"{k}={v}" for k, v in results["environment"].items()), ""]
     for w in results["workloads"]:
         lines.append(f"{w['id']}  {w['what']}")
         if "times" in w:
@@ -414,22 +458,26 @@ def format_tables(results: dict) -> str:
                 note = _verdict(tgt[0], tgt[1], times, name) if tgt else ""
                 lines.append(f"  {name:<16} {_fmt_time(t)}  {ratio}  {note}")
             if "recompiles_on_repeated_signature" in w:
-                lines.append(f"  recompiles on a repeated signature: "
-                             f"{w['recompiles_on_repeated_signature']}")
+                lines.append(
+                    f"  recompiles on a repeated signature: {w['recompiles_on_repeated_signature']}"
+                )
         if "bytes" in w:
             by = w["bytes"]
             e = by["eager (tracemalloc peak)"]
             c = by["compiled (planned arena)"]
             for k, v in by.items():
                 lines.append(f"  {k:<28} {v:>12,d} bytes")
-            lines.append(f"  compiled/eager = {c / e if e else 0:.3f}  (target <= 0.25: "
-                         f"{'met' if e and c / e <= 0.25 else 'MISSED'})")
+            lines.append(
+                f"  compiled/eager = {c / e if e else 0:.3f}  (target <= 0.25: "
+                f"{'met' if e and c / e <= 0.25 else 'MISSED'})"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: Optional[list] = None) -> int:
     import argparse
+
     p = argparse.ArgumentParser(prog="graphc bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

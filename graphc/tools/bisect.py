@@ -12,6 +12,7 @@ with the interpreter before any pass ran, the bug is in the backend, not in a
 pass (``graphc.tools.debug.first_divergence`` finds the node), and later native
 comparisons are skipped so they do not all blame innocent passes.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,9 +35,9 @@ class PassStep:
         self.round = round
         self.changed = changed
         self.nodes = nodes
-        self.interpreter: Optional[str] = None   # None = matches; else what differs
-        self.native: Optional[str] = None        # None = matches (or not checked)
-        self.error: Optional[str] = None         # the pass raised, or the verifier failed
+        self.interpreter: Optional[str] = None  # None = matches; else what differs
+        self.native: Optional[str] = None  # None = matches (or not checked)
+        self.error: Optional[str] = None  # the pass raised, or the verifier failed
 
     @property
     def ok(self) -> bool:
@@ -79,30 +80,42 @@ class BisectReport:
         if self.culprit is None:
             return ""
         lab = self.culprit.label
-        return "".join(difflib.unified_diff(
-            self.before.splitlines(True), self.after.splitlines(True),
-            fromfile=f"before {lab}", tofile=f"after {lab}"))
+        return "".join(
+            difflib.unified_diff(
+                self.before.splitlines(True),
+                self.after.splitlines(True),
+                fromfile=f"before {lab}",
+                tofile=f"after {lab}",
+            )
+        )
 
     def __str__(self) -> str:
-        lines = [f"bisect_passes({self.name}): opt_level {self.opt_level}, pipeline "
-                 f"{', '.join(self.pipeline) or '(empty)'}"]
+        lines = [
+            f"bisect_passes({self.name}): opt_level {self.opt_level}, pipeline "
+            f"{', '.join(self.pipeline) or '(empty)'}"
+        ]
         if self.baseline is None:
             lines.append("  traced graph: native code matches the interpreter")
         else:
-            lines.append(f"  traced graph: {self.baseline} -- a backend bug, not a pass bug "
-                         "(graphc.tools.debug.first_divergence names the node); native checks "
-                         "after passes are skipped")
+            lines.append(
+                f"  traced graph: {self.baseline} -- a backend bug, not a pass bug "
+                "(graphc.tools.debug.first_divergence names the node); native checks "
+                "after passes are skipped"
+            )
         for s in self.steps:
             if s.error is not None:
                 status = f"ERROR: {s.error}"
             elif not s.changed:
                 status = "no change"
             else:
-                parts = ["interpreter " + ("ok" if s.interpreter is None else
-                                           f"MISMATCH ({s.interpreter})")]
+                parts = [
+                    "interpreter "
+                    + ("ok" if s.interpreter is None else f"MISMATCH ({s.interpreter})")
+                ]
                 if self.native_checked:
-                    parts.append("native " + ("ok" if s.native is None else
-                                              f"MISMATCH ({s.native})"))
+                    parts.append(
+                        "native " + ("ok" if s.native is None else f"MISMATCH ({s.native})")
+                    )
                 status = ", ".join(parts)
             lines.append(f"  round {s.round}  {s.name:<9} {s.nodes:>5} nodes  {status}")
         if self.culprit is None:
@@ -110,8 +123,10 @@ class BisectReport:
         else:
             c = self.culprit
             why = c.error or "; ".join(
-                f"{k} {v}" for k, v in (("interpreter", c.interpreter), ("native", c.native))
-                if v is not None)
+                f"{k} {v}"
+                for k, v in (("interpreter", c.interpreter), ("native", c.native))
+                if v is not None
+            )
             lines.append(f"first bad pass: {c.label}: {why}")
             lines.append(self.diff.rstrip("\n") or "(the IR text did not change)")
         return "\n".join(lines)
@@ -140,8 +155,7 @@ def _mismatch(got: list, want: list, rtol: Optional[float], atol: Optional[float
     for k, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
-            return (f"output {k} is {g.dtype}{list(g.shape)}, expected "
-                    f"{w.dtype}{list(w.shape)}")
+            return f"output {k} is {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
         if w.dtype.kind != "f":
             if not np.array_equal(g, w):
                 return f"output {k}: {int(np.sum(g != w))} elements differ"
@@ -163,12 +177,13 @@ def _mismatch(got: list, want: list, rtol: Optional[float], atol: Optional[float
 def _text(g: Graph) -> str:
     try:
         return str(g)
-    except Exception as e:       # a broken pass can leave a graph the printer rejects
+    except Exception as e:  # a broken pass can leave a graph the printer rejects
         return f"<the IR cannot be printed: {type(e).__name__}: {e}>"
 
 
 def _native_run(g: Graph, arrays: list, opt_level: int) -> list:
     from ..runtime.native import NativeExecutable
+
     return NativeExecutable(g.copy(), opt_level, name=g.name).run(arrays)
 
 
@@ -176,19 +191,26 @@ def _graph_and_arrays(fn, args: tuple, static_argnums) -> tuple:
     if isinstance(fn, Graph):
         return fn, [np.asarray(a) for a in args]
     from ..api import CompiledFunction, _arrays
-    cf = CompiledFunction(fn, static_argnums=static_argnums, opt_level=0,
-                          backend="interpreter")
+
+    cf = CompiledFunction(fn, static_argnums=static_argnums, opt_level=0, backend="interpreter")
     _, dyn = cf._signature(args)
     entry = cf._entry_for(args)
-    if entry.trace.captured or entry.trace.randoms:   # tensors read by name, random draws
+    if entry.trace.captured or entry.trace.randoms:  # tensors read by name, random draws
         entry, dyn = cf._with_captured(entry, args, dyn)
     return entry.stages["traced"], _arrays(dyn, entry.trace.in_specs)
 
 
-def bisect_passes(fn: Union[Callable, Graph], *args: Any, rtol: Optional[float] = None,
-                  atol: Optional[float] = None, opt_level: int = 2,
-                  disable_passes: Sequence[str] = (), static_argnums: Sequence[int] = (),
-                  native: bool = True, max_rounds: int = 6) -> BisectReport:
+def bisect_passes(
+    fn: Union[Callable, Graph],
+    *args: Any,
+    rtol: Optional[float] = None,
+    atol: Optional[float] = None,
+    opt_level: int = 2,
+    disable_passes: Sequence[str] = (),
+    static_argnums: Sequence[int] = (),
+    native: bool = True,
+    max_rounds: int = 6,
+) -> BisectReport:
     """Trace ``fn(*args)`` and find the first optimizer pass after which the results of
     the graph (interpreted, and natively compiled when ``native``) stop matching the
     interpreter's results on the traced graph.
@@ -198,6 +220,7 @@ def bisect_passes(fn: Union[Callable, Graph], *args: Any, rtol: Optional[float] 
     preserve results.
     """
     from ..passes import PassManager
+
     graph, arrays = _graph_and_arrays(fn, args, static_argnums)
     verify(graph, "trace")
     want = interpret(graph, *arrays)
@@ -248,7 +271,7 @@ def bisect_passes(fn: Union[Callable, Graph], *args: Any, rtol: Optional[float] 
         pm.run(g)
     except _Stop:
         pass
-    except Exception as e:        # the pass itself crashed: name it by its position
+    except Exception as e:  # the pass itself crashed: name it by its position
         k = len(pm.log)
         n = len(pm.pipeline)
         step = PassStep(pm.pipeline[k % n], k // n + 1, True, len(g))

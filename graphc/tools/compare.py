@@ -22,6 +22,7 @@ as a table and serializes to JSON:
 * when tracing is impossible (``if`` on a value, ``.item()``...), the report
   keeps the eager column and says why, where, and what to do instead.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -50,17 +51,18 @@ from .report import ComparisonReport
 # well inside 1e-4; float64 against the float64 reference is exact up to rounding.
 TOLERANCE = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
 
-MEMORY_NOTE = ("eager peak = tracemalloc peak during one forward+backward call (numpy "
-               "reports its array allocations to tracemalloc, so this covers every tensor "
-               "alive on the tape); compiled peak = planned arena bytes + output bytes")
+MEMORY_NOTE = (
+    "eager peak = tracemalloc peak during one forward+backward call (numpy "
+    "reports its array allocations to tracemalloc, so this covers every tensor "
+    "alive on the tape); compiled peak = planned arena bytes + output bytes"
+)
 
 
 # ---------------------------------------------------------------------------
 # measurement helpers
 
 
-def _measure(call: Callable, repeat: Optional[int], warmup: int,
-             budget: float) -> tuple:
+def _measure(call: Callable, repeat: Optional[int], warmup: int, budget: float) -> tuple:
     """(median seconds per call, calls per repeat, repeats): calls are batched so the
     whole measurement takes about ``budget`` seconds."""
     for _ in range(max(warmup, 1)):
@@ -106,6 +108,7 @@ def _as_array(v: Any) -> np.ndarray:
 def _tape_nodes(out: Any) -> int:
     """Operation nodes on the eager tape reachable from ``out`` (leaves not counted)."""
     from eager.interop import AccumulateGrad
+
     root = out.grad_fn if isinstance(out, Tensor) else None
     if root is None:
         return 0
@@ -123,8 +126,14 @@ def _tape_nodes(out: Any) -> int:
 def _error_info(exc: BaseException, fn: Callable) -> dict:
     """Type, message, argument, user source line and suggested fix of a compile failure."""
     msg = str(exc)
-    info = {"type": type(exc).__name__, "message": msg, "argument": None, "line": None,
-            "source": None, "fix": None}
+    info = {
+        "type": type(exc).__name__,
+        "message": msg,
+        "argument": None,
+        "line": None,
+        "source": None,
+        "fix": None,
+    }
     m = re.search(r"depends on arguments? (.+?), which", msg)
     if m:
         info["argument"] = m.group(1)
@@ -132,10 +141,15 @@ def _error_info(exc: BaseException, fn: Callable) -> dict:
     if m:
         info["fix"] = m.group(1).strip()
     # the innermost frame in user code (outside eager/ and graphc/)
-    pkg_dirs = (os.path.dirname(os.path.abspath(eager.__file__)) + os.sep,
-                os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(pkg_dirs)]
+    pkg_dirs = (
+        os.path.dirname(os.path.abspath(eager.__file__)) + os.sep,
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    )
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not os.path.abspath(f.filename).startswith(pkg_dirs)
+    ]
     code = getattr(fn, "__code__", None)
     if code is not None:
         own = [f for f in frames if f.filename == code.co_filename]
@@ -160,8 +174,8 @@ class _Inputs:
 
     def __init__(self, fn: Callable, args: tuple) -> None:
         self.names = arg_names(fn, len(args))
-        self.trees = []          # per argument: (treedef, [leaf or None for arrays], paths)
-        self.arrays = []         # per argument: list of (leaf index, np.ndarray)
+        self.trees = []  # per argument: (treedef, [leaf or None for arrays], paths)
+        self.arrays = []  # per argument: list of (leaf index, np.ndarray)
         for i, a in enumerate(args):
             leaves, td = flatten(a)
             paths = leaf_paths(td, self.names[i])
@@ -222,6 +236,7 @@ def _leaf_tensors(args: tuple) -> list:
 
 def _tensor_maker(track: set, cast: Optional[np.dtype] = None) -> Callable:
     """Array -> fresh eager Tensor; floats of tracked arguments require grad."""
+
     def make(a: np.ndarray, i: int) -> Tensor:
         if cast is not None and a.dtype.kind == "f":
             a = a.astype(cast)
@@ -229,6 +244,7 @@ def _tensor_maker(track: set, cast: Optional[np.dtype] = None) -> Callable:
         if i in track and a.dtype.kind == "f":
             t.requires_grad_(True)
         return t
+
     return make
 
 
@@ -244,9 +260,16 @@ class _EagerRun:
     timed calls leave ``.grad`` alone as a training loop would.
     """
 
-    def __init__(self, fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list,
-                 track: set, cast: Optional[np.dtype] = None,
-                 measure_memory: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable,
+        inputs: _Inputs,
+        grads: bool,
+        grad_pos: list,
+        track: set,
+        cast: Optional[np.dtype] = None,
+        measure_memory: bool = False,
+    ) -> None:
         self.args = inputs.build(_tensor_maker(track, cast))
         self.leaves = _leaf_tensors(self.args)
         self.step = False
@@ -260,22 +283,24 @@ class _EagerRun:
         self.first_call_s = time.perf_counter() - t0
         self.out_is_tensor = isinstance(out, Tensor)
         self.outputs = [_as_array(v) for v in flatten(out)[0]]
-        self.gradients = [np.zeros(t.shape, t.numpy().dtype) if t.grad is None
-                          else _as_array(t.grad) for t in self.grad_tensors]
+        self.gradients = [
+            np.zeros(t.shape, t.numpy().dtype) if t.grad is None else _as_array(t.grad)
+            for t in self.grad_tensors
+        ]
         self.step = not grads and any(t.grad is not None for t in self.leaves)
         self.updated = _updated(inputs, self.args)
-        if measure_memory:           # after the checked first call, so errors come from there
+        if measure_memory:  # after the checked first call, so errors come from there
             self.peak_bytes = self._peak()
 
     def _backward(self, out: Any) -> None:
         first = _first(out)
-        if not isinstance(first, Tensor) or first.numel() != 1 or \
-                not first.is_floating_point():
+        if not isinstance(first, Tensor) or first.numel() != 1 or not first.is_floating_point():
             raise ValueError(
                 f"graphc.compare(grads=True): the first output of {self.fn.__name__} must be a "
                 f"floating-point scalar tensor to differentiate, got "
                 f"{type(first).__name__}{list(getattr(first, 'shape', []))}; pass "
-                "grads=False to compare values only")
+                "grads=False to compare values only"
+            )
         if first.requires_grad:
             first.backward()
 
@@ -308,9 +333,15 @@ class _EagerRun:
         return max(0, peak - base)
 
 
-def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequence[int]] = None,
-            repeat: Optional[int] = None, warmup: int = 3,
-            budget: float = 0.25) -> ComparisonReport:
+def compare(
+    fn: Callable,
+    *args: Any,
+    grads: bool = True,
+    argnums: Optional[Sequence[int]] = None,
+    repeat: Optional[int] = None,
+    warmup: int = 3,
+    budget: float = 0.25,
+) -> ComparisonReport:
     """Run ``fn(*args)`` eagerly and compiled on the same inputs and compare the two.
 
     ``args`` are numpy arrays or eager Tensors (nested tuples/lists/dicts of them),
@@ -325,7 +356,8 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     if not callable(fn):
         raise TypeError(f"graphc.compare expects a callable, got {type(fn).__name__}")
     from ..api import CompiledFunction
-    if isinstance(fn, CompiledFunction):      # compare the Python function it compiles
+
+    if isinstance(fn, CompiledFunction):  # compare the Python function it compiles
         fn = fn.__wrapped__
     name = getattr(fn, "__name__", type(fn).__name__)
     inputs = _Inputs(fn, args)
@@ -333,18 +365,25 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
     grad_pos = sorted(track) if grads else []
     notes = [MEMORY_NOTE]
     if grads and not grad_pos:
-        notes.append("no argument is made of floating-point arrays: nothing to differentiate, "
-                     "values only")
+        notes.append(
+            "no argument is made of floating-point arrays: nothing to differentiate, values only"
+        )
         grads = False
 
     ev, ref = _eager_runs(fn, inputs, grads, grad_pos, track, notes)
     e_time, e_number, reps = _measure(ev.call, repeat, warmup, budget)
-    eager_col = {"time_per_call_s": e_time, "first_call_s": ev.first_call_s,
-                 "peak_bytes": ev.peak_bytes, "tape_nodes": ev.tape_nodes}
+    eager_col = {
+        "time_per_call_s": e_time,
+        "first_call_s": ev.first_call_s,
+        "peak_bytes": ev.peak_bytes,
+        "tape_nodes": ev.tape_nodes,
+    }
     if ev.step:
-        notes.append(f"{name} calls backward() itself: it is compared as a training step "
-                     "(inputs are eager Tensors on both sides; .grad and in-place updates after "
-                     "the first call are compared as values)")
+        notes.append(
+            f"{name} calls backward() itself: it is compared as a training step "
+            "(inputs are eager Tensors on both sides; .grad and in-place updates after "
+            "the first call are compared as values)"
+        )
 
     comp = _CompiledRun(fn, inputs, ev, grads, grad_pos, track)
     compiled_col = comp.measure(reps, warmup, budget) if comp.error is None else None
@@ -354,13 +393,26 @@ def compare(fn: Callable, *args: Any, grads: bool = True, argnums: Optional[Sequ
         divergence = _divergence(comp.cf, comp.args)
     speedup, break_even = _payoff(e_time, compiled_col)
     return ComparisonReport(
-        function=name, signature=inputs.signature(name), grads=grads, eager=eager_col,
+        function=name,
+        signature=inputs.signature(name),
+        grads=grads,
+        eager=eager_col,
         mode="training step" if ev.step else "value and gradients" if grads else "value",
-        compiled=compiled_col, compiled_error=comp.error, speedup=speedup,
-        break_even_calls=break_even, agreement=rows,
-        all_agree=all_agree if comp.error is None else None, divergence=divergence,
-        timing={"repeat": reps, "warmup": warmup, "eager_number": e_number,
-                "compiled_number": comp.number}, notes=notes)
+        compiled=compiled_col,
+        compiled_error=comp.error,
+        speedup=speedup,
+        break_even_calls=break_even,
+        agreement=rows,
+        all_agree=all_agree if comp.error is None else None,
+        divergence=divergence,
+        timing={
+            "repeat": reps,
+            "warmup": warmup,
+            "eager_number": e_number,
+            "compiled_number": comp.number,
+        },
+        notes=notes,
+    )
 
 
 def _tracked(inputs: _Inputs, argnums: Optional[Sequence[int]]) -> set:
@@ -372,21 +424,26 @@ def _tracked(inputs: _Inputs, argnums: Optional[Sequence[int]]) -> set:
     argnums = [argnums] if isinstance(argnums, int) else [int(a) for a in argnums]
     for a in argnums:
         if a not in floats:
-            raise ValueError(f"graphc.compare: argnums {a} is not an argument made of "
-                             f"floating-point arrays (those are positions {floats})")
+            raise ValueError(
+                f"graphc.compare: argnums {a} is not an argument made of "
+                f"floating-point arrays (those are positions {floats})"
+            )
     return set(argnums)
 
 
-def _eager_runs(fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list, track: set,
-                notes: list) -> tuple:
+def _eager_runs(
+    fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list, track: set, notes: list
+) -> tuple:
     """The eager run (with its peak memory) and the float64 reference run."""
     ev = _EagerRun(fn, inputs, grads, grad_pos, track, measure_memory=True)
     try:
         ref = _EagerRun(fn, inputs, grads, grad_pos, track, cast=np.dtype(np.float64))
     except Exception as exc:  # e.g. code that mixes dtypes and breaks in float64
         ref = ev
-        notes.append(f"the float64 reference run failed ({type(exc).__name__}: {exc}); errors "
-                     "are measured against the eager run instead")
+        notes.append(
+            f"the float64 reference run failed ({type(exc).__name__}: {exc}); errors "
+            "are measured against the eager run instead"
+        )
     return ev, ref
 
 
@@ -394,14 +451,17 @@ class _CompiledRun:
     """The compiled side: its cold calls, outputs, gradients and in-place updates, or
     why it could not compile (``error``, from ``_error_info``)."""
 
-    def __init__(self, fn: Callable, inputs: _Inputs, ev: _EagerRun, grads: bool,
-                 grad_pos: list, track: set) -> None:
+    def __init__(
+        self, fn: Callable, inputs: _Inputs, ev: _EagerRun, grads: bool, grad_pos: list, track: set
+    ) -> None:
         # arrays in, or for a step the same kind of Tensors eager got
-        self.args = cargs = inputs.build(_tensor_maker(track) if ev.step
-                                         else (lambda a, i: a.copy()))
+        self.args = cargs = inputs.build(
+            _tensor_maker(track) if ev.step else (lambda a, i: a.copy())
+        )
         self.cf = self.error = self.outs = self.grads = self.updated = self.number = None
         try:
             from ..api import compile as _compile
+
             target = _compiled_target(fn, grads, grad_pos, ev.out_is_tensor)
             self.cf = cf = _compile(target)
             t0 = time.perf_counter()
@@ -435,31 +495,43 @@ class _CompiledRun:
         traced = cf.graph(*cargs)
         out_bytes = sum(np.asarray(o).nbytes for o in self.outs + self.grads)
         return {
-            "time_per_call_s": c_time, "first_call_s": self.first,
+            "time_per_call_s": c_time,
+            "first_call_s": self.first,
             "compile_s": max(self.first - self.n_cold * c_time, 0.0),
             "cold_calls": self.n_cold,
             "peak_bytes": int(st.get("arena_bytes", 0)) + int(out_bytes),
-            "arena_bytes": int(st.get("arena_bytes", 0)), "output_bytes": int(out_bytes),
+            "arena_bytes": int(st.get("arena_bytes", 0)),
+            "output_bytes": int(out_bytes),
             "traced_nodes": st["traced_nodes"],
-            "gradient_nodes": sum(1 for _, d in traced.nx.nodes(data=True)
-                                  if d.get("role") == "backward"),
+            "gradient_nodes": sum(
+                1 for _, d in traced.nx.nodes(data=True) if d.get("role") == "backward"
+            ),
             "optimized_nodes": st["optimized_nodes"],
-            "kernels": st.get("kernels", 0), "loop_kernels": st.get("loop_kernels", 0),
-            "fused_nodes": st.get("fused_nodes", 0), "traces": cf.cache_info().traces}
+            "kernels": st.get("kernels", 0),
+            "loop_kernels": st.get("loop_kernels", 0),
+            "fused_nodes": st.get("fused_nodes", 0),
+            "traces": cf.cache_info().traces,
+        }
 
 
-def _agreement(inputs: _Inputs, grad_pos: list, ev: _EagerRun, ref: _EagerRun,
-               comp: _CompiledRun) -> tuple:
+def _agreement(
+    inputs: _Inputs, grad_pos: list, ev: _EagerRun, ref: _EagerRun, comp: _CompiledRun
+) -> tuple:
     """(one row per output, gradient and in-place update: the errors of eager and compiled
     against the float64 reference, whether compiled agrees; do all agree)."""
     c_outs, c_grads = comp.outs, comp.grads
-    out_names = ["output"] if len(ev.outputs) == 1 else \
-        [f"output[{k}]" for k in range(len(ev.outputs))]
-    values = [(n, e, r, None if c_outs is None else c_outs[k])
-              for k, (n, e, r) in enumerate(zip(out_names, ev.outputs, ref.outputs))]
+    out_names = (
+        ["output"] if len(ev.outputs) == 1 else [f"output[{k}]" for k in range(len(ev.outputs))]
+    )
+    values = [
+        (n, e, r, None if c_outs is None else c_outs[k])
+        for k, (n, e, r) in enumerate(zip(out_names, ev.outputs, ref.outputs))
+    ]
     gnames = [f"grad {p}" for p in inputs.grad_names(grad_pos)]
-    values += [(n, e, r, None if c_grads is None else c_grads[k])
-               for k, (n, e, r) in enumerate(zip(gnames, ev.gradients, ref.gradients))]
+    values += [
+        (n, e, r, None if c_grads is None else c_grads[k])
+        for k, (n, e, r) in enumerate(zip(gnames, ev.gradients, ref.gradients))
+    ]
     if ev.step:
         c_upd = dict(comp.updated) if c_outs is not None else {}
         r_upd = dict(ref.updated)
@@ -468,13 +540,21 @@ def _agreement(inputs: _Inputs, grad_pos: list, ev: _EagerRun, ref: _EagerRun,
     all_agree = True
     for nm, e, r, c in values:
         ea, er = _errors(e, r)
-        row = {"name": nm, "type": type_str(e.shape, e.dtype), "eager_abs": ea,
-               "eager_rel": er, "compiled_abs": None, "compiled_rel": None, "ok": None}
+        row = {
+            "name": nm,
+            "type": type_str(e.shape, e.dtype),
+            "eager_abs": ea,
+            "eager_rel": er,
+            "compiled_abs": None,
+            "compiled_rel": None,
+            "ok": None,
+        }
         if c is not None:
             ca, cr = _errors(c, r)
             tol = TOLERANCE.get(np.asarray(c).dtype.name, 1e-4)
-            ok = bool(cr <= tol or ca <= 4 * ea + 1e-12 or
-                      (e.dtype.kind != "f" and np.array_equal(c, e)))
+            ok = bool(
+                cr <= tol or ca <= 4 * ea + 1e-12 or (e.dtype.kind != "f" and np.array_equal(c, e))
+            )
             row.update(compiled_abs=ca, compiled_rel=cr, ok=ok)
             all_agree = all_agree and ok
         rows.append(row)
@@ -487,14 +567,17 @@ def _divergence(cf: Any, cargs: tuple) -> str:
     try:
         from .debug import first_divergence
         from ..api import _arrays
+
         key, dyn = cf._signature(cargs)
         entry = cf._entry_for(cargs)
         if entry.trace.captured or entry.trace.randoms:
             entry, dyn = cf._with_captured(entry, cargs, dyn)
         opt = entry.stages["optimized"]
-        return first_divergence(opt, _arrays(dyn, entry.trace.in_specs)) or \
-            "no single node differs from the interpreter (the difference is in rounding " \
+        return (
+            first_divergence(opt, _arrays(dyn, entry.trace.in_specs))
+            or "no single node differs from the interpreter (the difference is in rounding "
             "order, not in one node)"
+        )
     except Exception as exc:  # the search itself failed: report, do not hide the table
         return f"could not locate ({type(exc).__name__}: {exc})"
 
@@ -516,8 +599,9 @@ def _updated(inputs: _Inputs, args: tuple) -> list:
     orig = [a for arrs in inputs.arrays for _, a in arrs]
     for (path, v), a0 in zip(inputs.array_leaves(args), orig):
         now = _as_array(v)
-        if now.shape != a0.shape or not np.array_equal(now.astype(a0.dtype), a0,
-                                                       equal_nan=now.dtype.kind == "f"):
+        if now.shape != a0.shape or not np.array_equal(
+            now.astype(a0.dtype), a0, equal_nan=now.dtype.kind == "f"
+        ):
             out.append((f"{path} (updated)", now))
         if isinstance(v, Tensor) and v.grad is not None:
             out.append((f"{path}.grad", _as_array(v.grad)))
@@ -531,12 +615,15 @@ def _compiled_target(fn: Callable, grads: bool, grad_pos: list, single: bool) ->
     if not grads:
         return fn
     from ..transforms import value_and_grad
+
     if single:
         inner = fn
     else:
+
         def inner(*a):
             out = fn(*a)
             return _first(out), out
+
         inner.__name__ = getattr(fn, "__name__", "fn")
     target = value_and_grad(inner, argnums=tuple(grad_pos), has_aux=not single)
     try:
@@ -552,7 +639,7 @@ def _split_compiled(res: Any, grads: bool, single: bool) -> tuple:
         return [_as_array(v) for v in flatten(res)[0]], []
     value, g = res
     if not single:
-        value = value[1]                    # (value, aux): aux is the whole output
+        value = value[1]  # (value, aux): aux is the whole output
     outs = [_as_array(v) for v in flatten(value)[0]]
     return outs, [_as_array(v) for v in flatten(g)[0]]
 

@@ -1,5 +1,6 @@
 """The report of ``graphc.compare``: a :class:`ComparisonReport` prints as a table
 and round-trips through JSON.  Measuring is in ``graphc.tools.compare``."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,22 @@ import numpy as np
 class ComparisonReport:
     """Eager vs compiled on one set of inputs.  ``str()`` is a table; see ``to_dict``."""
 
-    FIELDS = ("function", "signature", "mode", "grads", "eager", "compiled", "compiled_error",
-              "speedup", "break_even_calls", "agreement", "all_agree", "divergence",
-              "timing", "notes")
+    FIELDS = (
+        "function",
+        "signature",
+        "mode",
+        "grads",
+        "eager",
+        "compiled",
+        "compiled_error",
+        "speedup",
+        "break_even_calls",
+        "agreement",
+        "all_agree",
+        "divergence",
+        "timing",
+        "notes",
+    )
 
     def __init__(self, **fields: Any) -> None:
         for k in self.FIELDS:
@@ -46,8 +60,10 @@ class ComparisonReport:
     def _headline(self) -> str:
         if not self.compiled_possible:
             return "compiled: not possible"
-        return (f"eager {_fmt_time(self.eager['time_per_call_s'])}, compiled "
-                f"{_fmt_time(self.compiled['time_per_call_s'])}")
+        return (
+            f"eager {_fmt_time(self.eager['time_per_call_s'])}, compiled "
+            f"{_fmt_time(self.compiled['time_per_call_s'])}"
+        )
 
     # --- the table --------------------------------------------------------------------
     def __str__(self) -> str:
@@ -66,10 +82,12 @@ class ComparisonReport:
     def _not_compiled_rows(self) -> list:
         """The eager column alone, and why the function could not be compiled."""
         e = self.eager
-        lines = [_row("time per call", _fmt_time(e["time_per_call_s"]), "-"),
-                 _row("peak memory", _fmt_bytes(e["peak_bytes"]), "-"),
-                 _row("graph nodes", f"{e['tape_nodes']} on tape", "-"),
-                 ""]
+        lines = [
+            _row("time per call", _fmt_time(e["time_per_call_s"]), "-"),
+            _row("peak memory", _fmt_bytes(e["peak_bytes"]), "-"),
+            _row("graph nodes", f"{e['tape_nodes']} on tape", "-"),
+            "",
+        ]
         err = self.compiled_error
         lines.append(f"  compiled: not possible -- {err['type']}")
         if err.get("argument"):
@@ -79,59 +97,116 @@ class ComparisonReport:
         if err.get("source"):
             lines.append(f"              {err['source']}")
         if err.get("fix"):
-            lines.extend(textwrap.wrap(err["fix"], 96, initial_indent="    instead:  ",
-                                       subsequent_indent="              "))
+            lines.extend(
+                textwrap.wrap(
+                    err["fix"],
+                    96,
+                    initial_indent="    instead:  ",
+                    subsequent_indent="              ",
+                )
+            )
         msg = err["message"].split(" Instead: ")[0] if err.get("fix") else err["message"]
-        lines.extend(textwrap.wrap(msg, 96, initial_indent="    message:  ",
-                                   subsequent_indent="              "))
+        lines.extend(
+            textwrap.wrap(
+                msg, 96, initial_indent="    message:  ", subsequent_indent="              "
+            )
+        )
         return lines
 
     def _compiled_rows(self) -> list:
         """Time, compile time, break-even, memory and graph sizes, side by side."""
         e, c = self.eager, self.compiled
         sp = self.speedup
-        note = (f"compiled is {sp:.2f}x faster" if sp >= 1 else
-                f"compiled is {1 / sp:.2f}x slower") if sp else ""
-        lines = [_row("time per call (median)", _fmt_time(e["time_per_call_s"]),
-                      _fmt_time(c["time_per_call_s"]), note)]
+        note = (
+            (f"compiled is {sp:.2f}x faster" if sp >= 1 else f"compiled is {1 / sp:.2f}x slower")
+            if sp
+            else ""
+        )
+        lines = [
+            _row(
+                "time per call (median)",
+                _fmt_time(e["time_per_call_s"]),
+                _fmt_time(c["time_per_call_s"]),
+                note,
+            )
+        ]
         n = c.get("cold_calls", 1)
-        lines.append(_row("first call (cold)" if n == 1 else f"first {n} calls (cold)",
-                          _fmt_time(e["first_call_s"]), _fmt_time(c["first_call_s"]),
-                          "" if n == 1 else f"{n} input signatures traced (.grad None, then set)"))
-        lines.append(_row("compile time", "-", _fmt_time(c["compile_s"]),
-                          "cold call" + ("s" if n > 1 else "") + " minus warm call" +
-                          ("s" if n > 1 else "")))
+        lines.append(
+            _row(
+                "first call (cold)" if n == 1 else f"first {n} calls (cold)",
+                _fmt_time(e["first_call_s"]),
+                _fmt_time(c["first_call_s"]),
+                "" if n == 1 else f"{n} input signatures traced (.grad None, then set)",
+            )
+        )
+        lines.append(
+            _row(
+                "compile time",
+                "-",
+                _fmt_time(c["compile_s"]),
+                "cold call" + ("s" if n > 1 else "") + " minus warm call" + ("s" if n > 1 else ""),
+            )
+        )
         be = self.break_even_calls
-        lines.append(_row("break-even", "", "never" if be == "never" else f"{be:,} calls",
-                          "calls after which compiling has paid for itself" if be != "never"
-                          else "compiled is not faster per call"))
-        lines.append(_row("peak memory", _fmt_bytes(e["peak_bytes"]), _fmt_bytes(c["peak_bytes"]),
-                          f"arena {_fmt_bytes(c['arena_bytes'])} + outputs "
-                          f"{_fmt_bytes(c['output_bytes'])}"))
-        lines.append(_row("tape / traced nodes", str(e["tape_nodes"]), str(c["traced_nodes"]),
-                          f"{c['gradient_nodes']} of the traced nodes compute gradients"))
+        lines.append(
+            _row(
+                "break-even",
+                "",
+                "never" if be == "never" else f"{be:,} calls",
+                "calls after which compiling has paid for itself"
+                if be != "never"
+                else "compiled is not faster per call",
+            )
+        )
+        lines.append(
+            _row(
+                "peak memory",
+                _fmt_bytes(e["peak_bytes"]),
+                _fmt_bytes(c["peak_bytes"]),
+                f"arena {_fmt_bytes(c['arena_bytes'])} + outputs {_fmt_bytes(c['output_bytes'])}",
+            )
+        )
+        lines.append(
+            _row(
+                "tape / traced nodes",
+                str(e["tape_nodes"]),
+                str(c["traced_nodes"]),
+                f"{c['gradient_nodes']} of the traced nodes compute gradients",
+            )
+        )
         lines.append(_row("optimized nodes", "-", str(c["optimized_nodes"])))
-        lines.append(_row("native kernels", "-", str(c["kernels"]),
-                          f"{c['fused_nodes']} nodes fused into {c['loop_kernels']} loop "
-                          "kernel(s)"))
+        lines.append(
+            _row(
+                "native kernels",
+                "-",
+                str(c["kernels"]),
+                f"{c['fused_nodes']} nodes fused into {c['loop_kernels']} loop kernel(s)",
+            )
+        )
         return lines
 
     def _numerics_rows(self) -> list:
         """Errors of each value against the float64 run, and whether compiled agrees."""
-        lines = ["  numerics: max abs / max rel error against a float64 eager run "
-                 "(rel = max|x-ref| / max|ref|)",
-                 f"  {'value':<22} {'type':<14} {'eager abs':>10} {'rel':>9}   "
-                 f"{'compiled abs':>12} {'rel':>9}"]
+        lines = [
+            "  numerics: max abs / max rel error against a float64 eager run "
+            "(rel = max|x-ref| / max|ref|)",
+            f"  {'value':<22} {'type':<14} {'eager abs':>10} {'rel':>9}   "
+            f"{'compiled abs':>12} {'rel':>9}",
+        ]
         for a in self.agreement or []:
             ca = "-" if a["compiled_abs"] is None else f"{a['compiled_abs']:.2e}"
             cr = "-" if a["compiled_rel"] is None else f"{a['compiled_rel']:.2e}"
             ok = "" if a["compiled_abs"] is None else ("ok" if a["ok"] else "DIFFERS")
-            lines.append(f"  {a['name']:<22} {a['type']:<14} {a['eager_abs']:>10.2e} "
-                         f"{a['eager_rel']:>9.2e}   {ca:>12} {cr:>9}  {ok}")
+            lines.append(
+                f"  {a['name']:<22} {a['type']:<14} {a['eager_abs']:>10.2e} "
+                f"{a['eager_rel']:>9.2e}   {ca:>12} {cr:>9}  {ok}"
+            )
         if self.compiled is not None:
             if self.all_agree:
-                lines.append("  all values agree within tolerance "
-                             "(float32 1e-4, float64 1e-9, or as close as eager)")
+                lines.append(
+                    "  all values agree within tolerance "
+                    "(float32 1e-4, float64 1e-9, or as close as eager)"
+                )
             else:
                 lines.append("  compiled values DIFFER from the reference")
                 if self.divergence:
@@ -144,15 +219,18 @@ class ComparisonReport:
         per = f"{t.get('eager_number')} (eager)"
         if t.get("compiled_number"):
             per += f" / {t.get('compiled_number')} (compiled)"
-        lines = [f"  timing: median of {t.get('repeat')} repeats x {per} calls, after "
-                 f"{t.get('warmup')} warm-up calls"]
+        lines = [
+            f"  timing: median of {t.get('repeat')} repeats x {per} calls, after "
+            f"{t.get('warmup')} warm-up calls"
+        ]
         for n in self.notes or []:
-            lines.extend(textwrap.wrap(n, 96, initial_indent="  note: ",
-                                       subsequent_indent="        "))
+            lines.extend(
+                textwrap.wrap(n, 96, initial_indent="  note: ", subsequent_indent="        ")
+            )
         return lines
 
 
-_W = 26                 # width of the table's label column
+_W = 26  # width of the table's label column
 
 
 def _row(label: str, ev: str, cv: str, note: str = "") -> str:

@@ -4,6 +4,7 @@
 (graphc.backend.vecmath.define_map_kernel), runs it on each input domain and compares
 with a wider reference; ``format_ulp_table`` prints the result.  A tool over the backend
 and the runtime, so it lives here, not in the backend."""
+
 from __future__ import annotations
 
 import ctypes
@@ -44,8 +45,13 @@ def _np_sigmoid(x: np.ndarray, target: np.dtype | None = None) -> np.ndarray:
 
 
 _NP_REFS: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _np_sigmoid,
-    "sin": np.sin, "cos": np.cos, "pow": np.power,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": _np_sigmoid,
+    "sin": np.sin,
+    "cos": np.cos,
+    "pow": np.power,
 }
 
 
@@ -90,8 +96,15 @@ def _special_mismatches(name: str, args: list[np.ndarray], got: np.ndarray) -> i
     return int(np.count_nonzero(bad))
 
 
-def _wide(rng: np.random.Generator, n: int, dtype: np.dtype, lo_exp: float, hi_exp: float,
-          *, signed: bool = True) -> np.ndarray:
+def _wide(
+    rng: np.random.Generator,
+    n: int,
+    dtype: np.dtype,
+    lo_exp: float,
+    hi_exp: float,
+    *,
+    signed: bool = True,
+) -> np.ndarray:
     """Log-uniform magnitudes 2**U(lo_exp, hi_exp), random signs."""
     x = np.exp2(rng.uniform(lo_exp, hi_exp, n))
     if signed:
@@ -102,20 +115,49 @@ def _wide(rng: np.random.Generator, n: int, dtype: np.dtype, lo_exp: float, hi_e
 def _specials(dtype: np.dtype) -> np.ndarray:
     info = np.finfo(dtype)
     tiny_sub = info.smallest_subnormal
-    vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0,
-            float(tiny_sub), -float(tiny_sub), float(info.tiny), -float(info.tiny),
-            float(info.max), -float(info.max), 3.0, -3.0, 1e-30, -1e-30]
+    vals = [
+        np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        float(tiny_sub),
+        -float(tiny_sub),
+        float(info.tiny),
+        -float(info.tiny),
+        float(info.max),
+        -float(info.max),
+        3.0,
+        -3.0,
+        1e-30,
+        -1e-30,
+    ]
     if dtype == np.float64:
-        vals += [709.782712893384, 709.7827128933841, -745.1332191019411,
-                 -745.1332191019412, -708.3964185322641, 710.0, -746.0, 1e300, -1e300]
+        vals += [
+            709.782712893384,
+            709.7827128933841,
+            -745.1332191019411,
+            -745.1332191019412,
+            -708.3964185322641,
+            710.0,
+            -746.0,
+            1e300,
+            -1e300,
+        ]
     else:
-        vals += [88.72283, 88.72284, -103.97208, -103.27893, -87.33655, 89.0, -104.0,
-                 1e38, -1e38]
+        vals += [88.72283, 88.72284, -103.97208, -103.27893, -87.33655, 89.0, -104.0, 1e38, -1e38]
     return np.array(vals, dtype=dtype)
 
 
-def _domains(name: str, dtype: np.dtype, rng: np.random.Generator, n: int
-             ) -> list[tuple[str, list[np.ndarray]]]:
+def _domains(
+    name: str, dtype: np.dtype, rng: np.random.Generator, n: int
+) -> list[tuple[str, list[np.ndarray]]]:
     """Input sets per function: (label, [x] or [x, y])."""
     f64 = dtype == np.float64
     big = 1023 if f64 else 127
@@ -125,34 +167,42 @@ def _domains(name: str, dtype: np.dtype, rng: np.random.Generator, n: int
     u = lambda a, b: rng.uniform(a, b, n).astype(dtype)  # noqa: E731
     specials = _specials(dtype)
     if name == "exp":
-        return [("|x| < 1", [u(-1, 1)]),
-                ("normal results", [u(-708 if f64 else -87, exp_max)]),
-                ("subnormal results", [u(exp_min, -708 if f64 else -87)]),
-                ("near overflow", [u(exp_max - 1, exp_max + 1)]),
-                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
-                ("special values", [specials])]
+        return [
+            ("|x| < 1", [u(-1, 1)]),
+            ("normal results", [u(-708 if f64 else -87, exp_max)]),
+            ("subnormal results", [u(exp_min, -708 if f64 else -87)]),
+            ("near overflow", [u(exp_max - 1, exp_max + 1)]),
+            ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+            ("special values", [specials]),
+        ]
     if name == "log":
         positive = _wide(rng, n, dtype, small, big + 0.99, signed=False)
-        return [("all positive (incl. subnormal)", [positive]),
-                ("(0, 10)", [u(0, 10)]),
-                ("near 1", [(1 + rng.uniform(-1e-3, 1e-3, n)).astype(dtype)]),
-                ("negative", [-_wide(rng, n, dtype, -10, 10, signed=False)]),
-                ("special values", [specials])]
+        return [
+            ("all positive (incl. subnormal)", [positive]),
+            ("(0, 10)", [u(0, 10)]),
+            ("near 1", [(1 + rng.uniform(-1e-3, 1e-3, n)).astype(dtype)]),
+            ("negative", [-_wide(rng, n, dtype, -10, 10, signed=False)]),
+            ("special values", [specials]),
+        ]
     if name in ("tanh", "sigmoid"):
         lim = 20 if name == "tanh" else (745 if f64 else 104)
-        return [("|x| < 1", [u(-1, 1)]),
-                (f"|x| < {lim}", [u(-lim, lim)]),
-                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
-                ("all magnitudes", [_wide(rng, n, dtype, small, big + 0.99)]),
-                ("special values", [specials])]
+        return [
+            ("|x| < 1", [u(-1, 1)]),
+            (f"|x| < {lim}", [u(-lim, lim)]),
+            ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+            ("all magnitudes", [_wide(rng, n, dtype, small, big + 0.99)]),
+            ("special values", [specials]),
+        ]
     if name in ("sin", "cos"):
-        return [("|x| < pi", [u(-np.pi, np.pi)]),
-                ("|x| < 1e3", [u(-1e3, 1e3)]),
-                ("|x| < 1e5", [u(-1e5, 1e5)]),
-                ("|x| < 2**20 pi/2", [u(-TRIG_ACCURATE_LIMIT, TRIG_ACCURATE_LIMIT)]),
-                ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
-                ("beyond: 2**20 pi/2 < |x| < 1e9", [_wide(rng, n, dtype, 20.6, 29.8)]),
-                ("special values", [specials])]
+        return [
+            ("|x| < pi", [u(-np.pi, np.pi)]),
+            ("|x| < 1e3", [u(-1e3, 1e3)]),
+            ("|x| < 1e5", [u(-1e5, 1e5)]),
+            ("|x| < 2**20 pi/2", [u(-TRIG_ACCURATE_LIMIT, TRIG_ACCURATE_LIMIT)]),
+            ("tiny |x|", [_wide(rng, n, dtype, small, -10)]),
+            ("beyond: 2**20 pi/2 < |x| < 1e9", [_wide(rng, n, dtype, 20.6, 29.8)]),
+            ("special values", [specials]),
+        ]
     if name == "pow":
         xs = _wide(rng, n, dtype, small, big + 0.99, signed=False)
         ylim = 1074.0 if f64 else 149.0
@@ -160,13 +210,20 @@ def _domains(name: str, dtype: np.dtype, rng: np.random.Generator, n: int
         y_scaled = rng.uniform(-ylim, ylim, n) / log2_x
         ints = rng.integers(-40, 41, n).astype(dtype)
         sp = np.array(np.meshgrid(specials, specials)).reshape(2, -1).astype(dtype)
-        return [("x in (0, 10), y in (-10, 10)", [u(0, 10), u(-10, 10)]),
-                ("x all positive, y in (-2, 2)", [xs, u(-2, 2)]),
-                ("x all positive, |y log2 x| < max exponent", [xs, y_scaled.astype(dtype)]),
-                ("x < 0, integer y", [-u(0, 10), ints]),
-                ("x near 1, |y| large", [(1 + rng.uniform(-1e-6, 1e-6, n)).astype(dtype),
-                                         u(-1e8, 1e8) if f64 else u(-1e4, 1e4)]),
-                ("special values (all pairs)", [sp[0], sp[1]])]
+        return [
+            ("x in (0, 10), y in (-10, 10)", [u(0, 10), u(-10, 10)]),
+            ("x all positive, y in (-2, 2)", [xs, u(-2, 2)]),
+            ("x all positive, |y log2 x| < max exponent", [xs, y_scaled.astype(dtype)]),
+            ("x < 0, integer y", [-u(0, 10), ints]),
+            (
+                "x near 1, |y| large",
+                [
+                    (1 + rng.uniform(-1e-6, 1e-6, n)).astype(dtype),
+                    u(-1e8, 1e8) if f64 else u(-1e4, 1e4),
+                ],
+            ),
+            ("special values (all pairs)", [sp[0], sp[1]]),
+        ]
     raise KeyError(name)
 
 
@@ -178,9 +235,12 @@ def _run_kernel(jm, kernel: str, args: list[np.ndarray], dtype: np.dtype) -> np.
     return out
 
 
-def measure_ulp(n: int = 20000, seed: int = 0,
-                functions: tuple[str, ...] = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"),
-                dtypes: tuple[str, ...] = ("float64", "float32")) -> list[UlpRow]:
+def measure_ulp(
+    n: int = 20000,
+    seed: int = 0,
+    functions: tuple[str, ...] = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"),
+    dtypes: tuple[str, ...] = ("float64", "float32"),
+) -> list[UlpRow]:
     """Max ulp error of the JIT-compiled (O3) functions against a wider reference.
 
     The reference is numpy in long double for float64 (when long double is
@@ -204,8 +264,11 @@ def measure_ulp(n: int = 20000, seed: int = 0,
                 got = _run_kernel(jm, kernel, args, dtype)
                 wide = [a.astype(ref_type) for a in args]
                 with np.errstate(all="ignore"):
-                    ref = _np_sigmoid(*wide, target=dtype) if name == "sigmoid" else \
-                        _NP_REFS[name](*wide)
+                    ref = (
+                        _np_sigmoid(*wide, target=dtype)
+                        if name == "sigmoid"
+                        else _NP_REFS[name](*wide)
+                    )
                 errs = _ulp_errors(got, ref, dtype)
                 with np.errstate(all="ignore"):
                     abs_err = np.abs(got.astype(ref.dtype) - ref)
@@ -213,24 +276,35 @@ def measure_ulp(n: int = 20000, seed: int = 0,
                 if name in ("sin", "cos"):  # documented NaN range, not an error
                     errs = np.where(np.abs(args[0]) >= TRIG_NAN_LIMIT, 0.0, errs)
                 worst = int(np.argmax(errs))
-                rows.append(UlpRow(
-                    function=name, dtype=dt_name, domain=label, points=int(got.size),
-                    max_ulp=float(errs[worst]), max_abs_error=float(abs_err.max()),
-                    worst_input=tuple(float(a[worst]) for a in args),
-                    special_mismatches=_special_mismatches(name, args, got)))
+                rows.append(
+                    UlpRow(
+                        function=name,
+                        dtype=dt_name,
+                        domain=label,
+                        points=int(got.size),
+                        max_ulp=float(errs[worst]),
+                        max_abs_error=float(abs_err.max()),
+                        worst_input=tuple(float(a[worst]) for a in args),
+                        special_mismatches=_special_mismatches(name, args, got),
+                    )
+                )
     jm.close()
     return rows
 
 
 def format_ulp_table(rows: list[UlpRow]) -> str:
     """Markdown table of :func:`measure_ulp` rows."""
-    lines = ["| function | dtype | inputs | points | max ulp | max abs error | worst input "
-             "| special mismatches |",
-             "|---|---|---|---:|---:|---:|---|---:|"]
+    lines = [
+        "| function | dtype | inputs | points | max ulp | max abs error | worst input "
+        "| special mismatches |",
+        "|---|---|---|---:|---:|---:|---|---:|",
+    ]
     for r in rows:
         worst = ", ".join(f"{v:.17g}" for v in r.worst_input)
         domain = r.domain.replace("|", "\\|")
-        lines.append(f"| {r.function} | {r.dtype} | {domain} | {r.points} | "
-                     f"{r.max_ulp:.3g} | {r.max_abs_error:.2g} | {worst} | "
-                     f"{r.special_mismatches} |")
+        lines.append(
+            f"| {r.function} | {r.dtype} | {domain} | {r.points} | "
+            f"{r.max_ulp:.3g} | {r.max_abs_error:.2g} | {worst} | "
+            f"{r.special_mismatches} |"
+        )
     return "\n".join(lines)

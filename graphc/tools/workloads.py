@@ -8,6 +8,7 @@ the IR's source comments (``# demo_step.py:2``) point at the numbered listing th
 prints, not into graphc.  ``seed_functions(torch)`` builds the same functions against
 another module with the torch API (the benchmarks' PyTorch row).
 """
+
 from __future__ import annotations
 
 from types import ModuleType

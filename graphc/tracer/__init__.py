@@ -15,6 +15,7 @@ The package is split by job, each module importing only the ones above it here:
 
 Other modules import these names from ``graphc.tracer``.
 """
+
 from .source import user_src
 from .views import _VIEW_OPS  # noqa: F401  (the tests read it)
 from .tensor import Tracer, _check_live  # noqa: F401  (graphc.autodiff uses it)
@@ -22,5 +23,15 @@ from .context import TraceContext
 from .arguments import LeafSpec, arg_names, classify_leaf, static_key
 from .driver import TraceResult, _graph_input_pos, trace, trace_flat  # noqa: F401
 
-__all__ = ["LeafSpec", "TraceContext", "TraceResult", "Tracer", "arg_names", "classify_leaf",
-           "static_key", "trace", "trace_flat", "user_src"]
+__all__ = [
+    "LeafSpec",
+    "TraceContext",
+    "TraceResult",
+    "Tracer",
+    "arg_names",
+    "classify_leaf",
+    "static_key",
+    "trace",
+    "trace_flat",
+    "user_src",
+]

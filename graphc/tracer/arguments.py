@@ -1,5 +1,6 @@
 """How the arguments of a traced call enter the trace and the cache key: readable
 argument names, one LeafSpec per flattened leaf, and the key item of static values."""
+
 from __future__ import annotations
 
 import inspect
@@ -17,14 +18,15 @@ _SUPPORTED = set(FROM_NP)
 
 
 def _sanitize(path: str) -> str:
-    s = re.sub(r"\W+", "_", path).strip("_")     # an identifier: `<lambda>`, `p['w 1']`
+    s = re.sub(r"\W+", "_", path).strip("_")  # an identifier: `<lambda>`, `p['w 1']`
     s = re.sub(r"_+", "_", s)
     return s or "arg"
 
 
 def arg_names(fn: Callable, n: int) -> list:
     from ..capture import _is_module
-    if _is_module(fn):                    # a compiled model: its forward's parameter names
+
+    if _is_module(fn):  # a compiled model: its forward's parameter names
         fn = fn.forward
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -32,8 +34,10 @@ def arg_names(fn: Callable, n: int) -> list:
         params = []
     names = []
     for i in range(n):
-        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
-                                                   params[i].POSITIONAL_OR_KEYWORD):
+        if i < len(params) and params[i].kind in (
+            params[i].POSITIONAL_ONLY,
+            params[i].POSITIONAL_OR_KEYWORD,
+        ):
             names.append(params[i].name)
         elif params and params[-1].kind == params[-1].VAR_POSITIONAL and i >= len(params) - 1:
             names.append(f"{params[-1].name}[{i - len(params) + 1}]")
@@ -47,18 +51,19 @@ class LeafSpec:
 
     __slots__ = ("kind", "shape", "dtype", "value", "requires_grad", "has_grad", "grad_node")
 
-    def __init__(self, kind, shape=None, dtype=None, value=None, requires_grad=False,
-                 has_grad=False):
-        self.kind = kind                  # "array" | "tensor" | "static"
+    def __init__(
+        self, kind, shape=None, dtype=None, value=None, requires_grad=False, has_grad=False
+    ):
+        self.kind = kind  # "array" | "tensor" | "static"
         self.shape = shape
         self.dtype = dtype
         self.value = value
         self.requires_grad = requires_grad
-        self.has_grad = has_grad          # a requires_grad tensor whose .grad is set
-        self.grad_node = None             # graph input node holding that .grad
+        self.has_grad = has_grad  # a requires_grad tensor whose .grad is set
+        self.grad_node = None  # graph input node holding that .grad
 
 
-_NAN = float("nan")      # one NaN object: tuples compare it equal to itself (identity)
+_NAN = float("nan")  # one NaN object: tuples compare it equal to itself (identity)
 
 
 def static_key(v: Any) -> tuple:
@@ -81,13 +86,16 @@ def classify_leaf(x: Any, path: str) -> tuple:
         if d not in _SUPPORTED:
             raise SignatureError(f"argument {path}: dtype {d} is not supported")
         hg = rg and grad_of(x) is not None
-        return ("T", arr.shape, d, rg, hg), LeafSpec("tensor", arr.shape, d,
-                                                     requires_grad=rg, has_grad=hg)
+        return ("T", arr.shape, d, rg, hg), LeafSpec(
+            "tensor", arr.shape, d, requires_grad=rg, has_grad=hg
+        )
     if issubclass(t, np.ma.MaskedArray):
-        raise SignatureError(f"argument {path} is a masked array; masks are not supported: pass "
-                             "x.filled(value) or np.ma.getdata(x)")
+        raise SignatureError(
+            f"argument {path} is a masked array; masks are not supported: pass "
+            "x.filled(value) or np.ma.getdata(x)"
+        )
     if issubclass(t, np.ndarray) and t is not np.ndarray:
-        return classify_leaf(np.asarray(x), path)   # the base array's real shape and dtype
+        return classify_leaf(np.asarray(x), path)  # the base array's real shape and dtype
     if t is np.ndarray:
         d = x.dtype
         if d not in _SUPPORTED:
@@ -96,7 +104,8 @@ def classify_leaf(x: Any, path: str) -> tuple:
             else:
                 raise SignatureError(
                     f"argument {path}: numpy dtype {x.dtype} is not supported; use float32, "
-                    "float64, int32, int64 or bool")
+                    "float64, int32, int64 or bool"
+                )
         # the key keeps the byte order (the call converts '>f8' input); the graph is native
         return ("A", x.shape, x.dtype), LeafSpec("array", x.shape, d)
     if issubclass(t, np.generic):
@@ -105,13 +114,17 @@ def classify_leaf(x: Any, path: str) -> tuple:
     if issubclass(t, (bool, int, float)) or x is None:
         return ("S", type(x).__name__, *static_key(x)), LeafSpec("static", value=x)
     from ..capture import _is_module
-    if _is_module(x):                     # the self of a compiled method, or a model passed
-        modes = tuple([m.training for m in x.modules()])    # in: by identity and modes;
-        return ("Mod", id(x), t, modes), LeafSpec("static", value=x)   # params are lifted
+
+    if _is_module(x):  # the self of a compiled method, or a model passed
+        modes = tuple([m.training for m in x.modules()])  # in: by identity and modes;
+        return ("Mod", id(x), t, modes), LeafSpec("static", value=x)  # params are lifted
     if isinstance(x, Tracer):
-        raise SignatureError(f"argument {path}: a tracer of another trace was passed to a compiled "
-                             "function; call the uncompiled function inside traced code")
+        raise SignatureError(
+            f"argument {path}: a tracer of another trace was passed to a compiled "
+            "function; call the uncompiled function inside traced code"
+        )
     raise SignatureError(
         f"argument {path} has unsupported type {type(x).__name__}; compiled functions take numpy "
         "arrays, eager Tensors, Python scalars and nested tuples/lists/dicts of them. Pass "
-        "anything else through static_argnums=(...).")
+        "anything else through static_argnums=(...)."
+    )

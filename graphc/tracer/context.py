@@ -1,6 +1,7 @@
 """The TraceContext: everything one trace records (its graph, inputs, writes, random
 draws, leaves) and how new nodes are attributed.  Each trace has its own, so two
 threads trace at once without sharing state."""
+
 from __future__ import annotations
 
 import math
@@ -25,21 +26,21 @@ class TraceContext:
         self.graph = graph
         self.fn_name = fn_name
         self.active = True
-        self.input_paths: dict = {}      # input node id -> readable argument path
-        self._consts: dict = {}          # id(array) -> (array, node) to dedupe closed-over arrays
-        self.mutations: dict = {}        # input index -> tracer holding its final value
-        self._input_of: dict = {}        # id(input tracer) -> flattened input index
-        self.leaves: list = []           # input tracers of tensors that require grad
-        self.closed_rg: dict = {}        # const node -> src: closed-over tensors requiring grad
-        self.layout_uses: list = []      # reshapes of argument buffers: see _note_layout_use
-        self.lifted_nodes: dict = {}     # id(lifted tracer) -> its input node
-        self.randoms: list = []          # (kind, shape, dtype, params) of each random draw
-        self.rng_state = None            # tracer of the generator-state input, once drawn
-        self.rng_count = 0               # counters (elements) the draws take per call
+        self.input_paths: dict = {}  # input node id -> readable argument path
+        self._consts: dict = {}  # id(array) -> (array, node) to dedupe closed-over arrays
+        self.mutations: dict = {}  # input index -> tracer holding its final value
+        self._input_of: dict = {}  # id(input tracer) -> flattened input index
+        self.leaves: list = []  # input tracers of tensors that require grad
+        self.closed_rg: dict = {}  # const node -> src: closed-over tensors requiring grad
+        self.layout_uses: list = []  # reshapes of argument buffers: see _note_layout_use
+        self.lifted_nodes: dict = {}  # id(lifted tracer) -> its input node
+        self.randoms: list = []  # (kind, shape, dtype, params) of each random draw
+        self.rng_state = None  # tracer of the generator-state input, once drawn
+        self.rng_count = 0  # counters (elements) the draws take per call
         # did the function read or write a .grad, or call backward()?  If not, whether a
         # lifted parameter has a .grad does not matter to the trace
         self.grads_used = False
-        self.nonleaf_args: set = set()   # input nodes of arguments that have a grad_fn
+        self.nonleaf_args: set = set()  # input nodes of arguments that have a grad_fn
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give
         # values autodiff must not look through (as eager records no tape for them)
@@ -69,14 +70,23 @@ class TraceContext:
             draw = dtype if dtype in (np.int64, np.int32) else np.dtype(np.int64)
             low, high = int(params["low"]), int(params["high"])
             if not low < high:
-                raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got "
-                                   f"from={low} >= to={high}")
+                raise RuntimeError(
+                    f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
+                )
         else:
             draw = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
             low, high = 0, 1
         n = math.prod(shape)
-        out = self.rng_state._op("philox", None, dist=kind, shape=shape, dtype=draw.name,
-                                 low=low, high=high, offset=self.rng_count)
+        out = self.rng_state._op(
+            "philox",
+            None,
+            dist=kind,
+            shape=shape,
+            dtype=draw.name,
+            low=low,
+            high=high,
+            offset=self.rng_count,
+        )
         self.rng_count += n
         self.randoms.append((kind, shape, dtype.name, dict(params)))
         return out if draw == dtype else out.to(dtype)

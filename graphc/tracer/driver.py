@@ -1,6 +1,7 @@
 """Tracing a Python function: flatten its arguments into graph inputs (and lift the
 eager tensors it reaches by name, graphc.capture), run it on Tracers, and record its
 outputs, the arguments it wrote and the ``.grad`` it set as graph outputs."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
@@ -22,12 +23,23 @@ from .tensor import Tracer, _check_live
 class TraceResult:
     """What tracing produced: the graph plus how to map Python values in and out."""
 
-    def __init__(self, graph, in_specs, out_tree, out_static, mutated_inputs, tensor_io,
-                 grad_writes=(), layout_inputs=(), captured=(), randoms=()):
+    def __init__(
+        self,
+        graph,
+        in_specs,
+        out_tree,
+        out_static,
+        mutated_inputs,
+        tensor_io,
+        grad_writes=(),
+        layout_inputs=(),
+        captured=(),
+        randoms=(),
+    ):
         self.graph = graph
-        self.in_specs = in_specs          # LeafSpec per flattened dynamic leaf
+        self.in_specs = in_specs  # LeafSpec per flattened dynamic leaf
         self.out_tree = out_tree
-        self.out_static = out_static      # {leaf index: python value} for non-array outputs
+        self.out_static = out_static  # {leaf index: python value} for non-array outputs
         self.mutated_inputs = mutated_inputs  # [(input index, graph output index)]
         self.tensor_io = tensor_io
         self.grad_writes = list(grad_writes)  # [(input index, graph output index)] for .grad
@@ -45,8 +57,8 @@ class TraceResult:
         # grad mode while tracing (it decides which values have a gradient history: a call
         # in the other mode needs a trace of its own), and per user output whether it has one
         self.grad_on = True
-        self.grad_clears: list = []           # input indices whose .grad it set to None
-        self.grads_used = False               # lifted tensors' .grad (set or not) matters
+        self.grad_clears: list = []  # input indices whose .grad it set to None
+        self.grads_used = False  # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
 
@@ -91,17 +103,18 @@ class _Arguments:
     """The arguments of one traced call, bound to graph inputs."""
 
     def __init__(self) -> None:
-        self.call_args: list = []   # what the function is called with: tracers for the leaves
-        self.specs: list = []       # LeafSpec of each dynamic leaf
-        self.inputs: list = []      # the input tracer of each dynamic leaf
-        self.watched: list = []     # (eager Tensor argument, path, version, .grad) before tracing
+        self.call_args: list = []  # what the function is called with: tracers for the leaves
+        self.specs: list = []  # LeafSpec of each dynamic leaf
+        self.inputs: list = []  # the input tracer of each dynamic leaf
+        self.watched: list = []  # (eager Tensor argument, path, version, .grad) before tracing
         self.arg_leaves: list = []  # (argument leaf, path, LeafSpec): re-checked after tracing
         self.used_names: set = set()
-        self.tensor_io = False      # an eager Tensor among them
+        self.tensor_io = False  # an eager Tensor among them
 
 
-def _bind_arguments(ctx: TraceContext, fn: Callable, args: tuple,
-                    static_argnums: Sequence[int]) -> _Arguments:
+def _bind_arguments(
+    ctx: TraceContext, fn: Callable, args: tuple, static_argnums: Sequence[int]
+) -> _Arguments:
     """A graph input and tracer for every dynamic leaf of ``args``, in flattened order;
     static arguments and static leaves are passed as they are."""
     names = arg_names(fn, len(args))
@@ -128,31 +141,46 @@ def _bind_leaf(ctx: TraceContext, bound: _Arguments, leaf: Any, path: str) -> An
     bound.specs.append(spec)
     bound.inputs.append(t)
     if spec.kind == "tensor":
-        bound.watched.append((leaf, f"argument {path}", version_of(leaf)[0], grad_of(leaf),
-                              requires_grad_of(leaf)))
+        bound.watched.append(
+            (leaf, f"argument {path}", version_of(leaf)[0], grad_of(leaf), requires_grad_of(leaf))
+        )
         if leaf.grad_fn is not None:
             ctx.nonleaf_args.add(t._node)
     bound.arg_leaves.append((leaf, path, spec))
     return t
 
 
-def _lift(ctx: TraceContext, fn: Callable, args: tuple, specs: list, inputs: list,
-          watched: list, used_names: set) -> list:
+def _lift(
+    ctx: TraceContext,
+    fn: Callable,
+    args: tuple,
+    specs: list,
+    inputs: list,
+    watched: list,
+    used_names: set,
+) -> list:
     """A graph input and tracer for every eager tensor ``fn`` reaches by name (see
     graphc.capture), after the arguments' inputs: [(Captured, Tracer)]."""
     from ..capture import find as find_captured
+
     out = []
     for cap in find_captured(fn, args).values():
         t = cap.tensor
         d = data_of(t).dtype
         if d not in _SUPPORTED:
-            continue                          # stays a constant if it is used at all
+            continue  # stays a constant if it is used at all
         nm = _unique_name(cap.name, used_names)
         shape = data_of(t).shape
-        spec = LeafSpec("tensor", shape, d, requires_grad=requires_grad_of(t),
-                        has_grad=requires_grad_of(t) and grad_of(t) is not None)
-        tr = _add_input(ctx, nm, cap.name, spec,
-                        c_layout(shape) if data_of(t).flags.c_contiguous else None)
+        spec = LeafSpec(
+            "tensor",
+            shape,
+            d,
+            requires_grad=requires_grad_of(t),
+            has_grad=requires_grad_of(t) and grad_of(t) is not None,
+        )
+        tr = _add_input(
+            ctx, nm, cap.name, spec, c_layout(shape) if data_of(t).flags.c_contiguous else None
+        )
         ctx._input_of[id(tr)] = len(specs)
         specs.append(spec)
         inputs.append(tr)
@@ -172,8 +200,9 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         idx = n_args + i
         grad_node = specs[idx].grad_node
         grad_changed = (grad_of(t) is not None) != (grad_node is not None) or (
-            grad_node is not None and (not isinstance(grad_of(t), Tracer) or
-                                       grad_of(t).node != grad_node))
+            grad_node is not None
+            and (not isinstance(grad_of(t), Tracer) or grad_of(t).node != grad_node)
+        )
         if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations or grad_changed:
             keep.append((i, nid, t))
             kept_caps.append(cap)
@@ -184,7 +213,7 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         if i not in kept:
             drop.append(ctx.lifted_nodes[id(t)])
         if spec.grad_node is not None and (i not in kept or not ctx.grads_used):
-            drop.append(spec.grad_node)       # a .grad the function never looked at
+            drop.append(spec.grad_node)  # a .grad the function never looked at
             spec.has_grad, spec.grad_node = False, None
             set_grad(t, None)
     for nid in drop:
@@ -200,8 +229,9 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         old = ctx._input_of.pop(id(t), None)
         if old in remap:
             ctx._input_of[id(t)] = remap[old]
-    ctx.mutations = {remap.get(k, k): v for k, v in ctx.mutations.items() if k < n_args or
-                     k in remap}
+    ctx.mutations = {
+        remap.get(k, k): v for k, v in ctx.mutations.items() if k < n_args or k in remap
+    }
     return kept_caps
 
 
@@ -210,6 +240,7 @@ def _name_the_module(e: Exception, fn: Callable, args: tuple) -> None:
     its message, for a model the user compiles."""
     from eager.interop import CALLS
     from ..capture import module_path
+
     if not CALLS.tracing or not e.args or not isinstance(e.args[0], str):
         return
     mod = CALLS.tracing[0]
@@ -220,28 +251,34 @@ def _name_the_module(e: Exception, fn: Callable, args: tuple) -> None:
 
 def _global_random_states() -> tuple:
     import random
+
     return random.getstate(), np.random.get_state(legacy=False)
 
 
 def _warn_if_global_random_used(fname: str, py_state: Any, np_state: Any) -> None:
     """Python's ``random`` and numpy's global ``np.random`` run while tracing: their
     numbers are frozen into the graph as constants, the same at every call."""
-    import random
     import warnings
+
     now_py, now_np = _global_random_states()
     moved = []
     if now_py != py_state:
         moved.append("Python's random module")
     a, b = now_np["state"], np_state["state"]
-    if a["pos"] != b["pos"] or not np.array_equal(a["key"], b["key"]) or \
-            now_np["has_gauss"] != np_state["has_gauss"]:
+    if (
+        a["pos"] != b["pos"]
+        or not np.array_equal(a["key"], b["key"])
+        or now_np["has_gauss"] != np_state["has_gauss"]
+    ):
         moved.append("numpy's np.random")
     if moved:
         warnings.warn(
             f"graphc: {fname} drew numbers from {' and '.join(moved)} while it was traced; "
             "those values are constants of the compiled code, the same at every call. Use "
             "eager.randn / eager.rand / eager.randint (drawn at every call) instead.",
-            RuntimeWarning, stacklevel=4)
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
@@ -258,7 +295,8 @@ def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
                 f"{fname}: argument {path} changed from {type_str(spec.shape, spec.dtype)} to "
                 f"{type_str(arr.shape, arr.dtype.newbyteorder('='))} while it was being traced "
                 "(its shape, dtype or buffer was replaced). Change arguments outside the "
-                "compiled function.")
+                "compiled function."
+            )
 
 
 def _check_untouched(fname: str, watched: list) -> None:
@@ -270,7 +308,8 @@ def _check_untouched(fname: str, watched: list) -> None:
             raise TracerError(
                 f"{fname}: {path} had requires_grad changed while tracing, on the eager "
                 "Tensor rather than on the traced argument; the compiled graph was traced for "
-                f"requires_grad={rg}. Set it before calling the compiled function.")
+                f"requires_grad={rg}. Set it before calling the compiled function."
+            )
         if version_of(t)[0] != version or grad_of(t) is not grad:
             what = "its data" if version_of(t)[0] != version else "its .grad"
             raise TracerError(
@@ -278,7 +317,8 @@ def _check_untouched(fname: str, watched: list) -> None:
                 "eager Tensor rather than on the traced argument (e.g. by an optimizer or module "
                 "that holds the eager tensor). The compiled graph would not contain that update. "
                 "Update the argument the function receives (`w -= lr * w.grad` under "
-                "eager.no_grad()), or call the optimizer outside the compiled function.")
+                "eager.no_grad()), or call the optimizer outside the compiled function."
+            )
 
 
 def _alias_inputs(ctx: TraceContext, groups: tuple, by_idx: list) -> list:
@@ -305,8 +345,9 @@ def _alias_inputs(ctx: TraceContext, groups: tuple, by_idx: list) -> list:
             ix = g.add_const(flat)
             gathers.append(ix)
             spec = (("t", 0),)
-            node = g.add_node("setitem", (node, t._node, ix), {"index": spec}, shape=(n,),
-                              dtype=dtype)
+            node = g.add_node(
+                "setitem", (node, t._node, ix), {"index": spec}, shape=(n,), dtype=dtype
+            )
         root._node = node
         for (idx, off, strides), ix in zip(members, gathers):
             t = by_idx[idx]
@@ -317,8 +358,13 @@ def _alias_inputs(ctx: TraceContext, groups: tuple, by_idx: list) -> list:
     return out
 
 
-def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
-               name: Optional[str] = None, aliases: tuple = ()) -> TraceResult:
+def trace_flat(
+    fn: Callable,
+    args: tuple,
+    static_argnums: Sequence[int] = (),
+    name: Optional[str] = None,
+    aliases: tuple = (),
+) -> TraceResult:
     """Trace ``fn(*args)``; dynamic leaves become graph inputs in flattened order.
 
     ``aliases``: arguments that share memory, as groups ``(n, dtype, ((leaf index, offset,
@@ -342,15 +388,25 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
         out_tree, out_static, out_rg = _record_outputs(ctx, out, fname)
         _check_lifted_requires_grad(fname, lifted)
         captured = _prune_lifted(ctx, lifted, n_args, specs)
-        if ctx.rng_state is not None:             # the generator state: the last input
+        if ctx.rng_state is not None:  # the generator state: the last input
             specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         mutated = _record_writes(ctx, specs, members)
         grad_writes, grad_clears = _record_grads(ctx, specs, fname)
         layout_inputs = _layout_inputs(ctx, specs)
     finally:
         ctx.active = False
-    res = TraceResult(g, specs, out_tree, out_static, mutated, bound.tensor_io or bool(captured),
-                      grad_writes, layout_inputs, captured, ctx.randoms)
+    res = TraceResult(
+        g,
+        specs,
+        out_tree,
+        out_static,
+        mutated,
+        bound.tensor_io or bool(captured),
+        grad_writes,
+        layout_inputs,
+        captured,
+        ctx.randoms,
+    )
     res.grad_on = ctx.grad_on
     res.rng_count = ctx.rng_count
     res.grad_clears = grad_clears
@@ -360,8 +416,15 @@ def trace_flat(fn: Callable, args: tuple, static_argnums: Sequence[int] = (),
     return res
 
 
-def _call(ctx: TraceContext, fn: Callable, args: tuple, call_args: list, lifted: list,
-          watched: list, fname: str) -> Any:
+def _call(
+    ctx: TraceContext,
+    fn: Callable,
+    args: tuple,
+    call_args: list,
+    lifted: list,
+    watched: list,
+    fname: str,
+) -> Any:
     """``fn(*call_args)`` on the tracers.  Meanwhile the function reads each lifted tensor's
     tracer where it reads the tensor, eager's factories (eager.randn, eager.zeros & co.)
     give values of this trace, and the eager tensors passed in are pinned (eager refuses
@@ -371,13 +434,14 @@ def _call(ctx: TraceContext, fn: Callable, args: tuple, call_args: list, lifted:
         PINNED.setdefault(id(t), (t, f"{path} while graphc traces {fname}"))
     swapped = []
     from eager.interop import CALLS
+
     outer_tracer, outer_calls = TRACING.tracer, CALLS.tracing
     try:
-        for cap, t in lifted:         # the function reads the tracer where it reads the
-            if cap.place is not None:     # tensor: self.weight.t() is traced
+        for cap, t in lifted:  # the function reads the tracer where it reads the
+            if cap.place is not None:  # tensor: self.weight.t() is traced
                 swapped.append((cap, cap.swap(args, t)))
-        TRACING.tracer = ctx          # eager.randn, eager.zeros & co. give traced values
-        CALLS.tracing = []            # which module an error came through
+        TRACING.tracer = ctx  # eager.randn, eager.zeros & co. give traced values
+        CALLS.tracing = []  # which module an error came through
         return fn(*call_args)
     except Exception as e:
         _name_the_module(e, fn, args)
@@ -415,8 +479,10 @@ def _record_outputs(ctx: TraceContext, out: Any, fname: str) -> tuple:
         elif isinstance(leaf, (bool, int, float)) or leaf is None:
             out_static[k] = leaf
         else:
-            raise SignatureError(f"{fname} returned an unsupported value of type "
-                                 f"{type(leaf).__name__} (output leaf {k})")
+            raise SignatureError(
+                f"{fname} returned an unsupported value of type "
+                f"{type(leaf).__name__} (output leaf {k})"
+            )
     return out_tree, out_static, out_rg
 
 
@@ -428,14 +494,15 @@ def _check_lifted_requires_grad(fname: str, lifted: list) -> None:
                 f"{fname}: requires_grad of {cap.name} changed while tracing (the "
                 "function set it, or wrote a value that requires grad into it); graphc "
                 "does not write that back to the eager tensor. Set requires_grad before "
-                "calling the compiled function.")
+                "calling the compiled function."
+            )
 
 
 def _record_writes(ctx: TraceContext, specs: list, members: list) -> list:
     """Graph outputs for the arguments written in place (also through another argument's
     memory): [(input index, graph output index)]."""
     g = ctx.graph
-    for idx, t in members:                # written through another argument's memory
+    for idx, t in members:  # written through another argument's memory
         if t._gen != 0 or t._stor.gen != 0:
             ctx.mutations[idx] = t
     mutated = []
@@ -455,14 +522,16 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
         idx = ctx._input_of.get(id(t))
         gr = grad_of(t)
         if idx is None or not specs[idx].requires_grad:
-            continue      # .grad of a leaf made inside the function stays inside it
+            continue  # .grad of a leaf made inside the function stays inside it
         if gr is None:
-            if specs[idx].has_grad:       # set to None (zero_grad()): so is the tensor's
+            if specs[idx].has_grad:  # set to None (zero_grad()): so is the tensor's
                 grad_clears.append(idx)
             continue
         if not isinstance(gr, Tracer) or gr._ctx is not ctx:
-            raise TracerError(f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "
-                              "to something that is not a traced value")
+            raise TracerError(
+                f"{fname}: .grad of argument {ctx.input_paths[t.node]} was set "
+                "to something that is not a traced value"
+            )
         initial = specs[idx].grad_node
         if gr.node != initial:
             grad_writes.append((idx, len(g.outputs)))
@@ -473,14 +542,17 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
 def _layout_inputs(ctx: TraceContext, specs: list) -> list:
     """Arguments whose C layout decided a reshape's view-or-copy that a write then made
     observable: the call checks them (eager would decide differently on others)."""
-    return (list(range(len(specs) - (ctx.rng_state is not None)))
-            if any(s1.gen > g1 or s2.gen > g2 for _, s1, g1, s2, g2 in ctx.layout_uses)
-            else [])
+    return (
+        list(range(len(specs) - (ctx.rng_state is not None)))
+        if any(s1.gen > g1 or s2.gen > g2 for _, s1, g1, s2, g2 in ctx.layout_uses)
+        else []
+    )
 
 
 def trace(fn: Callable, *example_args: Any, static_argnums: Sequence[int] = ()) -> Graph:
     """Trace ``fn`` on example arguments and return the verified Graph."""
     from ..ir import verify
+
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     res = trace_flat(fn, example_args, tuple(static_argnums))

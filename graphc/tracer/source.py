@@ -1,5 +1,6 @@
 """Where in the user's code a traced op was written: the ``file.py:line`` that error
 messages and graph nodes carry."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,10 @@ import sys
 import eager
 
 # eager/ and graphc/ (the package this one lies in), whose frames are never the user's
-_PKG_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                  for m in (eager, sys.modules[__name__.split(".", 1)[0]]))
+_PKG_DIRS = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    for m in (eager, sys.modules[__name__.split(".", 1)[0]])
+)
 
 
 def user_src(skip: int = 1) -> str:

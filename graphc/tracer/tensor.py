@@ -7,6 +7,7 @@ are known while tracing; values are not, and every attempt to look at one
 the argument the value depends on and the source line.  In-place ops become
 rebinding of nodes, following eager's buffers (graphc.tracer.views).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -19,8 +20,13 @@ from eager.interop import Size, TensorOps
 from eager.interop import data_of, requires_grad_of
 from eager.interop import Tensor, set_requires_grad_flag
 
-from ..errors import (ConcretizationTypeError, LeakedTracerError, TracerArrayConversionError,
-                      TracerBoolConversionError, TracerError)
+from ..errors import (
+    ConcretizationTypeError,
+    LeakedTracerError,
+    TracerArrayConversionError,
+    TracerBoolConversionError,
+    TracerError,
+)
 from ..ir import type_str
 from ..layout import Layout, c_layout, c_strides
 from .source import user_src
@@ -30,23 +36,36 @@ from .views import _Storage, _check_view_write, _place, _sync, _unview
 class Tracer(TensorOps):
     """A symbolic tensor: a node of the graph being traced."""
 
-    __slots__ = ("_ctx", "_node", "_meta_shape", "_meta_dtype", "_rg", "_grad", "_ng",
-                 "_view", "_stor", "_gen", "_lay", "__weakref__")
+    __slots__ = (
+        "_ctx",
+        "_node",
+        "_meta_shape",
+        "_meta_dtype",
+        "_rg",
+        "_grad",
+        "_ng",
+        "_view",
+        "_stor",
+        "_gen",
+        "_lay",
+        "__weakref__",
+    )
     _priority = 2
     # ``loss.backward()`` while tracing is reverse mode, which graphc.autodiff (the layer
     # above) provides: it installs its ``traced_backward`` here when it is imported, as
     # graphc's package import always does
     _traced_backward: Optional[Callable] = None
 
-    def __init__(self, ctx, node: int, shape: tuple, dtype: np.dtype,
-                 lay: Optional[Layout] = None) -> None:
+    def __init__(
+        self, ctx, node: int, shape: tuple, dtype: np.dtype, lay: Optional[Layout] = None
+    ) -> None:
         self._ctx = ctx
         self._node = node
         self._meta_shape = tuple(shape)
         self._meta_dtype = np.dtype(dtype)
         self._rg = False
         self._grad = None
-        self._ng = None       # made under no_grad: True, or (node, its detach node) once used
+        self._ng = None  # made under no_grad: True, or (node, its detach node) once used
         # eager's memory model, followed symbolically (see "views" below): the buffer this
         # value lives in, the buffer's write count when ``_node`` was last brought up to
         # date, this value's element layout in the buffer (None: unknown), and for a view
@@ -81,7 +100,8 @@ class Tracer(TensorOps):
                     raise TracerError(
                         f"{op} at {src}: a value traced by another (outer) trace was used inside "
                         f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
-                        "over it")
+                        "over it"
+                    )
                 if o._ng is not None and _GRAD.enabled and ctx.role == "forward":
                     ids.append(_stop_gradient(o, src))
                 else:
@@ -98,16 +118,26 @@ class Tracer(TensorOps):
             meta = ctx.graph.infer(op, ids, attrs)
         except (RuntimeError, ValueError, IndexError, TypeError) as e:
             raise type(e)(f"{e}  [while tracing {ctx.fn_name} at {src}]") from None
-        nid = ctx.graph.add_node(op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src,
-                                 role=ctx.role, by=ctx.by)
+        nid = ctx.graph.add_node(
+            op, ids, attrs, shape=meta.shape, dtype=meta.dtype, src=src, role=ctx.role, by=ctx.by
+        )
         out = Tracer(ctx, nid, meta.shape, meta.dtype)
         _place(out, op, operands, attrs, src)
-        if ctx.role == "forward" and op in _DIFF_OPS and _GRAD.enabled and any(
-                o.__class__ is Tracer and requires_grad_of(o) for o in operands):
+        if (
+            ctx.role == "forward"
+            and op in _DIFF_OPS
+            and _GRAD.enabled
+            and any(o.__class__ is Tracer and requires_grad_of(o) for o in operands)
+        ):
             set_requires_grad_flag(out, True)
-        elif (not _GRAD.enabled and ctx.grad_on and ctx.role == "forward" and ctx.src is None
-              and op in _DIFF_OPS):
-            out._ng = True    # a later grad-mode use reads it through a detach node
+        elif (
+            not _GRAD.enabled
+            and ctx.grad_on
+            and ctx.role == "forward"
+            and ctx.src is None
+            and op in _DIFF_OPS
+        ):
+            out._ng = True  # a later grad-mode use reads it through a detach node
         return out
 
     def _wrap_const(self, arr: np.ndarray) -> "Tracer":
@@ -146,7 +176,7 @@ class Tracer(TensorOps):
 
     def requires_grad_(self, value: bool = True) -> "Tracer":
         if value and not any(t is self for t in self._ctx.leaves):
-            self._ctx.leaves.append(self)     # a new leaf: backward() fills its .grad
+            self._ctx.leaves.append(self)  # a new leaf: backward() fills its .grad
         self._rg = bool(value)
         return self
 
@@ -168,24 +198,30 @@ class Tracer(TensorOps):
         raise RuntimeError(
             f"cannot replace .data of a traced value (at {user_src(2)}): the compiled code "
             f"of {self._ctx.fn_name} reads its buffer as traced. Replace it before or after "
-            "the call, not inside.")
+            "the call, not inside."
+        )
 
     def is_contiguous(self) -> bool:
         """From the layout the tracer follows; unknown layouts (an op on a transposed value)
         answer False, and contiguous() then copies and refuses later writes (see _place)."""
         lay = self._lay
-        return lay is not None and all(st == c for st, c, d in zip(
-            lay[1], c_strides(self._meta_shape), self._meta_shape) if d > 1)
+        return lay is not None and all(
+            st == c
+            for st, c, d in zip(lay[1], c_strides(self._meta_shape), self._meta_shape)
+            if d > 1
+        )
 
     def contiguous(self) -> "Tracer":
         if self.is_contiguous():
             return self
         out = self.clone()
-        if self._lay is None:          # eager might return self here: writes are refused
-            msg = (f"in-place write at {{write}} to a tensor that may share memory with the "
-                   f"contiguous() at {user_src(2)} of a value whose memory layout graphc does "
-                   "not follow; eager returns the tensor itself or a copy depending on that "
-                   "layout. Call .clone() instead of .contiguous() before writing in place.")
+        if self._lay is None:  # eager might return self here: writes are refused
+            msg = (
+                f"in-place write at {{write}} to a tensor that may share memory with the "
+                f"contiguous() at {user_src(2)} of a value whose memory layout graphc does "
+                "not follow; eager returns the tensor itself or a copy depending on that "
+                "layout. Call .clone() instead of .contiguous() before writing in place."
+            )
             self._stor.ambiguous = out._stor.ambiguous = msg
         return out
 
@@ -203,25 +239,34 @@ class Tracer(TensorOps):
 
     def __repr__(self) -> str:
         state = "" if self._ctx.active else ", leaked"
-        return (f"Tracer<{type_str(self._meta_shape, self._meta_dtype)}, %{self.node} in "
-                f"{self._ctx.fn_name}{state}>")
+        return (
+            f"Tracer<{type_str(self._meta_shape, self._meta_dtype)}, %{self.node} in "
+            f"{self._ctx.fn_name}{state}>"
+        )
 
     # --- everything that needs a concrete value ---------------------------------------------
     def _concrete_error(self, what: str, cls: type) -> TracerError:
         _check_live(self, what)
         args = self._ctx.depends_on(self.node)
-        dep = (f"it depends on argument{'s' if len(args) > 1 else ''} {', '.join(args)}, which "
-               "graphc traces symbolically" if args else "it is a traced value")
+        dep = (
+            f"it depends on argument{'s' if len(args) > 1 else ''} {', '.join(args)}, which "
+            "graphc traces symbolically"
+            if args
+            else "it is a traced value"
+        )
         return cls(
             f"{what} at {user_src(3)} needs a concrete value, but {dep} (only shapes and dtypes "
             "are known while tracing). Instead: use graphc.where(cond, a, b) or "
             "graphc.cond(pred, true_fn, false_fn, *operands) for a data-dependent choice; mark the "
             "argument static with static_argnums=(...) if it is a configuration value; or run the "
-            "function eagerly (call fn.__wrapped__).")
+            "function eagerly (call fn.__wrapped__)."
+        )
 
     def __bool__(self):
-        raise self._concrete_error("bool() (Python control flow such as `if`/`while`/`and`) "
-                                   "of a traced value", TracerBoolConversionError)
+        raise self._concrete_error(
+            "bool() (Python control flow such as `if`/`while`/`and`) of a traced value",
+            TracerBoolConversionError,
+        )
 
     def __float__(self):
         raise self._concrete_error("float() of a traced value", ConcretizationTypeError)
@@ -244,31 +289,45 @@ class Tracer(TensorOps):
     def __format__(self, spec: str) -> str:
         if not spec:
             return repr(self)
-        raise self._concrete_error(f"formatting a traced value with {spec!r}",
-                                   ConcretizationTypeError)
+        raise self._concrete_error(
+            f"formatting a traced value with {spec!r}", ConcretizationTypeError
+        )
 
     def numpy(self, **kwargs):
         raise self._concrete_error(".numpy() of a traced value", ConcretizationTypeError)
 
     def __array__(self, *args, **kwargs):
-        raise self._concrete_error("converting a traced value to a numpy array",
-                                   TracerArrayConversionError)
+        raise self._concrete_error(
+            "converting a traced value to a numpy array", TracerArrayConversionError
+        )
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         # `ndarray <op> tracer` (e.g. a closed-over bias on the left): numpy calls the ufunc
         # here instead of deferring to the reflected operator as it does for eager.Tensor
         # (whose __array_ufunc__ is None), so trace that operator: the array becomes a const.
         refl = _REFLECTED.get(ufunc)
-        if (refl is not None and method == "__call__" and not kwargs and len(inputs) == 2
-                and inputs[1] is self and not isinstance(inputs[0], TensorOps)):
+        if (
+            refl is not None
+            and method == "__call__"
+            and not kwargs
+            and len(inputs) == 2
+            and inputs[1] is self
+            and not isinstance(inputs[0], TensorOps)
+        ):
             return getattr(self, refl)(inputs[0])
-        raise self._concrete_error(f"numpy.{ufunc.__name__} on a traced value (use the eager "
-                                   f"equivalent, e.g. eager.{ufunc.__name__} or the tensor "
-                                   "method)", TracerArrayConversionError)
+        raise self._concrete_error(
+            f"numpy.{ufunc.__name__} on a traced value (use the eager "
+            f"equivalent, e.g. eager.{ufunc.__name__} or the tensor "
+            "method)",
+            TracerArrayConversionError,
+        )
 
     def __array_function__(self, func, types, args, kwargs):
-        raise self._concrete_error(f"numpy.{func.__name__} on a traced value (use the eager "
-                                   "equivalent or a tensor method)", TracerArrayConversionError)
+        raise self._concrete_error(
+            f"numpy.{func.__name__} on a traced value (use the eager "
+            "equivalent or a tensor method)",
+            TracerArrayConversionError,
+        )
 
     # --- autograd inside a trace: see graphc.autodiff (issue: compiled training step) -----------
     @property
@@ -295,20 +354,25 @@ class Tracer(TensorOps):
         or transpose) up to the buffer's owner; every other alias of the buffer re-derives
         its value from the owner when next read; a written argument is written back."""
         src = user_src(3)
-        recording = (self._ctx.role == "forward" and eager.is_grad_enabled() and
-                     (self._rg or getattr(new, "_rg", False)))
+        recording = (
+            self._ctx.role == "forward"
+            and eager.is_grad_enabled()
+            and (self._rg or getattr(new, "_rg", False))
+        )
         if self._ctx.role == "forward" and not eager.is_grad_enabled():
             root = self
             while root._view is not None:
                 root = root._view[0]
-            if (self._rg or requires_grad_of(root)) and \
-                    not (requires_grad_of(root) and root.is_leaf):
+            if (self._rg or requires_grad_of(root)) and not (
+                requires_grad_of(root) and root.is_leaf
+            ):
                 raise TracerError(
                     f"in-place write at {src} under no_grad() to a value that requires grad: "
                     "eager changes its values but keeps its gradient history, which a "
                     "compiled graph cannot express (it would differentiate through the "
                     "write). Write to a .clone() or .detach() copy, or write outside "
-                    "no_grad().")
+                    "no_grad()."
+                )
         if self._view is None:
             if self._rg and self.is_leaf and recording:
                 if self._node in self._ctx.nonleaf_args:
@@ -317,14 +381,19 @@ class Tracer(TensorOps):
                         f"{self._ctx.input_paths[self._node]}, which requires grad and has a "
                         "grad_fn: eager would add the write to that tensor's history, which a "
                         "compiled function cannot give back to the caller's tensor. Write to "
-                        "a .clone() of it, or return the new value.")
-                raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                   f"in-place operation. (traced at {src})")
+                        "a .clone() of it, or return the new value."
+                    )
+                raise RuntimeError(
+                    "a leaf Variable that requires grad is being used in an "
+                    f"in-place operation. (traced at {src})"
+                )
         else:
             _check_view_write(self, recording, src)
         if new._meta_shape != self._meta_shape:
-            raise RuntimeError(f"in-place op: result shape {list(new._meta_shape)} does not match "
-                               f"the tensor's shape {list(self._meta_shape)} (traced at {src})")
+            raise RuntimeError(
+                f"in-place op: result shape {list(new._meta_shape)} does not match "
+                f"the tensor's shape {list(self._meta_shape)} (traced at {src})"
+            )
         if new._meta_dtype != self._meta_dtype:
             try:
                 check_inplace_result(new._meta_dtype, self._meta_dtype)
@@ -337,7 +406,7 @@ class Tracer(TensorOps):
         ctx = self._ctx
         value = new.node
         t, v = self, value
-        while t._view is not None:            # the new value of each base, up to the owner
+        while t._view is not None:  # the new value of each base, up to the owner
             parent, op, attrs, _, extra = t._view
             v = _unview(parent, op, attrs, extra, v, src)
             t = parent
@@ -387,14 +456,22 @@ class Tracer(TensorOps):
         return self._rebind(self.zeros_like_())
 
     def fill_(self, value):
-        return self._rebind(self._op("fill", "FillBackward0", value=float(value)
-                                     if self._meta_dtype.kind == "f" else value))
+        return self._rebind(
+            self._op(
+                "fill",
+                "FillBackward0",
+                value=float(value) if self._meta_dtype.kind == "f" else value,
+            )
+        )
 
     def copy_(self, src):
         if not isinstance(src, TensorOps):
             src = self._wrap_const(np.asarray(src, dtype=self._meta_dtype))
-        return self._rebind(src.to(self._meta_dtype).expand(self._meta_shape) + 0
-                            if src.shape != self.shape else src.to(self._meta_dtype) + 0)
+        return self._rebind(
+            src.to(self._meta_dtype).expand(self._meta_shape) + 0
+            if src.shape != self.shape
+            else src.to(self._meta_dtype) + 0
+        )
 
     __iadd__ = add_
     __isub__ = sub_
@@ -405,6 +482,7 @@ class Tracer(TensorOps):
 
     def __setitem__(self, key, value) -> None:
         from eager.interop import encode_index
+
         spec, arrays, _ = encode_index(key, self)
         if not isinstance(value, TensorOps):
             value = self._wrap_const(np.asarray(value, dtype=self._meta_dtype))
@@ -412,10 +490,15 @@ class Tracer(TensorOps):
             value = value.to(self._meta_dtype)
         from eager.interop import assigned_shape
         from eager.interop import Meta
-        want = assigned_shape(tuple(value.shape), Meta(self._meta_shape, self._meta_dtype),
-                              tuple(Meta(tuple(a.shape), a._npdtype) for a in arrays), spec)
+
+        want = assigned_shape(
+            tuple(value.shape),
+            Meta(self._meta_shape, self._meta_dtype),
+            tuple(Meta(tuple(a.shape), a._npdtype) for a in arrays),
+            spec,
+        )
         if want != tuple(value.shape):
-            value = value.reshape(want)       # leading size-1 dims dropped, as numpy does
+            value = value.reshape(want)  # leading size-1 dims dropped, as numpy does
         if spec == (("t", 0),) and arrays[0]._npdtype.kind == "b":
             out = _masked_assignment(self, arrays[0], value)
             if out is not None:
@@ -433,10 +516,12 @@ def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional
     element is scattered in order, which ``where`` cannot do (left to the setitem node,
     which the native backend refuses and the interpreter runs)."""
     m, shape = tuple(mask.shape), tuple(x.shape)
-    if shape[:len(m)] != m:
-        raise IndexError(f"The shape of the mask {list(m)} does not match the shape of the "
-                         f"indexed tensor {list(shape)}")
-    rest, vs = shape[len(m):], tuple(value.shape)
+    if shape[: len(m)] != m:
+        raise IndexError(
+            f"The shape of the mask {list(m)} does not match the shape of the "
+            f"indexed tensor {list(shape)}"
+        )
+    rest, vs = shape[len(m) :], tuple(value.shape)
     if len(vs) == len(rest) + 1 and vs[0] == 1:
         value, vs = value.reshape(vs[1:]), vs[1:]
     try:
@@ -448,16 +533,27 @@ def _masked_assignment(x: "Tracer", mask: "Tracer", value: "Tracer") -> Optional
 
 
 _GRAD = GRAD_MODE
-_DIFF_OPS = None        # set below: names of differentiable ops
-_REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__",
-              np.true_divide: "__rtruediv__", np.power: "__rpow__", np.matmul: "__rmatmul__",
-              np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__",
-              np.greater_equal: "__le__", np.equal: "__eq__", np.not_equal: "__ne__"}
+_DIFF_OPS = None  # set below: names of differentiable ops
+_REFLECTED = {
+    np.add: "__radd__",
+    np.subtract: "__rsub__",
+    np.multiply: "__rmul__",
+    np.true_divide: "__rtruediv__",
+    np.power: "__rpow__",
+    np.matmul: "__rmatmul__",
+    np.less: "__gt__",
+    np.less_equal: "__ge__",
+    np.greater: "__lt__",
+    np.greater_equal: "__le__",
+    np.equal: "__eq__",
+    np.not_equal: "__ne__",
+}
 
 
 def _set_diff_ops():
     global _DIFF_OPS
     from eager.interop import OPS
+
     _DIFF_OPS = frozenset(n for n, o in OPS.items() if o.differentiable)
 
 
@@ -468,8 +564,16 @@ def _stop_gradient(t: Tracer, src: str) -> int:
     """Node id of ``detach(t)`` for a value computed under no_grad (one per value)."""
     if isinstance(t._ng, tuple) and t._ng[0] == t.node:
         return t._ng[1]
-    did = t._ctx.graph.add_node("detach", (t.node,), {}, shape=t._meta_shape,
-                                dtype=t._meta_dtype, src=src, role="forward", by="trace")
+    did = t._ctx.graph.add_node(
+        "detach",
+        (t.node,),
+        {},
+        shape=t._meta_shape,
+        dtype=t._meta_dtype,
+        src=src,
+        role="forward",
+        by="trace",
+    )
     t._ng = (t.node, did)
     return did
 
@@ -484,4 +588,5 @@ def _check_live(t: Tracer, what: str) -> None:
             f"{what}: a tracer from the trace of {t._ctx.fn_name} (started at {t._ctx.where}) was "
             f"used after that trace ended (at {user_src(3)}). A traced value escaped the function, "
             "e.g. by being stored in a global or an outer list; return it from the function "
-            "instead.")
+            "instead."
+        )

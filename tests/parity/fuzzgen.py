@@ -16,10 +16,8 @@ product (grad of grad against eager's double backward).  A mismatch raises
 """
 from __future__ import annotations
 
-import math
-import textwrap
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 

@@ -1,4 +1,5 @@
 """The lowering table (see :mod:`.table`) with every family file's entries registered."""
+
 from __future__ import annotations
 
 from . import elementwise, indexing, matmul, random, reduce, views  # noqa: F401  (register)

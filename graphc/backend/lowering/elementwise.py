@@ -4,6 +4,7 @@ values (:class:`Elem`), inside the loop the scheduler fused the op into.
 Use the vector-math functions (``kb.math("exp" | "log" | "tanh" | ..., t, x)``, defined in
 graphc/backend/vecmath.py) rather than libm calls, so the loop still vectorizes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -99,8 +100,7 @@ def _trig(kb, e: Elem):
     as numpy's) for those arguments (see ``KernelBuilder.loop_kernel``)."""
     b, t, x = kb.b, e.t, e.xs[0]
     fast = kb.math(e.op, t, x)
-    big = b.fcmp_ordered(">=", kb.math("abs", t, x),
-                         ir.Constant(t, vecmath.TRIG_ACCURATE_LIMIT))
+    big = b.fcmp_ordered(">=", kb.math("abs", t, x), ir.Constant(t, vecmath.TRIG_ACCURATE_LIMIT))
     if kb.trig_exact:
         wide = x if t == F64 else b.fpext(x, F64)
         exact = b.call(kb.module.declare_intrinsic(f"llvm.{e.op}", [F64]), [wide])
@@ -174,7 +174,7 @@ def _arith(kb, e: Elem):
     b, (x, y), op = kb.b, e.xs, e.op
     if e.fl:
         return getattr(b, "f" + op)(x, y, name=e.name)
-    if e.out.kind == "b":     # bool: add is or, mul is and (sub is refused when traced)
+    if e.out.kind == "b":  # bool: add is or, mul is and (sub is refused when traced)
         if op == "add":
             return b.or_(x, y, name=e.name)
         if op == "mul":
@@ -200,7 +200,7 @@ def _pow(kb, e: Elem):
         if not kb.g.nx.nodes[yn]["shape"]:
             return _scalar_pow(kb, yn, x, y, t)
         return kb.math("pow", t, x, y)
-    if e.out.kind == "b":                     # x or not y (eager's bool ** bool)
+    if e.out.kind == "b":  # x or not y (eager's bool ** bool)
         return b.or_(x, b.xor(y, ir.Constant(I1, 1)), name=e.name)
     return b.call(_int_pow_function(kb.module, t), [x, y], name=e.name)
 
@@ -219,9 +219,15 @@ def _scalar_pow(kb, yn: int, x, y, t):
             return b.fdiv(ir.Constant(t, 1.0), kb.math("sqrt", t, x))
         return kb.math("pow", t, x, y)
     root = kb.math("sqrt", t, x)
-    return b.select(b.fcmp_ordered("==", y, ir.Constant(t, 0.5)), root,
-                    b.select(b.fcmp_ordered("==", y, ir.Constant(t, -0.5)),
-                             b.fdiv(ir.Constant(t, 1.0), root), kb.math("pow", t, x, y)))
+    return b.select(
+        b.fcmp_ordered("==", y, ir.Constant(t, 0.5)),
+        root,
+        b.select(
+            b.fcmp_ordered("==", y, ir.Constant(t, -0.5)),
+            b.fdiv(ir.Constant(t, 1.0), root),
+            kb.math("pow", t, x, y),
+        ),
+    )
 
 
 def _int_pow_function(module: ir.Module, t: ir.IntType) -> ir.Function:
@@ -244,9 +250,17 @@ def _int_pow_function(module: ir.Module, t: ir.IntType) -> ir.Function:
     b.cbranch(b.icmp_signed("<", y, zero), negative, loop)
     b.position_at_end(negative)
     odd = b.trunc(y, I1)
-    b.ret(b.select(b.icmp_signed("==", x, one), one, b.select(
-        b.icmp_signed("==", x, ir.Constant(t, -1)), b.select(odd, ir.Constant(t, -1), one),
-        zero)))
+    b.ret(
+        b.select(
+            b.icmp_signed("==", x, one),
+            one,
+            b.select(
+                b.icmp_signed("==", x, ir.Constant(t, -1)),
+                b.select(odd, ir.Constant(t, -1), one),
+                zero,
+            ),
+        )
+    )
     b.position_at_end(loop)
     r, base, e = b.phi(t, "r"), b.phi(t, "b"), b.phi(t, "e")
     b.cbranch(b.icmp_signed("==", e, zero), done, step)

@@ -1,5 +1,6 @@
 """Indexing: gathers (getitem with index tensors, and its gradient getitem_grad) and
 scatters (setitem); a basic getitem is a view (graphc/backend/lowering/views.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,14 +22,17 @@ def _index_value(kb, iv: View, idt: np.dtype, idx_part, length: int):
     if iv is None:
         j = idx_part
     else:
-        j = kb.convert(kb.load(iv.buf, idt, kb.offset(iv.offset, iv.strides, idx_part)),
-                         idt, np.dtype(np.int64))
-    j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)),
-                 b.add(j, ir.Constant(I64, length)), j)
-    bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)),
-                b.icmp_signed(">=", j, ir.Constant(I64, length)))
+        j = kb.convert(
+            kb.load(iv.buf, idt, kb.offset(iv.offset, iv.strides, idx_part)),
+            idt,
+            np.dtype(np.int64),
+        )
+    j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, ir.Constant(I64, length)), j)
+    bad = b.or_(
+        b.icmp_signed("<", j, ir.Constant(I64, 0)), b.icmp_signed(">=", j, ir.Constant(I64, length))
+    )
     b.store(b.select(bad, ir.Constant(I32, RC_INDEX), b.load(kb.rc, typ=I32)), kb.rc)
-    return b.select(bad, ir.Constant(I64, 0), j)       # never address out of bounds
+    return b.select(bad, ir.Constant(I64, 0), j)  # never address out of bounds
 
 
 def _gather(kb, n: int, src: View, first_index_operand: int) -> Gather:
@@ -36,24 +40,29 @@ def _gather(kb, n: int, src: View, first_index_operand: int) -> Gather:
     tens = d["operands"][first_index_operand:]
     for t in tens:
         if np.dtype(kb.g.nx.nodes[t]["dtype"]).kind == "b":
-            raise UnsupportedOpError(f"{describe(kb.g, n)}: boolean index tensors are not "
-                                     "supported by the native backend here; use "
-                                     "graphc.where(mask, value, x)")
-    return Gather(src, d["attrs"]["index"], [tuple(kb.g.nx.nodes[t]["shape"])
-                                             for t in tens]), tens
+            raise UnsupportedOpError(
+                f"{describe(kb.g, n)}: boolean index tensors are not "
+                "supported by the native backend here; use "
+                "graphc.where(mask, value, x)"
+            )
+    return Gather(src, d["attrs"]["index"], [tuple(kb.g.nx.nodes[t]["shape"]) for t in tens]), tens
 
 
 def _gather_loop(kb, n, src: View, first: int, fn) -> tuple:
     """Loop over the advanced-indexing result shape; fn(idx, source offset)."""
     gat, tens = _gather(kb, n, src, first)
-    views = [(kb.plan.views[tens[k]], np.dtype(kb.g.nx.nodes[tens[k]]["dtype"]))
-             if k is not None else (None, None) for _, k, _ in gat.adv]
+    views = [
+        (kb.plan.views[tens[k]], np.dtype(kb.g.nx.nodes[tens[k]]["dtype"]))
+        if k is not None
+        else (None, None)
+        for _, k, _ in gat.adv
+    ]
     nb = len(gat.bshape)
     st = gat.view.strides
 
     def body(idx):
-        bidx = idx[gat.bpos:gat.bpos + nb]
-        basic = idx[:gat.bpos] + idx[gat.bpos + nb:]
+        bidx = idx[gat.bpos : gat.bpos + nb]
+        basic = idx[: gat.bpos] + idx[gat.bpos + nb :]
         off = kb.offset(gat.view.offset, [st[d] for d in gat.basic_dims], basic)
         for (dim, k, value), (iv, idt) in zip(gat.adv, views):
             length = gat.view.shape[dim]
@@ -61,8 +70,7 @@ def _gather_loop(kb, n, src: View, first: int, fn) -> tuple:
                 j = _index_value(kb, None, None, ir.Constant(I64, value), length)
             else:
                 bst = iv.broadcast_to(gat.bshape)
-                j = _index_value(kb, View(iv.buf, iv.offset, bst, gat.bshape), idt, bidx,
-                                 length)
+                j = _index_value(kb, View(iv.buf, iv.offset, bst, gat.bshape), idt, bidx, length)
             off = kb.b.add(off, kb.b.mul(j, ir.Constant(I64, st[dim])))
         fn(idx, off)
 
@@ -77,8 +85,13 @@ def getitem_kernel(kb, n: int) -> None:
     dt = np.dtype(d["dtype"])
     oc = cstrides(tuple(d["shape"]))
     xv = kb.plan.views[x]
-    _gather_loop(kb, n, xv, 1, lambda idx, off: kb.store(
-        n, dt, kb.offset(0, oc, idx), kb.load(xv.buf, dt, off)))
+    _gather_loop(
+        kb,
+        n,
+        xv,
+        1,
+        lambda idx, off: kb.store(n, dt, kb.offset(0, oc, idx), kb.load(xv.buf, dt, off)),
+    )
 
 
 @kernel("getitem_grad")
@@ -95,18 +108,32 @@ def getitem_grad_kernel(kb, n: int) -> None:
     if len(d["operands"]) == 1:
         bv = index_view(own, index)
         gst = gv.broadcast_to(bv.shape)
-        kb.loop(list(bv.shape), lambda idx: kb.store(
-            n, dt, kb.offset(bv.offset, bv.strides, idx),
-            kb.convert(kb.load(gv.buf, gdt, kb.offset(gv.offset, gst, idx)), gdt, dt)))
+        kb.loop(
+            list(bv.shape),
+            lambda idx: kb.store(
+                n,
+                dt,
+                kb.offset(bv.offset, bv.strides, idx),
+                kb.convert(kb.load(gv.buf, gdt, kb.offset(gv.offset, gst, idx)), gdt, dt),
+            ),
+        )
         return
     b = kb.b
 
-    def acc(idx, off):       # repeated indices accumulate, as numpy.add.at
+    def acc(idx, off):  # repeated indices accumulate, as numpy.add.at
         gst = gv.broadcast_to(tuple(d_ for d_ in gv.shape))
         v = kb.convert(kb.load(gv.buf, gdt, kb.offset(gv.offset, gst, idx)), gdt, dt)
         cur = kb.load(n, dt, off)
-        kb.store(n, dt, off, b.fadd(cur, v) if dt.kind == "f" else
-                   b.or_(cur, v) if dt.kind == "b" else b.add(cur, v))
+        kb.store(
+            n,
+            dt,
+            off,
+            b.fadd(cur, v)
+            if dt.kind == "f"
+            else b.or_(cur, v)
+            if dt.kind == "b"
+            else b.add(cur, v),
+        )
 
     _gather_loop(kb, n, own, 1, acc)
 
@@ -122,29 +149,59 @@ def setitem_kernel(kb, n: int) -> None:
     oc = cstrides(shape)
     index = d["attrs"]["index"]
     tens = d["operands"][2:]
-    if len(tens) == 1 and index == (("t", 0),) and \
-            np.dtype(kb.g.nx.nodes[tens[0]]["dtype"]).kind == "b" and \
-            tuple(kb.g.nx.nodes[tens[0]]["shape"]) == shape and numel(vv.shape) == 1:
-        mv = kb.plan.views[tens[0]]          # x[mask] = scalar: a select per element
+    if (
+        len(tens) == 1
+        and index == (("t", 0),)
+        and np.dtype(kb.g.nx.nodes[tens[0]]["dtype"]).kind == "b"
+        and tuple(kb.g.nx.nodes[tens[0]]["shape"]) == shape
+        and numel(vv.shape) == 1
+    ):
+        mv = kb.plan.views[tens[0]]  # x[mask] = scalar: a select per element
         b = kb.b
-        kb.loop(list(shape), lambda idx: kb.store(n, dt, kb.offset(0, oc, idx), b.select(
-            kb.load(mv.buf, np.dtype(bool), kb.offset(mv.offset, mv.strides, idx)),
-            kb.convert(kb.load(vv.buf, vdt, ir.Constant(I64, vv.offset)), vdt, dt),
-            kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, idx)))), name="m")
+        kb.loop(
+            list(shape),
+            lambda idx: kb.store(
+                n,
+                dt,
+                kb.offset(0, oc, idx),
+                b.select(
+                    kb.load(mv.buf, np.dtype(bool), kb.offset(mv.offset, mv.strides, idx)),
+                    kb.convert(kb.load(vv.buf, vdt, ir.Constant(I64, vv.offset)), vdt, dt),
+                    kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, idx)),
+                ),
+            ),
+            name="m",
+        )
         return
-    kb.loop(list(shape), lambda idx: kb.store(
-        n, dt, kb.offset(0, oc, idx),
-        kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, idx))), name="cp")
+    kb.loop(
+        list(shape),
+        lambda idx: kb.store(
+            n, dt, kb.offset(0, oc, idx), kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, idx))
+        ),
+        name="cp",
+    )
     own = View(n, 0, oc, shape)
     if not tens:
         bv = index_view(own, index)
         vst = vv.broadcast_to(bv.shape)
-        kb.loop(list(bv.shape), lambda idx: kb.store(
-            n, dt, kb.offset(bv.offset, bv.strides, idx),
-            kb.convert(kb.load(vv.buf, vdt, kb.offset(vv.offset, vst, idx)), vdt, dt)))
+        kb.loop(
+            list(bv.shape),
+            lambda idx: kb.store(
+                n,
+                dt,
+                kb.offset(bv.offset, bv.strides, idx),
+                kb.convert(kb.load(vv.buf, vdt, kb.offset(vv.offset, vst, idx)), vdt, dt),
+            ),
+        )
         return
     gat, _ = _gather(kb, n, own, 2)
     vst = vv.broadcast_to(gat.out_shape)
-    _gather_loop(kb, n, own, 2, lambda idx, off: kb.store(
-        n, dt, off, kb.convert(kb.load(vv.buf, vdt, kb.offset(vv.offset, vst, idx)),
-                                 vdt, dt)))
+    _gather_loop(
+        kb,
+        n,
+        own,
+        2,
+        lambda idx, off: kb.store(
+            n, dt, off, kb.convert(kb.load(vv.buf, vdt, kb.offset(vv.offset, vst, idx)), vdt, dt)
+        ),
+    )

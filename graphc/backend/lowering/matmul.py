@@ -1,6 +1,7 @@
 """Matrix products: the shape of a product over the scheduled views (:class:`GemmDims`)
 and its kernel -- a BLAS gemm per batch item (each thread of a shared product calls it on
 its rows or columns), or plain loops where BLAS does not apply."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,14 @@ class GemmDims:
         self.va, self.vb = va, vb
         self.M, self.K, self.N = va.shape[-2], va.shape[-1], vb.shape[-1]
         self.batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
-        self.blas = (self.K != 0 and dt.kind == "f" and adt == dt and bdt == dt and
-                     blas.available() and _blas_fits(va, vb, self.M, self.N, self.K))
+        self.blas = (
+            self.K != 0
+            and dt.kind == "f"
+            and adt == dt
+            and bdt == dt
+            and blas.available()
+            and _blas_fits(va, vb, self.M, self.N, self.K)
+        )
         # threads share rows of C (each reads its rows of A and all of B, which BLAS packs
         # once per share), or columns when C has too few rows to go round: measured on a
         # 64x1000 @ 1000x100 product, rows took 65 us on two threads, columns 87 us
@@ -53,8 +60,9 @@ def _blas_operand(v: View) -> tuple:
     """(CBLAS transpose flag, leading dimension) for a matrix view the planner accepted."""
     layout = blas_layout(v)
     if layout is None:
-        raise UnsupportedOpError(f"internal error: matrix view with strides {v.strides} "
-                                 "reached BLAS")
+        raise UnsupportedOpError(
+            f"internal error: matrix view with strides {v.strides} reached BLAS"
+        )
     trans, ld = layout
     return (blas.CBLAS_TRANS if trans else blas.CBLAS_NO_TRANS), max(ld, 1)
 
@@ -85,7 +93,7 @@ def matmul_kernel(kb, n: int) -> None:
     c32 = lambda v: ir.Constant(I32, v)  # noqa: E731
     i64 = lambda v: ir.Constant(I64, v)  # noqa: E731
     rows, cols = i64(M), i64(N)
-    row_a, row_c = i64(0), i64(0)         # element offsets of the first row / column
+    row_a, row_c = i64(0), i64(0)  # element offsets of the first row / column
     col_b, col_c = i64(0), i64(0)
     if kb.par is not None:
         # a thread's share of the product: rows [lo, hi) of C (of op(A)), or columns
@@ -108,9 +116,25 @@ def matmul_kernel(kb, n: int) -> None:
         pa = kb.ptr(va.buf, dt, oa)
         pb = kb.ptr(vb.buf, dt, ob)
         pc = kb.ptr(n, dt, oc)
-        b.call(gemm, [c32(blas.CBLAS_ROW_MAJOR), c32(ta), c32(tb), b.trunc(rows, I32),
-                      b.trunc(cols, I32), c32(K), ir.Constant(ft, 1.0), pa, c32(lda), pb,
-                      c32(ldb), ir.Constant(ft, 0.0), pc, c32(max(N, 1))])
+        b.call(
+            gemm,
+            [
+                c32(blas.CBLAS_ROW_MAJOR),
+                c32(ta),
+                c32(tb),
+                b.trunc(rows, I32),
+                b.trunc(cols, I32),
+                c32(K),
+                ir.Constant(ft, 1.0),
+                pa,
+                c32(lda),
+                pb,
+                c32(ldb),
+                ir.Constant(ft, 0.0),
+                pc,
+                c32(max(N, 1)),
+            ],
+        )
 
     if batch:
         kb.loop(list(batch), call, name="batch")
@@ -135,10 +159,8 @@ def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt):
             k = kk[0]
             ia = idx[:nb] + [idx[nb], k]
             ib = idx[:nb] + [k, idx[nb + 1]]
-            x = kb.convert(kb.load(va.buf, adt, kb.offset(va.offset, ast, ia)), adt,
-                             acc_t)
-            y = kb.convert(kb.load(vb.buf, bdt, kb.offset(vb.offset, bst, ib)), bdt,
-                             acc_t)
+            x = kb.convert(kb.load(va.buf, adt, kb.offset(va.offset, ast, ia)), adt, acc_t)
+            y = kb.convert(kb.load(vb.buf, bdt, kb.offset(vb.offset, bst, ib)), bdt, acc_t)
             cur = b.load(slot, typ=reg_type(acc_t))
             if acc_t.kind == "f":
                 b.store(b.fadd(cur, b.fmul(x, y)), slot)

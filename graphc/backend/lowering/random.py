@@ -1,4 +1,5 @@
 """Random numbers: the kernel of the ``philox`` op."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,24 +28,25 @@ def philox_kernel(kb, n: int) -> None:
     sv = kb.plan.views[d["operands"][0]]
     i64t = np.dtype(np.int64)
     key = kb.load(sv.buf, i64t, ir.Constant(I64, sv.offset), name="key")
-    base = kb.load(sv.buf, i64t, ir.Constant(I64, sv.offset + sv.strides[0]),
-                     name="counter")
-    off = int(a["offset"]) % 2 ** 64
-    base = b.add(base, ir.Constant(I64, off - 2 ** 64 if off >= 2 ** 63 else off))
+    base = kb.load(sv.buf, i64t, ir.Constant(I64, sv.offset + sv.strides[0]), name="counter")
+    off = int(a["offset"]) % 2**64
+    base = b.add(base, ir.Constant(I64, off - 2**64 if off >= 2**63 else off))
     k0, k1 = b.trunc(key, I32), b.trunc(b.lshr(key, ir.Constant(I64, 32)), I32)
-    def c64(v: int) -> ir.Constant:        # two's complement: bits, not a value
-        v %= 2 ** 64
-        return ir.Constant(I64, v - 2 ** 64 if v >= 2 ** 63 else v)
+
+    def c64(v: int) -> ir.Constant:  # two's complement: bits, not a value
+        v %= 2**64
+        return ir.Constant(I64, v - 2**64 if v >= 2**63 else v)
 
     def c32(v: int) -> ir.Constant:
-        v %= 2 ** 32
-        return ir.Constant(I32, v - 2 ** 32 if v >= 2 ** 31 else v)
+        v %= 2**32
+        return ir.Constant(I32, v - 2**32 if v >= 2**31 else v)
 
-    def u64(lo, hi):              # a float64 in [0, 1) from 27 + 26 bits of two words
+    def u64(lo, hi):  # a float64 in [0, 1) from 27 + 26 bits of two words
         x = b.uitofp(b.lshr(lo, c32(5)), F64)
         y = b.uitofp(b.lshr(hi, c32(6)), F64)
-        return b.fmul(b.fadd(b.fmul(x, ir.Constant(F64, 67108864.0)), y),
-                      ir.Constant(F64, 2.0 ** -53))
+        return b.fmul(
+            b.fadd(b.fmul(x, ir.Constant(F64, 67108864.0)), y), ir.Constant(F64, 2.0**-53)
+        )
 
     def body(idx):
         ctr = b.add(base, idx[0])
@@ -53,22 +55,23 @@ def philox_kernel(kb, n: int) -> None:
         for r in range(random_op.ROUNDS):
             p0 = b.mul(b.zext(w[0], I64), c64(random_op.M0))
             p1 = b.mul(b.zext(w[2], I64), c64(random_op.M1))
-            w = [b.xor(b.xor(b.trunc(b.lshr(p1, c64(32)), I32), w[1]), kk[0]),
-                 b.trunc(p1, I32),
-                 b.xor(b.xor(b.trunc(b.lshr(p0, c64(32)), I32), w[3]), kk[1]),
-                 b.trunc(p0, I32)]
+            w = [
+                b.xor(b.xor(b.trunc(b.lshr(p1, c64(32)), I32), w[1]), kk[0]),
+                b.trunc(p1, I32),
+                b.xor(b.xor(b.trunc(b.lshr(p0, c64(32)), I32), w[3]), kk[1]),
+                b.trunc(p0, I32),
+            ]
             if r + 1 < random_op.ROUNDS:
                 kk = [b.add(kk[0], c32(random_op.W0)), b.add(kk[1], c32(random_op.W1))]
         dist = a["dist"]
         if dist == "uniform" and dt == np.float32:
-            v = b.fmul(b.uitofp(b.lshr(w[0], c32(8)), F32), ir.Constant(F32, 2.0 ** -24))
+            v = b.fmul(b.uitofp(b.lshr(w[0], c32(8)), F32), ir.Constant(F32, 2.0**-24))
         elif dist == "uniform":
             v = u64(w[0], w[1])
         elif dist == "normal":
             u1 = b.fsub(ir.Constant(F64, 1.0), u64(w[0], w[1]))
             u2 = u64(w[2], w[3])
-            rad = kb.math("sqrt", F64, b.fmul(ir.Constant(F64, -2.0),
-                                                kb.math("log", F64, u1)))
+            rad = kb.math("sqrt", F64, b.fmul(ir.Constant(F64, -2.0), kb.math("log", F64, u1)))
             ang = b.fmul(ir.Constant(F64, 2.0 * np.pi), u2)
             v = b.fmul(rad, kb.math("cos", F64, ang))
             if dt == np.float32:

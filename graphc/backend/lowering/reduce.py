@@ -1,5 +1,6 @@
 """Reductions: how a loop kernel accumulates each reduce op (a :class:`Reduction` entry),
 and the kernel of argmax/argmin."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,16 @@ from ..strided import cstrides, numel
 from .table import LOWERINGS, Reduction, kernel, register
 
 # max(dim)'s values are max's, min(dim)'s min's (only their VJPs differ)
-for _op, _red in (("sum", Reduction("add")), ("mean", Reduction("add", mean=True)),
-                  ("max", Reduction("max")), ("max_dim", Reduction("max")),
-                  ("min", Reduction("min")), ("min_dim", Reduction("min")),
-                  ("all", Reduction("and")), ("any", Reduction("or"))):
+for _op, _red in (
+    ("sum", Reduction("add")),
+    ("mean", Reduction("add", mean=True)),
+    ("max", Reduction("max")),
+    ("max_dim", Reduction("max")),
+    ("min", Reduction("min")),
+    ("min_dim", Reduction("min")),
+    ("all", Reduction("and")),
+    ("any", Reduction("or")),
+):
     register(_op, reduction=_red)
 
 
@@ -54,10 +61,11 @@ def argreduce_kernel(kb, n: int) -> None:
         kb.store(n, np.dtype(np.int64), ir.Constant(I64, 0), ir.Constant(I64, 0))
         return
     if not numel(d["shape"]):
-        return                                     # an empty result: nothing to write
+        return  # an empty result: nothing to write
     if shape[axis] == 0:
-        raise UnsupportedOpError(f"internal error: {describe(g, n)}: {d['op']} over a "
-                                 "zero-size dim reached the backend")
+        raise UnsupportedOpError(
+            f"internal error: {describe(g, n)}: {d['op']} over a zero-size dim reached the backend"
+        )
     outer_sizes = [s for i, s in enumerate(shape) if i != axis]
     outer_st = [st for i, st in enumerate(v.strides) if i != axis]
     ost = cstrides(tuple(outer_sizes))
@@ -77,10 +85,8 @@ def argreduce_kernel(kb, n: int) -> None:
             x = kb.load(v.buf, sdt, off)
             cur = b.load(best, typ=reg_type(sdt))
             if fl:
-                better = (b.fcmp_ordered(">", x, cur) if is_max else
-                          b.fcmp_ordered("<", x, cur))
-                better = b.and_(b.or_(better, kb.isnan(x)),
-                                b.fcmp_ordered("ord", cur, cur))
+                better = b.fcmp_ordered(">", x, cur) if is_max else b.fcmp_ordered("<", x, cur)
+                better = b.and_(b.or_(better, kb.isnan(x)), b.fcmp_ordered("ord", cur, cur))
             elif sdt.kind == "b":
                 better = b.icmp_unsigned(">" if is_max else "<", x, cur)
             else:

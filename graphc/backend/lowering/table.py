@@ -20,6 +20,7 @@ files of this package (``elementwise.py``, ``reduce.py``, ``views.py``, ``matmul
 ``indexing.py``, ``random.py``), which ``graphc.backend.lowering`` imports.
 tests/graphc/backend/test_native.py checks every record has exactly the entry its family needs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,17 +81,21 @@ def register(op: str, **fields: Any) -> Lowering:
 
 def scalar(op: str) -> Callable:
     """Decorator: ``fn(kb, e)`` computes one element of the elementwise op ``op``."""
+
     def deco(fn: Callable) -> Callable:
         register(op, scalar=fn)
         return fn
+
     return deco
 
 
 def kernel(op: str, kind: Optional[str] = None, **fields: Any) -> Callable:
     """Decorator: ``fn(kb, n)`` writes the kernel of node ``n`` of op ``op``."""
+
     def deco(fn: Callable) -> Callable:
         register(op, kernel=fn, kernel_kind=kind or op, **fields)
         return fn
+
     return deco
 
 
@@ -153,4 +158,3 @@ class Elem:
     @property
     def fl(self) -> bool:
         return self.out.kind == "f"
-

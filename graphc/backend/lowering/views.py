@@ -1,5 +1,6 @@
 """Views: ops that only rearrange elements become new strides over their operand's buffer,
 with no code (``view(v, attrs) -> View``, or None when the operand must be copied first)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -10,8 +11,7 @@ from .table import register
 
 def _transpose(v: View, a: dict) -> View:
     perm = a["perm"]
-    return View(v.buf, v.offset, tuple(v.strides[p] for p in perm),
-                tuple(v.shape[p] for p in perm))
+    return View(v.buf, v.offset, tuple(v.strides[p] for p in perm), tuple(v.shape[p] for p in perm))
 
 
 def _expand(v: View, a: dict) -> View:
@@ -21,7 +21,7 @@ def _expand(v: View, a: dict) -> View:
 
 def _reshape(v: View, a: dict) -> Optional[View]:
     if not v.contiguous():
-        return None                   # a reshape of a non-contiguous view: copy first
+        return None  # a reshape of a non-contiguous view: copy first
     shape = tuple(a["shape"])
     return View(v.buf, v.offset, cstrides(shape), shape)
 

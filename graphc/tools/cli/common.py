@@ -1,5 +1,6 @@
 """What every ``graphc`` command shares: exit statuses, the two kinds of one-line
 errors and the progress printer."""
+
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """``graphc demo``: the seeds' two-layer MLP (graphc.tools.workloads) trained eagerly and
 compiled from the same weights, side by side."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,17 @@ import eager
 
 from ...api import compile as graphc_compile
 from ..compare import compare
-from ..workloads import (D_IN, D_OUT, H, LEARNING_RATE, N, SEED_FILE, SEED_SOURCE, seed_loss,
-                         seed_step)
+from ..workloads import (
+    D_IN,
+    D_OUT,
+    H,
+    LEARNING_RATE,
+    N,
+    SEED_FILE,
+    SEED_SOURCE,
+    seed_loss,
+    seed_step,
+)
 from .common import UsageError, _progress
 
 
@@ -35,20 +45,21 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     prog(f"training eagerly ({ns.steps} steps)...")
     e_losses, eager_total = _train_eager(x, y, w1, w2, ns.steps, every)
     step, c_losses, warm_from, first_calls, warm_total = _train_compiled(
-        prog, x, y, c1, c2, ns.steps, every)
+        prog, x, y, c1, c2, ns.steps, every
+    )
 
     out(f"  {'step':>5}  {'eager loss':>16}  {'compiled loss':>16}")
     for t in sorted(e_losses):
         out(f"  {t:>5}  {e_losses[t]:>16.6g}  {c_losses[t]:>16.6g}")
     out("")
     _print_weights((("w1", w1, c1), ("w2", w2, c2)))
-    print(f"final loss: eager {e_losses[ns.steps - 1]:.6g}, compiled "
-          f"{c_losses[ns.steps - 1]:.6g}")
-    _print_times(eager_total / ns.steps, ns.steps - warm_from, warm_from, first_calls,
-                 warm_total)
+    print(f"final loss: eager {e_losses[ns.steps - 1]:.6g}, compiled {c_losses[ns.steps - 1]:.6g}")
+    _print_times(eager_total / ns.steps, ns.steps - warm_from, warm_from, first_calls, warm_total)
     info = step.cache_info()
-    print(f"compiled cache: {info.traces} traces, {info.hits} hits "
-          f"(.grad None -> set is a new input signature)")
+    print(
+        f"compiled cache: {info.traces} traces, {info.hits} hits "
+        f"(.grad None -> set is a new input signature)"
+    )
     if ns.quiet:
         return 0
 
@@ -65,10 +76,14 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 def _print_intro(out, steps: int) -> None:
     """What is trained, and the first lines of the step's source."""
-    out(f"graphc demo: the seeds' two-layer MLP (N={N}, D_in={D_IN}, H={H}, D_out={D_OUT}, "
-        f"float32, lr={LEARNING_RATE:g}),")
-    out(f"trained {steps} steps eagerly and compiled (graphc.compile(seed_step)) from the "
-        "same initial weights:")
+    out(
+        f"graphc demo: the seeds' two-layer MLP (N={N}, D_in={D_IN}, H={H}, D_out={D_OUT}, "
+        f"float32, lr={LEARNING_RATE:g}),"
+    )
+    out(
+        f"trained {steps} steps eagerly and compiled (graphc.compile(seed_step)) from the "
+        "same initial weights:"
+    )
     out("")
     for k, line in enumerate(SEED_SOURCE.splitlines()[:10], 1):
         out(f"  {SEED_FILE}:{k:<3} {line}")
@@ -92,7 +107,7 @@ def _train_compiled(prog, x, y, c1, c2, steps: int, every: int) -> tuple:
     prog("compiling the step (trace, differentiate, optimize, LLVM)...")
     step = graphc_compile(seed_step)
     c_losses = {}
-    warm_from = min(2, steps)         # the first two calls trace (.grad None, then set)
+    warm_from = min(2, steps)  # the first two calls trace (.grad None, then set)
     t0 = time.perf_counter()
     for t in range(warm_from):
         loss = step(x, y, c1, c2)
@@ -116,21 +131,28 @@ def _print_weights(pairs: tuple) -> None:
         diff = float(np.max(np.abs(ea - cb)))
         scale = float(np.max(np.abs(ea))) or 1.0
         ok = np.allclose(cb, ea, rtol=1e-4, atol=1e-5)
-        print(f"  {nm}: max abs difference {diff:.3g} (relative {diff / scale:.3g})  "
-              f"{'agree' if ok else 'DIFFER'}")
+        print(
+            f"  {nm}: max abs difference {diff:.3g} (relative {diff / scale:.3g})  "
+            f"{'agree' if ok else 'DIFFER'}"
+        )
 
 
-def _print_times(e_step: float, n_warm: int, warm_from: int, first_calls: float,
-                 warm_total: float) -> None:
+def _print_times(
+    e_step: float, n_warm: int, warm_from: int, first_calls: float, warm_total: float
+) -> None:
     """Time per step of both, the compiled one over its warm calls only."""
     if n_warm:
         c_step = warm_total / n_warm
-        print(f"time per step: eager {_ms(e_step)}, compiled {_ms(c_step)} -> speedup "
-              f"{e_step / c_step:.2f}x (compiled's first {warm_from} calls, which trace and "
-              f"compile, took {first_calls * 1e3:.0f} ms and are not counted)")
+        print(
+            f"time per step: eager {_ms(e_step)}, compiled {_ms(c_step)} -> speedup "
+            f"{e_step / c_step:.2f}x (compiled's first {warm_from} calls, which trace and "
+            f"compile, took {first_calls * 1e3:.0f} ms and are not counted)"
+        )
     else:
-        print(f"time per step: eager {_ms(e_step)}; compiled: every step traced and compiled "
-              f"({first_calls * 1e3:.0f} ms in all), run 3 or more steps to time it")
+        print(
+            f"time per step: eager {_ms(e_step)}; compiled: every step traced and compiled "
+            f"({first_calls * 1e3:.0f} ms in all), run 3 or more steps to time it"
+        )
 
 
 def _ms(s: float) -> str:

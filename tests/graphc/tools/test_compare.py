@@ -13,7 +13,6 @@ import json
 import numpy as np
 import pytest
 
-import eager
 import graphc
 from graphc.tools.workloads import seed_step
 
