@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class GraphcError(Exception):
     """Base class of graphc's own errors."""
@@ -84,10 +86,11 @@ def combined_type(base: type, original: type) -> type:
     return cls
 
 
-def with_context(base: type, message: str, original: BaseException, **fields) -> Exception:
+def with_context(base: type[Any], message: str, original: BaseException, **fields: Any) -> Any:
     """The ``base`` error (a context error class whose __init__ takes the message, then
     keyword fields and ``original``) to raise ``from original``."""
     cls = combined_type(base, type(original))
+    err: Any
     try:
         err = cls.__new__(cls, message)
         base.__init__(err, message, original=original, **fields)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 class TreeDef:
@@ -58,7 +58,7 @@ LEAF = TreeDef("leaf")
 NONE = TreeDef("none")
 
 
-def flatten(obj: Any, is_leaf: Callable[[Any], bool] = None) -> tuple:
+def flatten(obj: Any, is_leaf: Optional[Callable[[Any], bool]] = None) -> tuple:
     """Return (leaves, treedef).  Containers: tuple, namedtuple, list, dict (sorted keys), None."""
     leaves: list = []
 

@@ -18,6 +18,7 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
     with at least ``GEMM_PARALLEL_MIN`` multiply-adds (rows or columns of the result
     shared out, BLAS single-threaded in each share: one pool runs loops and products)."""
     if kern.kind == "matmul":
+        assert kern.node is not None
         gd = gemm_dims(plan, kern.node)
         return (
             gd.blas

@@ -52,7 +52,9 @@ def gemm_dims(plan, n: int) -> GemmDims:
 
 def _blas_fits(va: View, vb: View, M: int, N: int, K: int) -> bool:
     """Do the dimensions and leading dimensions fit cblas's 32-bit ints?"""
-    lds = [max(blas_layout(v)[1], 1) for v in (va, vb)]
+    lays = [blas_layout(v) for v in (va, vb)]
+    assert None not in lays, "the schedule copies operands BLAS cannot read"
+    lds = [max(lay[1], 1) for lay in lays if lay is not None]
     return max([M, N, K] + lds) <= np.iinfo(np.int32).max
 
 

@@ -28,7 +28,9 @@ for _op, _red in (
 
 
 def reduction(op: str) -> Reduction:
-    return LOWERINGS[op].reduction
+    red = LOWERINGS[op].reduction
+    assert red is not None, f"{op} is not a reduction"
+    return red
 
 
 def accumulator(op: str, dt: np.dtype):
