@@ -57,6 +57,11 @@ class Size(tuple):
         return n
 
 
+# pickled (and shown by type()) as eager.Size, the public name, as torch.Size is torch's:
+# a pickle must not depend on which private module defines the class
+Size.__module__ = "eager"
+
+
 # ---------------------------------------------------------------------------
 # dispatch, coercion and the module-level op functions (also used by the VJP rules)
 

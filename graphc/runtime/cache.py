@@ -259,18 +259,33 @@ def _instance(path: str) -> "DiskCache":
 _backend_hash: Optional[str] = None
 
 
+def _code_generator_files(root: str) -> list:
+    """Every source file the generated code depends on, relative to ``root``, in a fixed
+    order: the whole backend (its subpackages too: the lowering table), the runtime's
+    engine, entry point and pool, and the random op's constants the Philox kernel uses."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, "graphc", "backend")):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        out += [
+            os.path.relpath(os.path.join(dirpath, f), root) for f in filenames if f.endswith(".py")
+        ]
+    out += [
+        os.path.join("graphc", "runtime", f) for f in ("llvm_engine.py", "native.py", "pool.py")
+    ]
+    out.append(os.path.join("eager", "ops", "random.py"))
+    return sorted(out)
+
+
 def _backend_source_hash() -> str:
     """sha256 of the code generator's own source: an edited backend never reuses old code."""
     global _backend_hash
     if _backend_hash is None:
         here = os.path.dirname(os.path.abspath(__file__))
-        backend = os.path.join(os.path.dirname(here), "backend")
+        root = os.path.dirname(os.path.dirname(here))  # the directory holding graphc/, eager/
         h = hashlib.sha256()
-        files = [os.path.join(backend, f) for f in sorted(os.listdir(backend)) if f.endswith(".py")]
-        files += [os.path.join(here, f) for f in ("llvm_engine.py", "native.py", "pool.py")]
-        for p in files:
-            h.update(os.path.basename(p).encode() + b"\0")
-            with open(p, "rb") as fh:
+        for rel in _code_generator_files(root):
+            h.update(rel.encode() + b"\0")
+            with open(os.path.join(root, rel), "rb") as fh:
                 h.update(fh.read())
         _backend_hash = h.hexdigest()
     return _backend_hash

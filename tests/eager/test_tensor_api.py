@@ -678,3 +678,14 @@ def test_setitem_errors_have_torchs_types(requires_grad):
             y[key] = 0.0
     with pytest.raises(RuntimeError, match="could not broadcast"):
         y[0] = eager.ones(4)
+
+
+def test_size_pickles_under_its_public_name_and_old_pickles_load():
+    import pickle
+
+    s = eager.zeros(2, 3).shape
+    data = pickle.dumps(s, protocol=0)
+    assert b"eager\nSize" in data and b"_operands" not in data
+    assert pickle.loads(data) == (2, 3) and type(pickle.loads(data)) is type(s)
+    old = data.replace(b"ceager\nSize", b"ceager._surface\nSize")   # as earlier versions wrote it
+    assert old != data and pickle.loads(old) == (2, 3)

@@ -980,3 +980,23 @@ def test_run_rejects_inputs_the_code_was_not_compiled_for():
     for bad in ([x, np.ones(3, np.int8)], [x, np.ones((4, 3))], [x, x.tolist()], [x]):
         with pytest.raises(GraphcError, match="input|takes"):
             exe.run(bad)
+
+
+def test_disk_cache_key_covers_every_code_generator_file():
+    """An edit anywhere in the backend (its lowering table's subpackage too), the runtime's
+    entry point, engine and pool, or the random op's constants makes new keys: edited code
+    never reuses object code compiled by the old one."""
+    import os
+
+    from graphc.runtime import cache as C
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(graphc.__file__)))
+    files = set(C._code_generator_files(root))
+    backend = os.path.join(root, "graphc", "backend")
+    for dirpath, dirnames, filenames in os.walk(backend):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in filenames:
+            if f.endswith(".py"):
+                assert os.path.relpath(os.path.join(dirpath, f), root) in files, f
+    assert os.path.join("graphc", "backend", "lowering", "elementwise.py") in files
+    assert os.path.join("eager", "ops", "random.py") in files
