@@ -19,6 +19,7 @@ import pytest
 import eager
 import graphc
 from graphc.backend.schedule import Schedule
+from graphc.tools.workloads import seed_step  # W1: the seed MLP step, defined once
 from eager.tensor import Tensor
 
 
@@ -368,22 +369,6 @@ def test_poison_uses_a_sentinel_for_integer_and_bool_buffers():
 
 
 # --- the seed workloads with poisoning -------------------------------------------------
-
-LR = 1e-6
-
-
-def seed_step(x, y, w1, w2):
-    # W1: seed tutorial 003, two-layer MLP with autograd and an in-place SGD update
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    loss.backward()
-    with eager.no_grad():
-        w1 -= LR * w1.grad
-        w2 -= LR * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss
-
 
 def test_w1_training_step_is_bit_identical_with_poisoning():
     eager.manual_seed(0)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import graphc
+from graphc.tools.workloads import seed_loss  # the seed MLP's loss, defined once
 from eager.surface import _dispatch
 from eager.ops import OPS
 from graphc.ir import serialize
@@ -33,17 +34,11 @@ def L3(a, w1, w2, w3, w4):
     return (10 - d).sum()
 
 
-def mlp_step(x, y, w1, w2):
-    y_pred = x.mm(w1).clamp(min=0).mm(w2)
-    loss = (y_pred - y).pow(2).sum()
-    return loss
-
-
 def _seed_graphs():
     l3_args = [RNG.standard_normal((3, 3)).astype(np.float32) for _ in range(5)]
     mlp_args = [RNG.standard_normal(s).astype(np.float32)
                 for s in [(64, 1000), (64, 10), (1000, 100), (100, 10)]]
-    return [(graphc.trace(L3, *l3_args), l3_args), (graphc.trace(mlp_step, *mlp_args), mlp_args)]
+    return [(graphc.trace(L3, *l3_args), l3_args), (graphc.trace(seed_loss, *mlp_args), mlp_args)]
 
 
 def _node_attrs_equal(a: dict, b: dict) -> None:
