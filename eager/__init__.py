@@ -128,6 +128,13 @@ for _name in [
 ]:
     globals()[_name] = _method(_name)
 
+# the functions of eager/methods/ (by topic: pointwise, shape, stats, indexing, linalg)
+from .methods import FUNCTIONS as _FUNCTIONS, METHOD_FUNCTIONS as _METHOD_FUNCTIONS  # noqa: E402
+
+globals().update(_FUNCTIONS)
+for _name in _METHOD_FUNCTIONS:
+    globals()[_name] = _method(_name)
+
 subtract, multiply, divide, negative, absolute = sub, mul, div, neg, abs  # noqa: F821
 is_tensor = lambda obj: isinstance(obj, Tensor)  # noqa: E731
 

@@ -46,6 +46,11 @@ from ._operands import (
     where,
 )
 from .ops.registry import norm_axes
+from .methods.indexing import IndexingMethods
+from .methods.linalg import LinalgMethods
+from .methods.pointwise import PointwiseMethods
+from .methods.shape import ShapeMethods
+from .methods.stats import StatsMethods
 
 # --- wiring: the constructors of eager.factories (a layer above) -------------------------
 # The surface calls a few tensor factories (``randn``/``rand`` for ``normal_``/
@@ -65,8 +70,11 @@ MaxResult = collections.namedtuple("MaxResult", ["values", "indices"])
 MaxResult.__module__ = "eager.return_types"
 
 
-class TensorOps:
-    """Mixin giving a tensor-like class the full PyTorch-style op surface."""
+class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, LinalgMethods):
+    """Mixin giving a tensor-like class the full PyTorch-style op surface.
+
+    The methods of this class are the core; the mixins of ``eager/methods/`` add the
+    rest by topic (a method defined here wins over a mixin's of the same name)."""
 
     __slots__ = ()
     __array_ufunc__ = None  # numpy defers to our reflected operators

@@ -42,3 +42,30 @@ __all__ = [
     "MSELoss",
     "functional",
 ]
+
+# --- the layers by topic: each file's __all__ ----------------------------------------
+
+from .activation import *  # noqa: E402,F403
+
+from .flatten import *  # noqa: E402,F403
+
+from .normalization import *  # noqa: E402,F403
+
+from .sparse import *  # noqa: E402,F403
+
+from .conv import *  # noqa: E402,F403
+
+from .container import *  # noqa: E402,F403
+
+from .losses import *  # noqa: E402,F403
+
+import eager.nn.activation as _activation  # noqa: E402
+import eager.nn.container as _container  # noqa: E402
+import eager.nn.conv as _conv  # noqa: E402
+import eager.nn.flatten as _flatten  # noqa: E402
+import eager.nn.losses as _losses  # noqa: E402
+import eager.nn.normalization as _normalization  # noqa: E402
+import eager.nn.sparse as _sparse  # noqa: E402
+
+for _part in (_activation, _flatten, _normalization, _sparse, _conv, _container, _losses):
+    __all__ += [n for n in _part.__all__ if n not in __all__]

@@ -13,8 +13,7 @@ import warnings
 from typing import Optional
 
 from ..surface import TensorOps, matmul
-
-_REDUCTIONS = ("none", "mean", "sum")
+from ._reduction import check_reduction, legacy_reduction
 
 
 def linear(input: TensorOps, weight: TensorOps, bias: Optional[TensorOps] = None) -> TensorOps:
@@ -35,35 +34,6 @@ def tanh(input: TensorOps) -> TensorOps:
 
 def sigmoid(input: TensorOps) -> TensorOps:
     return input.sigmoid()
-
-
-def legacy_reduction(size_average: Optional[bool], reduce: Optional[bool]) -> str:
-    """Map the pre-1.0 ``size_average``/``reduce`` flags to ``reduction`` (with PyTorch's warning).
-
-    Older tutorials write ``MSELoss(size_average=False)``, which means ``reduction='sum'``.
-    """
-    if size_average is None:
-        size_average = True
-    if reduce is None:
-        reduce = True
-    if size_average and reduce:
-        ret = "mean"
-    elif reduce:
-        ret = "sum"
-    else:
-        ret = "none"
-    warnings.warn(
-        f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
-        UserWarning,
-        stacklevel=3,
-    )
-    return ret
-
-
-def check_reduction(reduction: str) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    return reduction
 
 
 def mse_loss(
@@ -114,3 +84,24 @@ def dropout(
 
 
 __all__ = ["linear", "relu", "tanh", "sigmoid", "mse_loss", "dropout"]
+
+# --- the functional forms by topic: each file's __all__ --------------------------------
+
+from ._fn_pointwise import *  # noqa: E402,F403  (activations: gelu, silu, softplus...)
+
+from ._fn_shape import *  # noqa: E402,F403  (pad...)
+
+from ._fn_stats import *  # noqa: E402,F403  (softmax, losses, normalization...)
+
+from ._fn_indexing import *  # noqa: E402,F403  (embedding, one_hot...)
+
+from ._fn_conv import *  # noqa: E402,F403  (convolution and pooling)
+
+import eager.nn._fn_conv as _fn_conv  # noqa: E402
+import eager.nn._fn_indexing as _fn_indexing  # noqa: E402
+import eager.nn._fn_pointwise as _fn_pointwise  # noqa: E402
+import eager.nn._fn_shape as _fn_shape  # noqa: E402
+import eager.nn._fn_stats as _fn_stats  # noqa: E402
+
+for _part in (_fn_pointwise, _fn_shape, _fn_stats, _fn_indexing, _fn_conv):
+    __all__ += _part.__all__

@@ -8,6 +8,8 @@ import eager.nn.functional as F  # by full name: "from . import" is an edge to e
 from ..tensor import Tensor
 from .module import Module
 
+__all__ = ["MSELoss"]
+
 
 class _Loss(Module):
     def __init__(

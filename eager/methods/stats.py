@@ -1,0 +1,16 @@
+"""Tensor methods: reductions and statistics (softmax, logsumexp, var, std, norm, prod, cumsum...).
+
+A mixin of :class:`eager.surface.TensorOps` (see eager/methods/__init__.py).
+"""
+
+from __future__ import annotations
+
+
+class StatsMethods:
+    __slots__ = ()
+
+
+#: module-level functions that are not methods, by name
+FUNCTIONS: dict = {}
+#: methods that are also module-level functions (``eager.name(x, ...)``)
+METHOD_FUNCTIONS: list = []

@@ -1,0 +1,5 @@
+"""nn: convolution and pooling layers."""
+
+from __future__ import annotations
+
+__all__: list = []

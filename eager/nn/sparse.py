@@ -1,0 +1,5 @@
+"""nn: Embedding."""
+
+from __future__ import annotations
+
+__all__: list = []

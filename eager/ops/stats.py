@@ -1,0 +1,6 @@
+"""Op records: statistics beyond the basic reductions (prod, cumsum, cumprod...).
+
+See docs/adding-an-op.md for what a record holds and the tests that check it.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,6 @@
+"""Lowering entries: joining and splitting (cat, stack...).
+
+See table.py for the entry each family needs.
+"""
+
+from __future__ import annotations
