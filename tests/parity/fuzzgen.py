@@ -23,6 +23,7 @@ import numpy as np
 
 import eager
 import graphc
+from tests.parity import fuzz_ops
 from eager.ops.registry import OPS
 
 # op name -> statement templates.  {a}, {b}: values (b broadcasts against a); {d}: a dim
@@ -70,6 +71,10 @@ NOT_GENERATED = {
     "philox": "random draws differ from eager's by design (graphc's own stream); "
               "tests/graphc/runtime/test_random.py checks them against the interpreter bit for bit",
 }
+
+for _part in fuzz_ops.MODULES:  # the templates of the newer ops, one file per topic
+    OP_TEMPLATES.update(_part.TEMPLATES)
+    NOT_GENERATED.update(_part.NOT_GENERATED)
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e30, -1e30, 1.0, -1.0])
 

@@ -1,0 +1,4 @@
+"""Fuzzer templates: the ops of eager/ops/indexing.py (see fuzz_ops/__init__.py)."""
+
+TEMPLATES: dict = {}
+NOT_GENERATED: dict = {}
