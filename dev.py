@@ -7,7 +7,7 @@ installed into .venv from the package index on first use.
     python3 dev.py demo      # eager vs compiled on the seeds' MLP
     python3 dev.py test      # the test suite (extra args go to pytest)
     python3 dev.py bench     # the benchmark tables
-    python3 dev.py docs      # regenerate docs/ir.md's op table from the op records
+    python3 dev.py docs      # regenerate docs/ir.md's op table and docs/ops.md from the code
     python3 dev.py lint      # ruff (lint and format check) and mypy, as CI runs them
 """
 from __future__ import annotations
@@ -44,10 +44,11 @@ def ensure_venv() -> None:
 
 
 OP_TABLE = ("<!-- op-table: begin -->\n", "<!-- op-table: end -->")
+OPS_PAGE = ("<!-- ops: begin -->\n", "<!-- ops: end -->")
 
 
 def write_op_table() -> int:
-    """Rewrite the generated op table of docs/ir.md from the op records."""
+    """Rewrite the generated op table of docs/ir.md and the catalogue docs/ops.md."""
     table = subprocess.run([str(PY), "-c", "import eager; from eager.ops.registry import "
                             "op_table; print(op_table(), end='')"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout
@@ -56,6 +57,14 @@ def write_op_table() -> int:
     begin, end = text.index(OP_TABLE[0]) + len(OP_TABLE[0]), text.index(OP_TABLE[1])
     doc.write_text(text[:begin] + table + text[end:], encoding="utf-8")
     print(f"dev.py: wrote the op table of {doc.relative_to(ROOT)}")
+    page = subprocess.run([str(PY), "-c", "from graphc.tools.opdocs import ops_page; "
+                           "print(ops_page(), end='')"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    doc = ROOT / "docs" / "ops.md"
+    text = doc.read_text(encoding="utf-8")
+    begin, end = text.index(OPS_PAGE[0]) + len(OPS_PAGE[0]), text.index(OPS_PAGE[1])
+    doc.write_text(text[:begin] + page + text[end:], encoding="utf-8")
+    print(f"dev.py: wrote the catalogue of {doc.relative_to(ROOT)}")
     return 0
 
 

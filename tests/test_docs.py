@@ -668,3 +668,11 @@ def test_ir_op_table_is_generated_from_the_records():
     begin, end = "<!-- op-table: begin -->\n", "<!-- op-table: end -->"
     current = text[text.index(begin) + len(begin):text.index(end)]
     assert current == op_table(), "docs/ir.md's op table is stale: run `python3 dev.py docs`"
+
+
+def test_ops_page_is_generated_from_the_code():
+    """docs/ops.md's catalogue is the code's own (``python3 dev.py docs`` rewrites it)."""
+    from graphc.tools.opdocs import BEGIN, END, ops_page
+    text = (DOCS / "ops.md").read_text(encoding="utf-8")
+    current = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    assert current == ops_page(), "docs/ops.md is stale: run `python3 dev.py docs`"
