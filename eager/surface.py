@@ -90,6 +90,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
 
     @property
     def shape(self) -> tuple:
+        """The size of each dimension, as an ``eager.Size``."""
         raise NotImplementedError
 
     # --- dispatch helpers --------------------------------------------------
@@ -182,24 +183,31 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._binary("logical_or", other, "")
 
     def add(self, other, *, alpha=1):
+        """``self + alpha * other`` (broadcasting, PyTorch's type promotion)."""
         return self + (other if alpha == 1 else other * alpha)
 
     def sub(self, other, *, alpha=1):
+        """``self - alpha * other``."""
         return self - (other if alpha == 1 else other * alpha)
 
     def mul(self, other):
+        """``self * other``, elementwise with broadcasting."""
         return self * other
 
     def div(self, other):
+        """``self / other``: true division (integers give float32)."""
         return self / other
 
     def true_divide(self, other):
+        """Alias of ``div``."""
         return self / other
 
     def neg(self):
+        """``-self``."""
         return -self
 
     def pow(self, exponent):
+        """``self ** exponent`` (tensor or number exponent)."""
         if exponent.__class__ is builtins.int and exponent < 0 and self._npdtype.kind in "biu":
             raise RuntimeError("Integers to negative integer powers are not allowed.")
         if (
@@ -212,12 +220,15 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._binary("pow", exponent, gname)
 
     def square(self):
+        """``self * self``."""
         return self._binary("pow", 2, "PowBackward0")
 
     def matmul(self, other):
+        """Matrix product with numpy's/PyTorch's 1-D, 2-D and batched broadcasting rules."""
         return matmul(self, other)
 
     def mm(self, other):
+        """Product of two 2-D matrices."""
         if self.ndim != 2 or getattr(other, "ndim", None) != 2:
             raise RuntimeError(
                 f"mm: both arguments must be 2-D matrices, got shapes "
@@ -226,45 +237,58 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return matmul(self, other)
 
     def dot(self, other):
+        """Inner product of two 1-D tensors."""
         return matmul(self, other)
 
     # --- elementwise math --------------------------------------------------
     def exp(self):
+        """Elementwise ``e ** x``."""
         return self._op("exp", "ExpBackward0")
 
     def log(self):
+        """Natural logarithm (``-inf`` at 0, NaN below)."""
         return self._op("log", "LogBackward0")
 
     def sqrt(self):
+        """Elementwise square root."""
         return self._op("sqrt", "SqrtBackward0")
 
     def rsqrt(self):
+        """``1 / sqrt(x)``."""
         return 1.0 / self.sqrt()
 
     def sin(self):
+        """Elementwise sine."""
         return self._op("sin", "SinBackward0")
 
     def cos(self):
+        """Elementwise cosine."""
         return self._op("cos", "CosBackward0")
 
     def tanh(self):
+        """Elementwise hyperbolic tangent."""
         return self._op("tanh", "TanhBackward0")
 
     def sigmoid(self):
+        """``1 / (1 + exp(-x))``, without overflow."""
         return self._op("sigmoid", "SigmoidBackward0")
 
     def relu(self):
+        """``max(x, 0)``; gradient 0 at 0, as PyTorch."""
         if self._npdtype.kind == "b":
             raise RuntimeError("Boolean inputs not supported for relu")
         return self._op("relu", "ReluBackward0")
 
     def abs(self):
+        """Elementwise absolute value."""
         return self._op("abs", "AbsBackward0")
 
     def sign(self):
+        """-1, 0 or 1 by sign (0 for NaN, as PyTorch)."""
         return self._op("sign", "SignBackward0")
 
     def clamp(self, min=None, max=None):
+        """Limit values to ``[min, max]`` (numbers or tensors; either may be None)."""
         if min is None and max is None:
             raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
         if isinstance(min, TensorOps) or isinstance(max, TensorOps):
@@ -297,40 +321,52 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return where(condition, self, other)
 
     def maximum(self, other):
+        """Elementwise maximum of two tensors (NaN propagates)."""
         return maximum(self, other)
 
     def minimum(self, other):
+        """Elementwise minimum of two tensors (NaN propagates)."""
         return minimum(self, other)
 
     def eq(self, other):
+        """Elementwise ``==`` (bool result)."""
         return self == other
 
     def ne(self, other):
+        """Elementwise ``!=`` (bool result)."""
         return self != other
 
     def lt(self, other):
+        """Elementwise ``<`` (bool result)."""
         return self < other
 
     def le(self, other):
+        """Elementwise ``<=`` (bool result)."""
         return self <= other
 
     def gt(self, other):
+        """Elementwise ``>`` (bool result)."""
         return self > other
 
     def ge(self, other):
+        """Elementwise ``>=`` (bool result)."""
         return self >= other
 
     def logical_not(self):
+        """Elementwise logical not (bool result)."""
         return self._op("logical_not", "")
 
     def logical_and(self, other):
+        """Elementwise logical and (bool result)."""
         return self & other
 
     def logical_or(self, other):
+        """Elementwise logical or (bool result)."""
         return self | other
 
     # --- reductions ----------------------------------------------------------
     def sum(self, dim=None, keepdim=False, *, dtype=None, axis=None):
+        """Sum over all elements or over ``dim`` (int or tuple), ``keepdim``, ``dtype``."""
         dim = axis if dim is None else dim
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind in "biu":
@@ -339,6 +375,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
 
     def mean(self, dim=None, keepdim=False, *, dtype=None, axis=None):
+        """Mean over all elements or over ``dim`` (int or tuple), ``keepdim``, ``dtype``."""
         dim = axis if dim is None else dim
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind != "f":
@@ -386,26 +423,31 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return MaxResult(values, self._op(argop, "", axis=axes[0], keepdim=keepdim))
 
     def max(self, dim=None, keepdim=False, *, other=None):
+        """Largest element; along ``dim``: ``(values, indices)``; with a tensor: maximum."""
         if isinstance(dim, TensorOps):
             return maximum(self, dim)
         return self._minmax("max", "argmax", dim, keepdim, other)
 
     def min(self, dim=None, keepdim=False, *, other=None):
+        """Smallest element; along ``dim``: ``(values, indices)``; with a tensor: minimum."""
         if isinstance(dim, TensorOps):
             return minimum(self, dim)
         return self._minmax("min", "argmin", dim, keepdim, other)
 
     def amax(self, dim=None, keepdim=False):
+        """Largest value over ``dim`` (int or tuple); the gradient is shared among ties."""
         return self._op(
             "max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"), keepdim=bool(keepdim)
         )
 
     def amin(self, dim=None, keepdim=False):
+        """Smallest value over ``dim`` (int or tuple); the gradient is shared among ties."""
         return self._op(
             "min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"), keepdim=bool(keepdim)
         )
 
     def argmax(self, dim=None, keepdim=False):
+        """Index of the largest value (over the flattened tensor, or along ``dim``)."""
         if dim is None:
             return self.reshape(-1)._op("argmax", "", axis=0, keepdim=False)
         return self._op(
@@ -413,6 +455,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         )
 
     def argmin(self, dim=None, keepdim=False):
+        """Index of the smallest value (over the flattened tensor, or along ``dim``)."""
         if dim is None:
             return self.reshape(-1)._op("argmin", "", axis=0, keepdim=False)
         return self._op(
@@ -420,45 +463,56 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         )
 
     def all(self, dim=None, keepdim=False):
+        """True where every element (over ``dim``) is non-zero."""
         return self._op("all", "", axis=_axes(dim, self.ndim, "all"), keepdim=bool(keepdim))
 
     def any(self, dim=None, keepdim=False):
+        """True where some element (over ``dim``) is non-zero."""
         return self._op("any", "", axis=_axes(dim, self.ndim, "any"), keepdim=bool(keepdim))
 
     # --- movement -------------------------------------------------------------
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     def dim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     def numel(self) -> int:
+        """The number of elements."""
         n = 1
         for d in self.shape:
             n *= d
         return n
 
     def size(self, dim: Optional[int] = None):
+        """The shape (an ``eager.Size``), or the size of dimension ``dim``."""
         if dim is None:
             return Size(self.shape)
         return self.shape[norm_axes(dim, self.ndim, "size")[0]]
 
     def reshape(self, *shape, _gname: str = "ViewBackward0"):
+        """The same elements in a new shape (a view when the layout allows, else a copy)."""
         shape = _shape_arg(shape)
         new = _infer_shape(shape, self.numel(), self.shape)
         return self._op("reshape", _gname, shape=new)
 
     def view(self, *shape):
+        """The same elements in a new shape; always a view (refused where PyTorch refuses)."""
         return self.reshape(*shape)
 
     def view_as(self, other):
+        """``view`` to another tensor's shape."""
         return self.reshape(other.shape)
 
     def reshape_as(self, other):
+        """``reshape`` to another tensor's shape."""
         return self.reshape(other.shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        """Merge dimensions ``start_dim`` to ``end_dim`` into one."""
         if self.ndim == 0:
             return self.reshape(1)
         s, e = (
@@ -474,6 +528,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self.reshape(shp[:s] + (n,) + shp[e + 1 :])
 
     def unsqueeze(self, dim: int):
+        """Insert a dimension of size 1 at ``dim`` (negative counts from the end)."""
         nd = self.ndim + 1
         if not -nd <= dim < nd:
             raise IndexError(
@@ -485,6 +540,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self.reshape(shp[:d] + (1,) + shp[d:], _gname="UnsqueezeBackward0")
 
     def squeeze(self, dim=None):
+        """Remove dimensions of size 1 (all, or those named by ``dim``)."""
         shp = tuple(self.shape)
         if dim is None:
             new = tuple(s for s in shp if s != 1)
@@ -494,6 +550,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self.reshape(new, _gname="SqueezeBackward1")
 
     def expand(self, *shape):
+        """A broadcast view to a larger shape (-1 keeps a size); writes to it are refused."""
         shape = _shape_arg(shape)
         cur = tuple(self.shape)
         if len(shape) < len(cur):
@@ -522,12 +579,15 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._op("expand", "ExpandBackward0", shape=new)
 
     def expand_as(self, other):
+        """``expand`` to another tensor's shape."""
         return self.expand(other.shape)
 
     def broadcast_to(self, *shape):
+        """``expand`` to ``shape``."""
         return self.expand(*shape)
 
     def permute(self, *dims):
+        """A view with the dimensions reordered."""
         dims = _shape_arg(dims)
         perm = tuple(norm_axes(d, self.ndim, "permute")[0] for d in dims) if self.ndim else ()
         if sorted(perm) != list(range(self.ndim)):
@@ -537,6 +597,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._op("transpose", "PermuteBackward0", perm=perm)
 
     def transpose(self, dim0: int, dim1: int):
+        """A view with two dimensions swapped."""
         nd = self.ndim
         perm = list(range(nd))
         if nd:
@@ -547,6 +608,7 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
     swapaxes = transpose
 
     def t(self):
+        """Transpose of a tensor with at most 2 dimensions."""
         if self.ndim > 2:
             raise RuntimeError(
                 f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D"
@@ -556,10 +618,12 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
 
     @property
     def T(self):
+        """All dimensions reversed (a matrix's transpose)."""
         return self._op("transpose", "PermuteBackward0", perm=tuple(reversed(range(self.ndim))))
 
     @property
     def mT(self):
+        """The last two dimensions swapped (batched matrix transpose)."""
         if self.ndim < 2:
             raise RuntimeError(
                 "tensor.mT is only supported on matrices or batches of matrices. "
@@ -589,12 +653,15 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
     # --- dtype ----------------------------------------------------------------
     @property
     def is_floating_point_(self) -> bool:
+        """Whether the dtype is a floating-point type (eager's internal spelling)."""
         return self._npdtype.kind == "f"
 
     def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point type."""
         return self._npdtype.kind == "f"
 
     def to(self, *args, **kwargs):
+        """A copy in another dtype (or the same tensor when nothing changes); device 'cpu' only."""
         dtype = kwargs.pop("dtype", None)
         kwargs.pop("copy", None)
         kwargs.pop("non_blocking", None)
@@ -618,24 +685,31 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._op("cast", "ToCopyBackward0", dtype=npd.name)
 
     def float(self):
+        """Cast to float32."""
         return self.to(D.float32)
 
     def double(self):
+        """Cast to float64."""
         return self.to(D.float64)
 
     def half(self):
+        """Cast to float16."""
         return self.to(D.float16)
 
     def long(self):
+        """Cast to int64."""
         return self.to(D.int64)
 
     def int(self):
+        """Cast to int32."""
         return self.to(D.int32)
 
     def bool(self):
+        """Cast to bool."""
         return self.to(D.bool)
 
     def type_as(self, other):
+        """Cast to another tensor's dtype."""
         return self.to(other._npdtype)
 
     def normal_(self, mean: float = 0.0, std: float = 1.0):
@@ -653,9 +727,11 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
             return self.copy_(_rand(tuple(self.shape), dtype=self._npdtype) * (b - a) + a)
 
     def bernoulli(self, p=None):
+        """0/1 draws with probability ``p`` (or the tensor's own values)."""
         return _bernoulli(self, p)
 
     def clone(self):
+        """A copy that keeps the gradient history."""
         return self._op("copy", "CloneBackward0")
 
     def contiguous(self):
