@@ -110,6 +110,7 @@ defop(
     saves=(),
     vjp=(lambda g, out, x: -g,),
     samples=_unary_samples(),
+    doc="-x",
 )
 
 defop(
@@ -121,6 +122,7 @@ defop(
     saves_out=True,
     vjp=(lambda g, out, x: g * out,),
     samples=_unary_samples(),
+    doc="e ** x",
 )
 
 defop(
@@ -131,6 +133,7 @@ defop(
     saves=(0,),
     vjp=(lambda g, out, x: g / x,),
     samples=_unary_samples(0.2, 3.0),
+    doc="natural logarithm",
 )
 
 defop(
@@ -142,6 +145,7 @@ defop(
     saves_out=True,
     vjp=(lambda g, out, x: g / (out * 2),),
     samples=_unary_samples(0.2, 3.0),
+    doc="square root (correctly rounded)",
 )
 
 defop(
@@ -152,6 +156,7 @@ defop(
     saves=(0,),
     vjp=(lambda g, out, x: g * x.cos(),),
     samples=_unary_samples(),
+    doc="sine",
 )
 
 defop(
@@ -162,6 +167,7 @@ defop(
     saves=(0,),
     vjp=(lambda g, out, x: -(g * x.sin()),),
     samples=_unary_samples(),
+    doc="cosine",
 )
 
 defop(
@@ -173,6 +179,7 @@ defop(
     saves_out=True,
     vjp=(lambda g, out, x: g * (1 - out * out),),
     samples=_unary_samples(),
+    doc="hyperbolic tangent",
 )
 
 
@@ -192,6 +199,7 @@ defop(
     saves_out=True,
     vjp=(lambda g, out, x: g * (out * (1 - out)),),
     samples=_unary_samples(),
+    doc="1 / (1 + exp(-x)) without overflow",
 )
 
 
@@ -211,6 +219,7 @@ defop(
     saves_out=True,
     vjp=(lambda g, out, x: S.where(out <= 0, 0, g),),
     samples=_unary_samples(),
+    doc="max(x, 0), gradient 0 at 0",
 )
 
 defop(
@@ -221,6 +230,7 @@ defop(
     saves=(0,),
     vjp=(lambda g, out, x: g * x.sign(),),
     samples=_unary_samples(),
+    doc="absolute value",
 )
 
 
@@ -243,6 +253,7 @@ defop(
     saves=(),
     vjp=(lambda g, out, x: g.zeros_like_(),),
     samples=_unary_samples(),
+    doc="-1, 0 or 1 (0 for NaN)",
 )
 
 
@@ -304,6 +315,7 @@ defop(
     saves=(0,),
     vjp=(_clamp_vjp,),
     samples=_clamp_samples,
+    doc="x limited to [lo, hi] (static bounds; tensor bounds are maximum/minimum)",
 )
 
 # --- binary -------------------------------------------------------------------
@@ -344,6 +356,7 @@ defop(
     saves=(),
     vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g),
     samples=_binary_samples(),
+    doc="x + y",
 )
 
 
@@ -361,6 +374,7 @@ defop(
     saves=(),
     vjp=(lambda g, out, x, y: g, lambda g, out, x, y: -g),
     samples=_binary_samples(),
+    doc="x - y",
 )
 
 defop(
@@ -371,6 +385,7 @@ defop(
     vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
     reads=((1,), (0,)),
     samples=_binary_samples(),
+    doc="x * y",
 )
 
 
@@ -395,6 +410,7 @@ defop(
     vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -(g * x) / (y * y)),
     reads=((1,), (0, 1)),
     samples=_binary_samples(-2, 2, 0.5, 2.0),
+    doc="true division x / y",
 )
 
 
@@ -480,6 +496,7 @@ defop(
     saves_out=True,
     vjp=(_pow_vjp_x, _pow_vjp_y),
     samples=_binary_samples(0.3, 2.0, -2.0, 2.0),
+    doc="x ** y (C99 special cases)",
 )
 
 
@@ -508,6 +525,7 @@ defop(
     arity=2,
     vjp=(_max_vjp(True), _max_vjp(False)),
     samples=_binary_samples(),
+    doc="elementwise maximum, NaN propagates",
 )
 
 defop(
@@ -517,6 +535,7 @@ defop(
     arity=2,
     vjp=(_min_vjp(True), _min_vjp(False)),
     samples=_binary_samples(),
+    doc="elementwise minimum, NaN propagates",
 )
 
 # --- comparisons and logic (no gradient) ------------------------------------------
@@ -528,6 +547,17 @@ def _bool_binary_shape(name):
 
     return rule
 
+
+_COMPARISON_DOCS = {
+    "eq": "x == y",
+    "ne": "x != y",
+    "lt": "x < y",
+    "le": "x <= y",
+    "gt": "x > y",
+    "ge": "x >= y",
+    "logical_and": "x and y",
+    "logical_or": "x or y",
+}
 
 for _name, _fn in [
     ("eq", np.equal),
@@ -546,6 +576,7 @@ for _name, _fn in [
         arity=2,
         vjp=None,
         samples=_binary_samples(),
+        doc=_COMPARISON_DOCS[_name],
     )
 
 defop(
@@ -555,6 +586,7 @@ defop(
     vjp=None,
     shape=lambda x: Meta(x.shape, np.dtype(np.bool_)),
     samples=_unary_samples(),
+    doc="not x",
 )
 
 # --- where ----------------------------------------------------------------------------
@@ -615,6 +647,7 @@ defop(
     saves=(0,),
     vjp=(None, lambda g, out, c, x, y: S.where(c, g, 0), lambda g, out, c, x, y: S.where(c, 0, g)),
     samples=_where_samples,
+    doc="cond ? x : y",
 )
 
 # --- dtype and copies ---------------------------------------------------------------------
@@ -648,6 +681,7 @@ defop(
         ([_rng().uniform(-2, 2, size=())], {"dtype": "float64"}),
         ([_rng().uniform(-2, 2, size=(1, 0))], {"dtype": "float32"}),
     ],
+    doc="conversion to another dtype (float to int truncates; NaN gives INT_MIN)",
 )
 
 defop(
@@ -658,11 +692,20 @@ defop(
     saves=(),
     vjp=(lambda g, out, x: g,),
     samples=_unary_samples(),
+    doc="a copy (clone)",
 )
 
 # ``t.detach()`` inside a graphc trace: the value passes, the gradient stops (JAX's
 # stop_gradient).  Eager's Tensor.detach shares storage instead and never records this op.
-defop("detach", forward=np.copy, shape=_same_shape, arity=1, vjp=None, samples=_unary_samples())
+defop(
+    "detach",
+    forward=np.copy,
+    shape=_same_shape,
+    arity=1,
+    vjp=None,
+    samples=_unary_samples(),
+    doc="a copy without gradient history",
+)
 
 
 def _fill(x, value):
@@ -687,4 +730,5 @@ defop(
         ([_rng().uniform(-2, 2, size=())], {"value": 1.5}),
         ([_rng().uniform(-2, 2, size=(0, 1))], {"value": 0.0}),
     ],
+    doc="a tensor of x's shape filled with a value",
 )

@@ -39,6 +39,7 @@ defop(
         ([_rng().uniform(-1, 1, size=())], {"shape": (1, 1)}),
         ([_rng().uniform(-1, 1, size=(0, 4))], {"shape": (4, 0)}),
     ],
+    doc="the same elements in a new shape",
 )
 
 
@@ -73,6 +74,7 @@ defop(
         ([_rng().uniform(-1, 1, size=())], {"perm": ()}),
         ([_rng().uniform(-1, 1, size=(1, 0, 3))], {"perm": (2, 1, 0)}),
     ],
+    doc="dimensions permuted",
 )
 
 
@@ -132,6 +134,7 @@ defop(
         ([_rng().uniform(-1, 1, size=())], {"shape": (2,)}),
         ([_rng().uniform(-1, 1, size=(1,))], {"shape": (3, 0)}),
     ],
+    doc="broadcast to a larger shape",
 )
 
 
@@ -299,6 +302,7 @@ defop(
     view=True,
     vjp=(_getitem_vjp,),
     samples=_getitem_samples,
+    doc="basic and advanced indexing (slices, ints, None, Ellipsis, index tensors)",
 )
 
 
@@ -327,6 +331,7 @@ defop(
         ),
     ),
     samples=_getitem_grad_samples,
+    doc="the gradient of getitem: g scattered (added) into zeros of the input's shape",
 )
 
 
@@ -405,4 +410,5 @@ defop(
     family="index",
     vjp=(_setitem_vjp_x, _setitem_vjp_v),
     samples=_setitem_samples,
+    doc="a copy of x with the indexed elements replaced (functional index assignment)",
 )

@@ -74,6 +74,7 @@ defop(
     family="reduce",
     samples=_samples,
     vjp=(lambda g, out, x, axis, keepdim: _expand_back(g, x, axis),),
+    doc="sum over axes",
 )
 
 
@@ -109,6 +110,7 @@ defop(
     family="reduce",
     samples=_samples,
     vjp=(_mean_vjp,),
+    doc="mean over axes (NaN for an empty mean)",
 )
 
 
@@ -179,6 +181,7 @@ defop(
     family="reduce",
     samples=_nonempty_samples,
     vjp=(_minmax_vjp,),
+    doc="largest value over axes (gradient shared among ties)",
 )
 
 defop(
@@ -192,6 +195,7 @@ defop(
     family="reduce",
     samples=_nonempty_samples,
     vjp=(_minmax_vjp,),
+    doc="smallest value over axes (gradient shared among ties)",
 )
 
 
@@ -247,6 +251,7 @@ defop(
     family="reduce",
     samples=_dim_samples,
     vjp=(_dim_vjp("argmax"),),
+    doc="the values of max(dim): gradient to the index argmax picks",
 )
 
 defop(
@@ -259,6 +264,7 @@ defop(
     family="reduce",
     samples=_dim_samples,
     vjp=(_dim_vjp("argmin"),),
+    doc="the values of min(dim): gradient to the index argmin picks",
 )
 
 
@@ -299,6 +305,7 @@ defop(
     vjp=None,
     family="argreduce",
     samples=_arg_samples,
+    doc="index of the first largest value along an axis",
 )
 defop(
     "argmin",
@@ -309,6 +316,7 @@ defop(
     vjp=None,
     family="argreduce",
     samples=_arg_samples,
+    doc="index of the first smallest value along an axis",
 )
 
 
@@ -328,6 +336,7 @@ defop(
     vjp=None,
     family="reduce",
     samples=_samples,
+    doc="logical and over axes",
 )
 defop(
     "any",
@@ -338,4 +347,5 @@ defop(
     vjp=None,
     family="reduce",
     samples=_samples,
+    doc="logical or over axes",
 )
