@@ -31,7 +31,9 @@ def _repr(self) -> str:
 #: ``sort``'s and ``topk``'s results (PyTorch's torch.return_types.sort/topk)
 SortResult = collections.namedtuple("sort", ["values", "indices"])  # type: ignore[name-match]
 TopkResult = collections.namedtuple("topk", ["values", "indices"])  # type: ignore[name-match]
-for _cls in (SortResult, TopkResult):
+KthvalueResult = collections.namedtuple("kthvalue", ["values", "indices"])  # type: ignore[name-match]
+MedianResult = collections.namedtuple("median", ["values", "indices"])  # type: ignore[name-match]
+for _cls in (SortResult, TopkResult, KthvalueResult, MedianResult):
     _cls.__module__ = "eager.return_types"
     _cls.__repr__ = _repr  # type: ignore[assignment,method-assign]
 
@@ -143,6 +145,11 @@ class IndexingMethods:
         if index.ndim > 1:
             raise IndexError("index_select(): Index is supposed to be a vector")
         d = _dim(self, dim, "index_select")
+        if self.ndim == 0 and index.numel() != 1:
+            raise RuntimeError(
+                "index_select(): Index to scalar can have only 1 value, got "
+                f"{index.numel()} value(s)"
+            )
         _check_range(index, self.shape[d] if self.ndim else 1)
         if self.ndim == 0:
             return (
@@ -284,6 +291,48 @@ class IndexingMethods:
             idx = idx[(slice(None),) * d + (slice(0, k),)]
         return TopkResult(_dispatch("gather", "TopkBackward0", (self, idx), {"dim": d}), idx)
 
+    def _select_sorted(self, d: int, pos, keepdim, cls, gname: str):
+        """The element at sorted position ``pos`` (an int, or an index tensor of the keepdim
+        shape) along ``d``, and its index."""
+        idx = self.argsort(d)
+        if self.ndim:
+            if isinstance(pos, builtins.int):
+                idx = idx[(slice(None),) * d + (slice(pos, pos + 1),)]
+            else:
+                idx = idx.gather(d, pos)
+        values = _dispatch("gather", gname, (self, idx), {"dim": d})
+        if self.ndim and not keepdim:
+            values, idx = values.squeeze(d), idx.squeeze(d)
+        return cls(values, idx)
+
+    def kthvalue(self, k, dim=-1, keepdim=False):
+        """(values, indices) of the k-th smallest element along ``dim`` (NaN the largest)."""
+        d = _dim(self, dim, "kthvalue")
+        k = builtins.int(k)
+        if not 1 <= k <= (self.shape[d] if self.ndim else 1):
+            raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+        return self._select_sorted(d, k - 1, keepdim, KthvalueResult, "KthvalueBackward0")
+
+    def median(self, dim=None, keepdim=False):
+        """The lower median (of all elements, or (values, indices) along ``dim``); NaN
+        when the elements hold one (then its index is the first NaN's), as PyTorch."""
+        if dim is None:
+            flat = self.reshape(-1)
+            if flat.shape[0] == 0:
+                return self._wrap_const(np.array(np.nan, self._npdtype))
+            return flat.median(0).values
+        d = _dim(self, dim, "median")
+        n = self.shape[d] if self.ndim else 1
+        if n == 0:
+            raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
+        pos = (n - 1) // 2
+        if self._npdtype.kind == "f" and self.ndim:
+            nans = (self != self).sum(d, keepdim=True)  # NaNs sort last: the first one
+            return self._select_sorted(
+                d, O.where(nans > 0, n - nans, pos), keepdim, MedianResult, "MedianBackward1"
+            )
+        return self._select_sorted(d, pos, keepdim, MedianResult, "MedianBackward1")
+
     # --- comparisons ---------------------------------------------------------------------
     def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         """Elementwise ``|self - other| <= atol + rtol * |other|`` (equal infinities are
@@ -336,6 +385,8 @@ METHOD_FUNCTIONS: list = [
     "sort",
     "msort",
     "topk",
+    "kthvalue",
+    "median",
     "isclose",
     "allclose",
     "equal",

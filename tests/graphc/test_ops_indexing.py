@@ -85,6 +85,10 @@ CASES = {
         IDX,
     ),
     "sort": (lambda x, i: x.sort(dim=1).values * x.sort(0, descending=True).values, IDX),
+    "median": (
+        lambda x, i: x.median(0).values * x.median() + x.kthvalue(2, 0, keepdim=True).values,
+        IDX,
+    ),
     "topk": (
         lambda x, i: x.topk(3, dim=1).values.exp() + x.topk(2, dim=1, largest=False).values.sum(),
         IDX,
@@ -224,6 +228,14 @@ def test_data_dependent_ops_refuse_to_compile():
         graphc.compile(lambda x: x.nonzero())(X)
     with pytest.raises(RuntimeError, match="pass num_classes"):
         graphc.compile(lambda i: F.one_hot(i))(np.array([0, 1]))
+
+
+def test_median_with_nan_compiled():
+    x = X.copy()
+    x[1, 3] = x[2, 0] = x[2, 4] = np.nan
+    _same(lambda x: x.median(1), x)
+    _same(lambda x: x.median(0, keepdim=True), x)
+    _same(lambda x: x.median(), x)
 
 
 def test_where_with_scalars_compiled():

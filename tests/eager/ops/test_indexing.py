@@ -434,3 +434,28 @@ def test_against_pytorch_nn_and_sort_nan():
             torch.tensor(x).topk(3, largest=not desc).values.numpy(),
         )
     assert repr(nn.Embedding(4, 3, padding_idx=1)) == repr(torch.nn.Embedding(4, 3, padding_idx=1))
+
+
+def test_kthvalue_and_median():
+    x = _t(np.array([[3.0, np.nan, 1.0, np.nan, 2.0], [4.0, 1.0, 2.0, 3.0, 0.0]]))
+    m = x.median(1)
+    assert type(m).__name__ == "median"
+    assert np.isnan(m.values.numpy()[0]) and m.values.numpy()[1] == 2.0
+    assert m.indices.tolist() == [1, 2]  # a NaN row: the first NaN, as PyTorch
+    assert np.isnan(x.median().item()) and _t([1.0, 2.0, 3.0, 4.0]).median().item() == 2.0
+    assert np.isnan(eager.tensor([]).median().item())
+    k = eager.kthvalue(x, 2, 1)
+    assert (
+        type(k).__name__ == "kthvalue"
+        and k.values.tolist() == [2.0, 1.0]
+        and k.indices.tolist() == [4, 1]
+    )
+    assert x.kthvalue(1, 0, keepdim=True).values.shape == (1, 5)
+    assert _t(3.0).kthvalue(1).indices.shape == ()
+    with pytest.raises(RuntimeError, match="selected number k out of range for dimension 1"):
+        x.kthvalue(9, 1)
+    w = _t(np.array([4.0, 1.0, 2.0, 3.0, 0.0]), requires_grad=True)
+    w.median().backward()
+    assert w.grad.tolist() == [0, 0, 1, 0, 0]
+    with pytest.raises(RuntimeError, match="Index to scalar can have only 1 value, got 2"):
+        _t(3.0).index_select(0, _t([0, 0]))
