@@ -261,7 +261,14 @@ class Lowerer:
                 self._parallel_call(b, fn, i, kern, kfn, args, then)
                 continue
             rc = b.call(kfn, args, name=f"rc{i}")
-            if kern.kind in ("getitem", "getitem_grad", "setitem"):
+            if kern.kind in (
+                "getitem",
+                "getitem_grad",
+                "setitem",
+                "gather",
+                "scatter",
+                "scatter_add",
+            ):
                 nxt = fn.append_basic_block(f"after_k{i}")
                 if rc_slot is None:
                     with b.goto_entry_block():

@@ -30,7 +30,7 @@ from eager.tensor import Tensor
 # operand is the integer generator state
 STOP_GRADIENT = {"detach", "philox"}
 NON_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
-                      "logical_not", "argmax", "argmin", "all", "any"} | STOP_GRADIENT
+                      "logical_not", "argmax", "argmin", "all", "any", "argsort"} | STOP_GRADIENT
 # Beyond kind == "elementwise", the structural ops whose second derivatives we check.
 GRADGRAD_EXTRA = {"matmul", "sum", "mean", "reshape", "transpose", "expand", "getitem"}
 
