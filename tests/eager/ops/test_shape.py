@@ -292,3 +292,89 @@ def test_against_pytorch(name, fn):
             assert e.grad is None or not e.grad.numpy().any()
         else:
             np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+
+
+# --- F.pad and the layers -----------------------------------------------------------------
+
+PAD_CASES = [
+    ((2, 3, 4), (1, 2), "constant", None),
+    ((2, 3, 4), (1, 2, 0, 3), "constant", 1.5),
+    ((2, 3, 4), (-1, 2, 1, -2), "constant", None),
+    ((2, 3, 4), (1, 1, 1, 1, 1, 1), "constant", -2.0),
+    ((2, 3, 4), (2, 3), "reflect", None),
+    ((2, 3, 4), (2, 1, 1, 2), "reflect", None),
+    ((1, 2, 3, 4), (1, 2, 0, 1), "reflect", None),
+    ((2, 3, 4), (3, 5), "replicate", None),
+    ((2, 3, 4), (1, 2, 2, 0), "replicate", None),
+    ((2, 2, 3, 4), (1, 1, 1, 1, 1, 1), "replicate", None),
+    ((2, 3, 4), (4, 2), "circular", None),
+    ((2, 3, 4), (1, 3, 2, 1), "circular", None),
+    ((2, 3, 4), (-1, 2), "replicate", None),
+    ((2, 3, 4), (-1, 2), "circular", None),
+]
+
+
+@pytest.mark.parametrize("shape, pad, mode, value", PAD_CASES)
+def test_pad_against_pytorch(shape, pad, mode, value):
+    torch = pytest.importorskip("torch")
+    a = _r(*shape, seed=4)
+    kw = {} if value is None else {"value": value}
+    e = eager.tensor(a, requires_grad=True)
+    t = torch.tensor(a, requires_grad=True)
+    ey = eager.nn.functional.pad(e, pad, mode=mode, **kw)
+    ty = torch.nn.functional.pad(t, pad, mode=mode, **kw)
+    np.testing.assert_array_equal(ey.detach().numpy(), ty.detach().numpy())
+    w = _r(*ty.shape, seed=5)
+    (ey * eager.tensor(w)).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=1e-12)
+
+
+def test_pad_values_dtypes_and_errors():
+    F = eager.nn.functional
+    x = eager.arange(6).reshape(1, 2, 3)
+    y = F.pad(x, (1, 2), value=2.7)
+    assert y.dtype == eager.int64 and y.tolist() == [[[2, 0, 1, 2, 2, 2], [2, 3, 4, 5, 2, 2]]]
+    xr = _t(1, 2, 3, rg=True)
+    assert F.pad(xr, (1, 1)).grad_fn.name() == "ConstantPadNdBackward0"
+    assert F.pad(xr, (1, 1), mode="reflect").grad_fn.name() == "ReflectionPad1DBackward0"
+    assert F.pad(xr, (1, 1, 1, 1), mode="replicate").grad_fn.name() == "ReplicationPad2DBackward0"
+    z = F.pad(xr, (0, 0)).detach()
+    z.add_(1.0)  # a copy: the input is untouched
+    np.testing.assert_array_equal(z.numpy(), xr.detach().numpy() + 1)
+    assert gradgradcheck(lambda a: F.pad(a, (2, 1), mode="reflect") ** 2, (xr,))
+    assert gradgradcheck(lambda a: F.pad(a, (1, -1, 1, 0), value=3.0) ** 2, (xr,))
+    for args, kw, exc, msg in [
+        (((1,),), {}, RuntimeError, "Padding length must be divisible by 2"),
+        (((1,) * 8,), {}, RuntimeError, "Padding length should be less than or equal to two times"),
+        (((3, 3),), {"mode": "reflect"}, RuntimeError,
+         "Padding size should be less than the corresponding input dimension, but got: padding (3, 3) at dimension 2"),
+        (((1, 1),), {"mode": "reflect", "value": 1.0}, RuntimeError,
+         'Padding mode "reflect" doesn\'t take in value argument'),
+        (((4, 4),), {"mode": "circular"}, RuntimeError, "Padding value causes wrapping around more than once."),
+        (((1, 1),), {"mode": "foo"}, NotImplementedError, "Unrecognised padding mode foo"),
+        (((1,) * 6,), {"mode": "replicate"}, NotImplementedError, "Padding size 6 is not supported for 3D input tensor."),
+        (((-2, -2),), {}, RuntimeError, "narrow(): length must be non-negative."),
+    ]:
+        with pytest.raises(exc) as e:
+            F.pad(xr, *args, **kw)
+        assert msg in str(e.value)
+    with pytest.raises(RuntimeError, match="Expected 2D or 3D"):
+        F.pad(eager.ones(2, 0, 3), (1, 1), mode="replicate")
+
+
+def test_flatten_unflatten_identity_layers():
+    nn = eager.nn
+    assert repr(nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"
+    assert repr(nn.Unflatten(1, (2, 3))) == "Unflatten(dim=1, unflattened_size=(2, 3))"
+    assert repr(nn.Identity(54, unused="x")) == "Identity()"
+    x = _t(2, 3, 4)
+    assert nn.Flatten()(x).shape == (2, 12)
+    assert nn.Flatten(0, -2)(x).shape == (6, 4)
+    assert nn.Unflatten(-1, (2, 2))(x).shape == (2, 3, 2, 2)
+    assert nn.Identity()(x) is x
+    s = nn.Sequential(nn.Flatten(), nn.Unflatten(1, [3, 4]), nn.Identity())
+    assert s(x).shape == (2, 3, 4)
+    assert "(0): Flatten(start_dim=1, end_dim=-1)" in repr(s)
+    with pytest.raises(TypeError, match="unflattened_size must be tuple of ints"):
+        nn.Unflatten(1, (2, 2.0))
