@@ -484,10 +484,14 @@ class ShapeMethods:
     def unflatten(self, dim, sizes):
         """Split dim ``dim`` into the dims ``sizes`` (one may be -1)."""
         sizes = _ints((sizes,), "unflatten")
+        if self.ndim == 0:
+            raise RuntimeError(
+                f"unflatten: Dimension specified as {dim} but tensor has no dimensions"
+            )
         d = _wrap(dim, self.ndim)
         if not sizes:
             raise RuntimeError("unflatten: sizes must be non-empty")
-        n = self.shape[d] if self.ndim else 1
+        n = self.shape[d]
         if sizes.count(-1) > 1:
             raise RuntimeError("unflatten: only one dimension can be inferred")
         known = math.prod(s for s in sizes if s != -1)
@@ -537,5 +541,4 @@ METHOD_FUNCTIONS: list = [
     "tile",
     "repeat_interleave",
     "unflatten",
-    "squeeze",
 ]

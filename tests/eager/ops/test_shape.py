@@ -134,6 +134,7 @@ def test_split_chunk_tensor_split_shapes_and_views():
     (lambda x: x.unflatten(1, (2, 2)), RuntimeError,
      "unflatten: Provided sizes [2, 2] don't multiply up to the size of dim 1 (3) in the input tensor"),
     (lambda x: x.unflatten(1, ()), RuntimeError, "unflatten: sizes must be non-empty"),
+    (lambda x: eager.tensor(1.0).unflatten(0, (1,)), RuntimeError, "Dimension specified as 0 but tensor has no dimensions"),
     (lambda x: x.squeeze((0, 0)), RuntimeError, "dim 0 appears multiple times"),
 ])
 def test_errors(fn, exc, msg):
