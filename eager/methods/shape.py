@@ -151,6 +151,54 @@ def vstack(tensors, *, out=None):
     return cat(ts, 0, out=out)
 
 
+def _atleast_nd(n: int, tensors: tuple):
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        return tuple(_atleast_nd(n, (t,)) for t in tensors[0])
+    if len(tensors) != 1:
+        return tuple(_atleast_nd(n, (t,)) for t in tensors)
+    t = tensors[0]
+    if not _is_tensor(t):
+        raise TypeError(f"atleast_{n}d(): expected a Tensor, got {type(t).__name__}")
+    if n == 3 and t.ndim == 1:
+        return t.reshape(1, t.shape[0], 1)
+    if n == 3 and t.ndim == 2:
+        return t.unsqueeze(-1)
+    return _atleast(t, n)
+
+
+def atleast_1d(*tensors):
+    """The tensor (or each tensor) as at least 1-D (a 0-d one becomes shape (1,))."""
+    return _atleast_nd(1, tensors)
+
+
+def atleast_2d(*tensors):
+    """The tensor (or each tensor) as at least 2-D (a 1-D one becomes one row)."""
+    return _atleast_nd(2, tensors)
+
+
+def atleast_3d(*tensors):
+    """The tensor (or each tensor) as at least 3-D ((n,) -> (1, n, 1), (m, n) -> (m, n, 1))."""
+    return _atleast_nd(3, tensors)
+
+
+def dstack(tensors, *, out=None):
+    """Concatenate along dim 2 after making every tensor at least 3-D."""
+    ts = [_atleast_nd(3, (t,)) for t in _tensor_list(tensors, "dstack")]
+    if not ts:
+        raise RuntimeError("dstack expects a non-empty TensorList")
+    return cat(ts, 2, out=out)
+
+
+def column_stack(tensors, *, out=None):
+    """Stack 0-d/1-D tensors as columns (and 2-D ones as they are) along dim 1."""
+    ts = [
+        t.reshape(t.numel(), 1) if t.ndim <= 1 else t for t in _tensor_list(tensors, "column_stack")
+    ]
+    if not ts:
+        raise RuntimeError("column_stack expects a non-empty TensorList")
+    return cat(ts, 1, out=out)
+
+
 class ShapeMethods:
     """The methods of this topic, mixed into TensorOps (which defines the rest)."""
 
@@ -519,6 +567,11 @@ FUNCTIONS: dict = {
     "stack": stack,
     "hstack": hstack,
     "vstack": vstack,
+    "dstack": dstack,
+    "column_stack": column_stack,
+    "atleast_1d": atleast_1d,
+    "atleast_2d": atleast_2d,
+    "atleast_3d": atleast_3d,
 }
 #: methods that are also module-level functions (``eager.name(x, ...)``)
 METHOD_FUNCTIONS: list = [

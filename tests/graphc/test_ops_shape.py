@@ -70,6 +70,7 @@ CASES = {
     "cat_promotes": lambda a, b: eager.cat([a, (b > 0).to(eager.int64)], 1),
     "cat_legacy_empty": lambda a, b: eager.cat([a[:0, 0], a, b], 0),
     "stack": lambda a, b: eager.stack([a, b.exp()], 1),
+    "dstack_column_stack": lambda a, b: eager.dstack([a, b])[..., 1] + eager.column_stack([a[:, 0], b[:, 1:]]),
     "hstack_vstack": lambda a, b: eager.hstack([a, b]) + eager.vstack([a, b]).reshape(3, 8),
     "split": lambda a, b: a.split(3, 1)[1] * 2 + b.split([1, 2, 1], 1)[2],
     "chunk": lambda a, b: eager.cat(a.chunk(3, 1)[::-1], 1) * b,

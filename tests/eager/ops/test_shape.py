@@ -379,3 +379,14 @@ def test_flatten_unflatten_identity_layers():
     assert "(0): Flatten(start_dim=1, end_dim=-1)" in repr(s)
     with pytest.raises(TypeError, match="unflattened_size must be tuple of ints"):
         nn.Unflatten(1, (2, 2.0))
+
+
+def test_atleast_dstack_column_stack():
+    assert eager.atleast_1d(eager.tensor(1.0)).shape == (1,)
+    assert eager.atleast_2d(eager.ones(3)).shape == (1, 3)
+    assert eager.atleast_3d(eager.ones(3)).shape == (1, 3, 1)
+    assert eager.atleast_3d(eager.ones(2, 3)).shape == (2, 3, 1)
+    assert [t.shape for t in eager.atleast_2d(eager.tensor(1.0), eager.ones(3))] == [(1, 1), (1, 3)]
+    assert eager.dstack([eager.ones(2), eager.zeros(2)]).shape == (1, 2, 2)
+    y = eager.column_stack([eager.ones(2), eager.zeros(2, 3)])
+    assert y.shape == (2, 4) and y.tolist() == [[1.0, 0.0, 0.0, 0.0]] * 2
