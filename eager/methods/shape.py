@@ -204,11 +204,19 @@ class ShapeMethods:
 
     __slots__ = ()
 
-    if TYPE_CHECKING:  # the surface this mixin is part of (eager.surface.TensorOps)
+    if TYPE_CHECKING:  # what this mixin uses of the surface it is part of (TensorOps)
+        shape: Any
+        ndim: int
+        _npdtype: np.dtype
 
-        def __getattr__(self, name: str) -> Any: ...
-
+        def _op(self, op: str, gname: str, *operands: Any, **attrs: Any) -> Any: ...
+        def _wrap_const(self, arr: np.ndarray) -> Any: ...
         def __getitem__(self, key: Any) -> Any: ...
+        def reshape(self, *shape: Any, _gname: str = ...) -> Any: ...
+        def permute(self, *dims: Any) -> Any: ...
+        def transpose(self, dim0: int, dim1: int) -> Any: ...
+        def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any: ...
+        def tolist(self) -> Any: ...
 
     # --- splitting ------------------------------------------------------------------
     def split(self, split_size_or_sections, dim=0):
@@ -417,7 +425,7 @@ class ShapeMethods:
         if dims is None:
             if len(sh) != 1:
                 raise RuntimeError(f"shifts and dimensions must align. shifts: {len(sh)}, dims:0")
-            return self.flatten().roll(sh[0], 0).reshape(self.shape)
+            return self.flatten().roll(sh[0], 0).reshape(self.shape, _gname="RollBackward0")
         ds = (dims,) if isinstance(dims, (builtins.int, np.integer)) else tuple(dims)
         if len(sh) != len(ds):
             raise RuntimeError(
