@@ -539,16 +539,6 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         shp = tuple(self.shape)
         return self.reshape(shp[:d] + (1,) + shp[d:], _gname="UnsqueezeBackward0")
 
-    def squeeze(self, dim=None):
-        """Remove dimensions of size 1 (all, or those named by ``dim``)."""
-        shp = tuple(self.shape)
-        if dim is None:
-            new = tuple(s for s in shp if s != 1)
-            return self.reshape(new, _gname="SqueezeBackward0")
-        axes = norm_axes(dim, self.ndim, "squeeze")
-        new = tuple(s for i, s in enumerate(shp) if not (i in axes and s == 1))
-        return self.reshape(new, _gname="SqueezeBackward1")
-
     def expand(self, *shape):
         """A broadcast view to a larger shape (-1 keeps a size); writes to it are refused."""
         shape = _shape_arg(shape)
