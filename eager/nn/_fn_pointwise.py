@@ -1,5 +1,156 @@
-"""nn.functional: activations and elementwise math (re-exported by eager/nn/functional.py)."""
+"""nn.functional: activations and elementwise math (re-exported by eager/nn/functional.py).
+
+Every activation here is a composite of elementwise primitives (erf, expm1, log1p,
+tanh, sigmoid, where...): eager differentiates it to any order and graphc fuses it into
+one loop.  Derivatives at the kinks are PyTorch's (hardtanh and relu6 have gradient 0 at
+their bounds, leaky_relu has ``negative_slope`` at 0, elu ``alpha`` at 0).
+"""
 
 from __future__ import annotations
 
-__all__: list = []
+import math
+
+import eager._operands as O  # by full name: "from .. import" is an edge to eager
+
+__all__ = [
+    "gelu",
+    "silu",
+    "softplus",
+    "leaky_relu",
+    "leaky_relu_",
+    "elu",
+    "elu_",
+    "hardtanh",
+    "hardtanh_",
+    "relu6",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "logsigmoid",
+]
+
+_SQRT1_2 = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _check_float(input, name: str):
+    if input._npdtype.kind != "f":
+        dt = {"b": "Bool", "u": "Byte"}.get(input._npdtype.kind, "Long")
+        raise NotImplementedError(f"\"{name}\" not implemented for '{dt}'")
+
+
+def _maybe_inplace(input, out, inplace: bool):
+    """PyTorch's ``inplace=True``: the result written into ``input`` (which is returned)."""
+    return input.copy_(out) if inplace else out
+
+
+def _inplace_source(input, inplace: bool):
+    # computing from a clone keeps the saved values of the backward away from the write
+    return input.clone() if inplace else input
+
+
+def gelu(input, approximate: str = "none"):
+    """x * Phi(x) with Phi the standard normal CDF (``approximate='tanh'``: its tanh form)."""
+    _check_float(input, "GeluKernelImpl")
+    if approximate == "none":
+        return input * 0.5 * ((input * _SQRT1_2).erf() + 1.0)
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
+        return input * 0.5 * (inner.tanh() + 1.0)
+    raise RuntimeError(f"approximate argument must be either none or tanh. Got {approximate}")
+
+
+def silu(input, inplace: bool = False):
+    """x * sigmoid(x)."""
+    x = _inplace_source(input, inplace)
+    return _maybe_inplace(input, x * x.sigmoid(), inplace)
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold."""
+    _check_float(input, "softplus")
+    bx = input * beta if beta != 1 else input
+    # the clamp keeps exp finite on the side where() discards (no 0 * inf in the backward)
+    soft = bx.clamp(max=float(threshold)).exp().log1p()
+    if beta != 1:
+        soft = soft / beta
+    return O.where(bx > threshold, input, soft)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    """x where x > 0, else negative_slope * x."""
+    x = _inplace_source(input, inplace)
+    return _maybe_inplace(input, O.where(x > 0, x, x * negative_slope), inplace)
+
+
+def leaky_relu_(input, negative_slope: float = 0.01):
+    """In-place :func:`leaky_relu`."""
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    _check_float(input, "elu")
+    x = _inplace_source(input, inplace)
+    neg = x.clamp(max=0.0).expm1() * alpha
+    return _maybe_inplace(input, O.where(x > 0, x, neg), inplace)
+
+
+def elu_(input, alpha: float = 1.0):
+    """In-place :func:`elu`."""
+    return elu(input, alpha, inplace=True)
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """x clamped to [min_val, max_val]; the gradient is 0 at the bounds and beyond."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    if input._npdtype.kind == "b":
+        raise NotImplementedError("\"hardtanh\" not implemented for 'Bool'")
+    x = _inplace_source(input, inplace)
+    # the value is clamp's (x itself on a tie: hardtanh(-0.0, 0, 6) is -0.0); the gradient
+    # passes only strictly inside the bounds, as PyTorch's hardtanh_backward
+    bounded = x.clamp(min_val, max_val)
+    out = O.where((x <= min_val) | (x >= max_val), bounded.detach(), x)
+    if out._npdtype != input._npdtype:
+        out = out.to(input._npdtype)
+    return _maybe_inplace(input, out, inplace)
+
+
+def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):
+    """In-place :func:`hardtanh`."""
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace: bool = False):
+    """min(max(x, 0), 6) (PyTorch's hardtanh(x, 0, 6), with its gradient)."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def mish(input, inplace: bool = False):
+    """x * tanh(softplus(x))."""
+    x = _inplace_source(input, inplace)
+    return _maybe_inplace(input, x * softplus(x).tanh(), inplace)
+
+
+def hardswish(input, inplace: bool = False):
+    """x * relu6(x + 3) / 6, with PyTorch's gradient (0 up to -3, 1 from 3)."""
+    _check_float(input, "hardswish")
+    x = _inplace_source(input, inplace)
+    mid = x * (x + 3.0) / 6.0
+    out = O.where(x <= -3.0, x * 0.0, O.where(x < 3.0, mid, x))
+    return _maybe_inplace(input, out, inplace)
+
+
+def hardsigmoid(input, inplace: bool = False):
+    """relu6(x + 3) / 6, with gradient 1/6 strictly between -3 and 3."""
+    _check_float(input, "hardsigmoid")
+    x = _inplace_source(input, inplace)
+    out = O.where(x <= -3.0, 0.0, O.where(x >= 3.0, 1.0, (x + 3.0) / 6.0))
+    return _maybe_inplace(input, out, inplace)
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), without overflow."""
+    _check_float(input, "log_sigmoid_forward")
+    return O.minimum(input, 0.0) - input.abs().neg().exp().log1p()

@@ -1,6 +1,373 @@
 """Op records: elementwise math and activations (erf, log1p, floor, remainder, isnan...).
 
-See docs/adding-an-op.md for what a record holds and the tests that check it.
+See docs/adding-an-op.md for what a record holds and the tests that check it.  The
+activations (gelu, silu, elu, softplus...) and isnan/isinf/isfinite/nan_to_num are
+composites of these and of the core ops (eager/methods/pointwise.py), so they need no
+record.
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .elementwise import _binary_samples, _float_dtype, _floatify, _unary_samples
+from .registry import Meta, broadcast_shapes, defop
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
+
+def _unary_float(x: Meta) -> Meta:
+    return Meta(x.shape, _float_dtype(x.dtype))
+
+
+def _quiet(fn):
+    """numpy's ufunc without its warnings (NaN for a domain error, inf for a pole)."""
+
+    def forward(x):
+        with np.errstate(all="ignore"):
+            return fn(x)
+
+    forward.__name__ = getattr(fn, "__name__", "forward")
+    return forward
+
+
+def _special_samples(low, high):
+    """The unary samples over the function's smooth domain (special values: the tests of
+    tests/eager/ops/test_pointwise.py and tests/graphc/test_ops_pointwise.py)."""
+    return _unary_samples(low, high)
+
+
+def _erf(x):
+    # numpy has no erf: math.erf per element (libm's erf, as PyTorch's), in the input's dtype
+    flat = np.fromiter((math.erf(v) for v in x.ravel().tolist()), np.float64, x.size)
+    return flat.reshape(x.shape).astype(x.dtype)
+
+
+# name -> (numpy forward, VJP rule, saves, saves_out, samples)
+_UNARY = {
+    "log1p": (
+        np.log1p,
+        lambda g, out, x: g / (x + 1),
+        (0,),
+        False,
+        _special_samples(-0.8, 3.0),
+    ),
+    "expm1": (
+        np.expm1,
+        lambda g, out, x: g * (out + 1),
+        (),
+        True,
+        _special_samples(-2.0, 2.0),
+    ),
+    "erf": (
+        _erf,
+        lambda g, out, x: g * ((x * x).neg().exp() * _TWO_OVER_SQRT_PI),
+        (0,),
+        False,
+        _special_samples(-3.0, 3.0),
+    ),
+    "tan": (
+        np.tan,
+        lambda g, out, x: g * (out * out + 1),
+        (),
+        True,
+        _special_samples(-1.4, 1.4),
+    ),
+    "asin": (
+        np.arcsin,
+        lambda g, out, x: g * (1 - x * x).rsqrt(),
+        (0,),
+        False,
+        _special_samples(-0.95, 0.95),
+    ),
+    "acos": (
+        np.arccos,
+        lambda g, out, x: -(g * (1 - x * x).rsqrt()),
+        (0,),
+        False,
+        _special_samples(-0.95, 0.95),
+    ),
+    "atan": (
+        np.arctan,
+        lambda g, out, x: g / (x * x + 1),
+        (0,),
+        False,
+        _special_samples(-3.0, 3.0),
+    ),
+    "sinh": (
+        np.sinh,
+        lambda g, out, x: g * x.cosh(),
+        (0,),
+        False,
+        _special_samples(-3.0, 3.0),
+    ),
+    "cosh": (
+        np.cosh,
+        lambda g, out, x: g * x.sinh(),
+        (0,),
+        False,
+        _special_samples(-3.0, 3.0),
+    ),
+    "asinh": (
+        np.arcsinh,
+        lambda g, out, x: g * (x * x + 1).rsqrt(),
+        (0,),
+        False,
+        _special_samples(-3.0, 3.0),
+    ),
+    "acosh": (
+        np.arccosh,
+        lambda g, out, x: g * (x * x - 1).rsqrt(),
+        (0,),
+        False,
+        _special_samples(1.1, 4.0),
+    ),
+    "atanh": (
+        np.arctanh,
+        lambda g, out, x: g / (1 - x * x),
+        (0,),
+        False,
+        _special_samples(-0.9, 0.9),
+    ),
+    "log2": (
+        np.log2,
+        lambda g, out, x: g / (x * _LN2),
+        (0,),
+        False,
+        _special_samples(0.2, 3.0),
+    ),
+    "log10": (
+        np.log10,
+        lambda g, out, x: g / (x * _LN10),
+        (0,),
+        False,
+        _special_samples(0.2, 3.0),
+    ),
+    "exp2": (
+        np.exp2,
+        lambda g, out, x: g * (out * _LN2),
+        (),
+        True,
+        _special_samples(-3.0, 3.0),
+    ),
+}
+
+for _name, (_fn, _rule, _saves, _saves_out, _samples) in _UNARY.items():
+    defop(
+        _name,
+        forward=_floatify(_quiet(_fn)),
+        shape=_unary_float,
+        arity=1,
+        saves=_saves,
+        saves_out=_saves_out,
+        vjp=(_rule,),
+        samples=_samples,
+        doc=f"{_name}(x), elementwise; integer inputs give float32",
+    )
+
+# --- rounding: the dtype is kept (an integer is its own floor), the gradient is zero ------
+
+
+def _rounding_shape(name):
+    def rule(x: Meta) -> Meta:
+        if x.dtype.kind == "b":
+            raise NotImplementedError(f"\"{name}_vml_cpu\" not implemented for 'Bool'")
+        return Meta(x.shape, x.dtype)
+
+    return rule
+
+
+def _rounding(fn, name):
+    def forward(x):
+        _rounding_shape(name)(Meta(x.shape, x.dtype))  # PyTorch's error for bools
+        if x.dtype.kind != "f":
+            return np.array(x, copy=True)
+        return fn(x)
+
+    forward.__name__ = fn.__name__
+    return forward
+
+
+for _name, _fn in (("floor", np.floor), ("ceil", np.ceil), ("round", np.rint), ("trunc", np.trunc)):
+    defop(
+        _name,
+        forward=_rounding(_fn, _name),
+        shape=_rounding_shape(_name),
+        arity=1,
+        saves=(),
+        vjp=(lambda g, out, x: g.zeros_like_(),),
+        samples=_special_samples(-4.0, 4.0),
+        doc=f"{_name}(x), elementwise (round: half to even); integers unchanged; gradient 0",
+    )
+
+# --- division with rounding: floor_divide, remainder (Python's sign), fmod (C's sign) -----
+
+_ZERO_DIV = "ZeroDivisionError"
+
+
+def _int_divisor_check(y):
+    if np.asarray(y).dtype.kind in "biu" and np.any(np.equal(y, 0)):
+        raise RuntimeError(_ZERO_DIV)
+
+
+def _floor_divide(x, y):
+    """PyTorch's div_floor: for floats ``(x - fmod(x, y)) / y`` corrected to the floor
+    (numpy's algorithm too), ``x / y`` for a zero divisor; Python's ``//`` for integers."""
+    dt = np.result_type(x, y)
+    if dt.kind in "iu":
+        _int_divisor_check(y)
+        with np.errstate(all="ignore"):
+            return np.asarray(np.floor_divide(x, y))
+    x, y = np.asarray(x, dtype=dt), np.asarray(y, dtype=dt)
+    with np.errstate(all="ignore"):
+        mod = np.fmod(x, y)
+        div = (x - mod) / y
+        fix = (mod != 0) & (np.less(y, 0) != np.less(mod, 0))
+        div = np.where(fix, div - dt.type(1), div)
+        fl = np.floor(div)
+        fl = np.where(div - fl > dt.type(0.5), fl + dt.type(1), fl)
+        q = x / y
+        out = np.where(div != 0, fl, np.copysign(dt.type(0), q))
+        return np.asarray(np.where(y == 0, q, out), dtype=dt)
+
+
+def _remainder(x, y):
+    """PyTorch's remainder: ``fmod(x, y)`` moved by ``y`` when the signs differ (so the
+    result has the sign of ``y``, as Python's ``%``); a zero result keeps fmod's sign."""
+    dt = np.result_type(x, y)
+    if dt.kind in "iu":
+        _int_divisor_check(y)
+        with np.errstate(all="ignore"):
+            return np.asarray(np.remainder(x, y))
+    x, y = np.asarray(x, dtype=dt), np.asarray(y, dtype=dt)
+    with np.errstate(all="ignore"):
+        mod = np.fmod(x, y)
+        fix = (mod != 0) & (np.less(y, 0) != np.less(mod, 0))
+        return np.asarray(np.where(fix, mod + y, mod), dtype=dt)
+
+
+def _fmod(x, y):
+    """C's fmod: the result has the sign of ``x``."""
+    dt = np.result_type(x, y)
+    if dt.kind in "iu":
+        _int_divisor_check(y)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.fmod(x, y), dtype=dt)
+
+
+_KERNEL_NAMES = {"floor_divide": "div_floor_cpu", "remainder": "remainder_cpu", "fmod": "fmod_cpu"}
+
+
+def _no_bools(name, dt) -> None:
+    if np.dtype(dt).kind == "b":
+        raise NotImplementedError(f"\"{_KERNEL_NAMES[name]}\" not implemented for 'Bool'")
+
+
+def _division_shape(name):
+    def rule(x: Meta, y: Meta) -> Meta:
+        dt = np.result_type(x.dtype, y.dtype)
+        _no_bools(name, dt)
+        return Meta(broadcast_shapes(x.shape, y.shape, op=name), dt)
+
+    return rule
+
+
+def _checked(name, fn):
+    def forward(x, y):
+        if name in _KERNEL_NAMES:
+            _no_bools(name, np.result_type(x, y))
+        try:
+            return fn(x, y)
+        except ValueError:
+            broadcast_shapes(np.shape(x), np.shape(y), op=name)
+            raise
+
+    forward.__name__ = name
+    return forward
+
+
+def _division_samples():
+    # divisors away from 0 on both sides, so finite differences do not cross a jump
+    out = _binary_samples(-3.0, 3.0, 0.6, 1.7)()
+    for k, (ins, attrs) in enumerate(out):
+        if k % 2:
+            ins[1] = -ins[1]
+    return out
+
+
+# The gradients are PyTorch's: remainder and fmod pass g to x and give -g * (x / y rounded)
+# to y; floor_divide's is zero (PyTorch's div(rounding_mode="floor") rule).
+defop(
+    "floor_divide",
+    forward=_checked("floor_divide", _floor_divide),
+    shape=_division_shape("floor_divide"),
+    arity=2,
+    saves=(),
+    vjp=(lambda g, out, x, y: g.zeros_like_(), lambda g, out, x, y: g.zeros_like_()),
+    samples=_division_samples,
+    doc="x // y rounded to the floor (Python's //); gradient 0",
+)
+
+defop(
+    "remainder",
+    forward=_checked("remainder", _remainder),
+    shape=_division_shape("remainder"),
+    arity=2,
+    vjp=(
+        lambda g, out, x, y: g,
+        lambda g, out, x, y: -(g * x.floor_divide(y)),
+    ),
+    reads=((), (0, 1)),
+    samples=_division_samples,
+    doc="x - floor(x / y) * y: the sign of y, as Python's %",
+)
+
+defop(
+    "fmod",
+    forward=_checked("fmod", _fmod),
+    shape=_division_shape("fmod"),
+    arity=2,
+    vjp=(
+        lambda g, out, x, y: g,
+        lambda g, out, x, y: -(g * ((x - out) / y).round()),
+    ),
+    saves_out=True,
+    reads=((), (0, 1)),
+    samples=_division_samples,
+    doc="C's fmod: x - trunc(x / y) * y, the sign of x",
+)
+
+# --- atan2 -----------------------------------------------------------------------------------
+
+
+def _atan2_shape(y: Meta, x: Meta) -> Meta:
+    dt = np.result_type(y.dtype, x.dtype)
+    return Meta(broadcast_shapes(y.shape, x.shape, op="atan2"), _float_dtype(dt))
+
+
+def _atan2(y, x):
+    dt = _float_dtype(np.result_type(y, x))
+    with np.errstate(all="ignore"):
+        return np.asarray(np.arctan2(np.asarray(y, dtype=dt), np.asarray(x, dtype=dt)))
+
+
+def _atan2_samples():
+    return _binary_samples(-2.0, 2.0, 0.3, 2.0)()
+
+
+defop(
+    "atan2",
+    forward=_checked("atan2", _atan2),
+    shape=_atan2_shape,
+    arity=2,
+    vjp=(
+        lambda g, out, y, x: g * x / (x * x + y * y),
+        lambda g, out, y, x: -(g * y) / (x * x + y * y),
+    ),
+    samples=_atan2_samples,
+    doc="atan2(y, x): the angle of the point (x, y), in (-pi, pi]",
+)

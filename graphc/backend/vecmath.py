@@ -62,7 +62,22 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from .vecmath_constants import (
+    _ATAN_P_F64,
     _COS_C_F64,
+    _ERF_TAYLOR_F64,
+    _ERFC_G_F64,
+    _ERFC_INTERVALS,
+    _LN2_HI_F64,
+    _LN2_LO_F64,
+    _LOG10_2_F64,
+    _LOG10E_F64,
+    _PI_HI,
+    _PI_LO,
+    _PIO2_HI,
+    _PIO2_LO,
+    _PIO4_HI,
+    _PIO4_LO,
+    _TAN_PI_8,
     _F32,
     _F64,
     _LOGDD_BOUNDS,
@@ -297,6 +312,179 @@ def _body_pow(e: _Emitter, x, y, double_double: bool = True):
     return e.sel(e.or_(e.eq(x, 1.0), e.eq(y, 0.0)), 1.0, res)
 
 
+# --- log1p, expm1, erf, atan family, hyperbolics, log2/log10/exp2 -------------------------
+
+
+def _body_log1p(e: _Emitter, x):
+    """log(1 + x) as ``log(u) * x / (u - 1)`` with ``u = 1 + x`` (Goldberg): the quotient
+    cancels the rounding of ``u``; ``x`` itself where ``u`` rounds to 1."""
+    u = e.add(x, 1.0)
+    res = e.mul(_body_log(e, u), e.div(x, e.sub(u, 1.0)))
+    res = e.sel(e.eq(u, 1.0), x, res)
+    return e.sel(e.eq(x, math.inf), math.inf, res)
+
+
+def _body_expm1(e: _Emitter, x):
+    """e**x - 1: ``x = n ln2 + r``, ``2**n (e**r - 1) + (2**n - 1)`` (exact for the
+    small ``n`` of ``|x| <= big``); exp(x) beyond ``big``, where the -1 no longer counts."""
+    s = e.s
+    big = 40.0 if s.mant > 23 else 20.0
+    xc = e.sel(e.gt(x, big), big, x)
+    xc = e.sel(e.lt(xc, s.expm1_lo), s.expm1_lo, xc)
+    nf, n = e.round_shift(e.mul(xc, s.log2e))
+    r = e.sub(e.sub(xc, e.mul(nf, s.ln2_hi)), e.mul(nf, s.ln2_lo))
+    em1 = e.fma(e.mul(r, r), e.poly(r, s.exp_q), r)
+    scale = e.pow2(n)
+    res = e.fma(scale, em1, e.sub(scale, 1.0))
+    res = e.sel(e.gt(x, big), _exp_core(e, x), res)
+    return e.sel(e.eq(x, 0.0), x, res)  # keeps -0.0
+
+
+def _body_erf(e: _Emitter, x):
+    """erf, f64: ``x P(x*x)`` (Taylor) for |x| < 1; ``1 - exp(-x*x) G(|x|)`` with ``G`` a
+    fit of ``erfc(x) exp(x*x)`` on four intervals (coefficients chosen by select) and
+    ``x*x`` split exactly (Dekker) so exp sees the full argument; 1 from |x| = 6."""
+    ax = e.fabs(x)
+    small = e.mul(x, e.poly(e.mul(x, x), _ERF_TAYLOR_F64))
+    bounds = [e.lt(ax, b) for _, b in _ERFC_INTERVALS[:-1]]
+
+    def pick(values):
+        v = e.c(values[-1])
+        for cond, val in reversed(list(zip(bounds, values[:-1]))):
+            v = e.sel(cond, val, v)
+        return v
+
+    centre = pick([(a + b) / 2 for a, b in _ERFC_INTERVALS])
+    inv_half = pick([2 / (b - a) for a, b in _ERFC_INTERVALS])
+    sv = e.mul(e.sub(ax, centre), inv_half)
+    acc = pick([g[-1] for g in _ERFC_G_F64])
+    for k in reversed(range(len(_ERFC_G_F64[0]) - 1)):
+        acc = e.fma(acc, sv, pick([g[k] for g in _ERFC_G_F64]))
+    hi = e.mul(ax, ax)
+    lo = e.two_prod_err(ax, ax, hi)
+    erfc = e.mul(_exp_core(e, e.neg(hi), e.neg(lo)), acc)
+    large = e.copysign(e.sub(1.0, erfc), x)
+    res = e.sel(e.lt(ax, 1.0), small, e.sel(e.lt(ax, 6.0), large, e.copysign(e.c(1.0), x)))
+    return e.sel(e.unordered(x, x), x, res)
+
+
+def _atan_unit(e: _Emitter, t):
+    """atan(t) for t in [0, 1] (or NaN): above tan(pi/8), pi/4 + atan((t-1)/(t+1))."""
+    red = e.gt(t, _TAN_PI_8)
+    z = e.sel(red, e.div(e.sub(t, 1.0), e.add(t, 1.0)), t)
+    z2 = e.mul(z, z)
+    p = e.fma(e.mul(z, z2), e.poly(z2, _ATAN_P_F64), z)
+    return e.sel(red, e.add(_PIO4_HI, e.add(p, _PIO4_LO)), p)
+
+
+def _body_atan(e: _Emitter, x):
+    ax = e.fabs(x)
+    inv = e.gt(ax, 1.0)
+    a = _atan_unit(e, e.sel(inv, e.div(1.0, ax), ax))
+    a = e.sel(inv, e.sub(_PIO2_HI, e.sub(a, _PIO2_LO)), a)
+    return e.copysign(a, x)
+
+
+def _body_atan2(e: _Emitter, y, x):
+    """atan2(y, x) with C99's special cases (signed zeros, infinities)."""
+    ax, ay = e.fabs(x), e.fabs(y)
+    swap = e.gt(ay, ax)
+    num, den = e.sel(swap, ax, ay), e.sel(swap, ay, ax)
+    t = e.div(num, den)
+    t = e.sel(e.eq(den, 0.0), 0.0, t)  # both zero
+    t = e.sel(e.eq(num, math.inf), 1.0, t)  # both infinite
+    a = _atan_unit(e, t)
+    a = e.sel(swap, e.sub(_PIO2_HI, e.sub(a, _PIO2_LO)), a)
+    a = e.sel(e.sign_bit(x), e.sub(_PI_HI, e.sub(a, _PI_LO)), a)
+    return e.sel(e.unordered(x, y), math.nan, e.copysign(a, y))
+
+
+def _sqrt_one_minus_sq(e: _Emitter, x):
+    sqrt = e.b.call(e._intrinsic("llvm.sqrt", 1), [e.mul(e.sub(1.0, x), e.add(1.0, x))])
+    return sqrt
+
+
+def _body_asin(e: _Emitter, x):
+    return _body_atan2(e, x, _sqrt_one_minus_sq(e, x))
+
+
+def _body_acos(e: _Emitter, x):
+    return _body_atan2(e, _sqrt_one_minus_sq(e, x), x)
+
+
+def _body_sinh(e: _Emitter, x):
+    """(u + u/(u+1))/2 with u = expm1(|x|) (no cancellation near 0); exp(|x|/2)**2/2
+    from |x| = 22 (finite up to where sinh overflows); sign restored."""
+    ax = e.fabs(x)
+    u = _body_expm1(e, ax)
+    small = e.mul(e.add(u, e.div(u, e.add(u, 1.0))), 0.5)
+    h = _exp_core(e, e.mul(ax, 0.5))
+    res = e.sel(e.lt(ax, 22.0), small, e.mul(e.mul(h, 0.5), h))
+    return e.copysign(res, x)
+
+
+def _body_cosh(e: _Emitter, x):
+    ax = e.fabs(x)
+    ex = _exp_core(e, ax)
+    small = e.mul(e.add(ex, e.div(1.0, ex)), 0.5)
+    h = _exp_core(e, e.mul(ax, 0.5))
+    return e.sel(e.lt(ax, 22.0), small, e.mul(e.mul(h, 0.5), h))
+
+
+def _log_specials(e: _Emitter, x, res):
+    res = e.sel(e.eq(x, math.inf), math.inf, res)
+    res = e.sel(e.lt(x, 0.0), math.nan, res)
+    res = e.sel(e.eq(x, 0.0), -math.inf, res)
+    return e.sel(e.unordered(x, x), x, res)
+
+
+def _body_log2(e: _Emitter, x):
+    """k + log(m) log2(e) for x = 2**k m: exact at powers of two."""
+    kf, m = _log_reduce(e, e.sel(e.gt(x, 0.0), x, 1.0))
+    return _log_specials(e, x, e.fma(_body_log(e, m), e.s.log2e, kf))
+
+
+def _body_log10(e: _Emitter, x):
+    kf, m = _log_reduce(e, e.sel(e.gt(x, 0.0), x, 1.0))
+    res = e.add(e.mul(kf, _LOG10_2_F64), e.mul(_body_log(e, m), _LOG10E_F64))
+    return _log_specials(e, x, res)
+
+
+def _body_exp2(e: _Emitter, x):
+    """2**x = e**(x ln2) with x ln2 as an exact double-double (f64): exact at integers."""
+    hi = e.mul(x, _LN2_HI_F64)
+    lo = e.add(e.two_prod_err(x, e.c(_LN2_HI_F64), hi), e.mul(x, _LN2_LO_F64))
+    return _exp_core(e, hi, lo)
+
+
+def _body_asinh(e: _Emitter, x):
+    s = e.s
+    ax = e.fabs(x)
+    big = 2.0 ** (s.mant // 2 + 1)
+    sq = e.mul(ax, ax)
+    sqrt1 = e.b.call(e._intrinsic("llvm.sqrt", 1), [e.add(sq, 1.0)])
+    small = _body_log1p(e, e.add(ax, e.div(sq, e.add(sqrt1, 1.0))))
+    large = e.add(_body_log(e, ax), e.add(s.ln2_hi, s.ln2_lo))
+    return e.copysign(e.sel(e.gt(ax, big), large, small), x)
+
+
+def _body_acosh(e: _Emitter, x):
+    s = e.s
+    big = 2.0 ** (s.mant // 2 + 1)
+    t = e.sub(x, 1.0)
+    root = e.b.call(e._intrinsic("llvm.sqrt", 1), [e.add(e.mul(t, 2.0), e.mul(t, t))])
+    small = _body_log1p(e, e.add(t, root))
+    large = e.add(_body_log(e, x), e.add(s.ln2_hi, s.ln2_lo))
+    res = e.sel(e.gt(x, big), large, small)
+    return e.sel(e.lt(x, 1.0), math.nan, res)
+
+
+def _body_atanh(e: _Emitter, x):
+    ax = e.fabs(x)
+    res = e.mul(_body_log1p(e, e.div(e.mul(ax, 2.0), e.sub(1.0, ax))), 0.5)
+    return e.copysign(res, x)
+
+
 # ---------------------------------------------------------------------------
 # Public getters
 # ---------------------------------------------------------------------------
@@ -361,6 +549,12 @@ _BODIES: dict[str, Callable[..., ir.Value]] = {
     "cos": _body_cos,
     "pow": _body_pow,
     "pow_for_f32": lambda e, x, y: _body_pow(e, x, y, double_double=False),
+    "erf": _body_erf,
+    "atan": _body_atan,
+    "atan2": _body_atan2,
+    "asin": _body_asin,
+    "acos": _body_acos,
+    "exp2": _body_exp2,
 }
 _EMITTERS: dict[str, tuple[int, Callable[..., ir.Value]]] = {
     "exp": (1, _native(_body_exp)),
@@ -370,6 +564,21 @@ _EMITTERS: dict[str, tuple[int, Callable[..., ir.Value]]] = {
     "sin": (1, _via_f64("sin")),
     "cos": (1, _via_f64("cos")),
     "pow": (2, _via_f64("pow", "pow_for_f32")),
+    "log1p": (1, _native(_body_log1p)),
+    "expm1": (1, _native(_body_expm1)),
+    "erf": (1, _via_f64("erf")),
+    "atan": (1, _via_f64("atan")),
+    "atan2": (2, _via_f64("atan2")),
+    "asin": (1, _via_f64("asin")),
+    "acos": (1, _via_f64("acos")),
+    "sinh": (1, _native(_body_sinh)),
+    "cosh": (1, _native(_body_cosh)),
+    "asinh": (1, _native(_body_asinh)),
+    "acosh": (1, _native(_body_acosh)),
+    "atanh": (1, _native(_body_atanh)),
+    "log2": (1, _native(_body_log2)),
+    "log10": (1, _native(_body_log10)),
+    "exp2": (1, _via_f64("exp2")),
 }
 
 
@@ -431,8 +640,27 @@ FUNCTIONS: dict[str, Callable[[ir.Module, ir.Type], ir.Function]] = {
     "sqrt": get_sqrt,
     "abs": get_abs,
 }
-UNARY_FUNCTIONS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "sqrt", "abs")
-BINARY_FUNCTIONS = ("pow",)
+UNARY_FUNCTIONS: tuple[str, ...] = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "sqrt", "abs")
+BINARY_FUNCTIONS: tuple[str, ...] = ("pow",)
+#: the functions of the pointwise ops (log1p, erf, atan2...), defined like the others
+POINTWISE_UNARY = (
+    "log1p", "expm1", "erf", "atan", "asin", "acos", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "log2", "log10", "exp2",
+)  # fmt: skip
+
+
+def _getter(name: str) -> Callable[[ir.Module, ir.Type], ir.Function]:
+    def get(module: ir.Module, ty: ir.Type) -> ir.Function:
+        return get_function(module, name, ty)
+
+    get.__doc__ = f"{name}: see ULP_BOUNDS and docs/backend-accuracy.md."
+    return get
+
+
+for _name in POINTWISE_UNARY + ("atan2",):
+    FUNCTIONS[_name] = _getter(_name)
+UNARY_FUNCTIONS += POINTWISE_UNARY
+BINARY_FUNCTIONS += ("atan2",)
 
 
 def get_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
@@ -508,4 +736,36 @@ ULP_BOUNDS: dict[tuple[str, str], float] = {
     ("cos", "float32"): 1.0,
     ("pow", "float64"): 1.5,
     ("pow", "float32"): 1.0,
+    # the pointwise ops' functions (measured on random and special inputs, see
+    # tests/graphc/test_ops_pointwise.py and docs/backend-accuracy.md)
+    ("log1p", "float64"): 3.0,
+    ("log1p", "float32"): 3.0,
+    ("expm1", "float64"): 2.5,
+    ("expm1", "float32"): 2.0,
+    ("erf", "float64"): 3.0,
+    ("erf", "float32"): 1.0,
+    ("atan", "float64"): 2.5,
+    ("atan", "float32"): 1.0,
+    ("atan2", "float64"): 3.5,
+    ("atan2", "float32"): 1.0,
+    ("asin", "float64"): 3.5,
+    ("asin", "float32"): 1.0,
+    ("acos", "float64"): 3.5,
+    ("acos", "float32"): 1.0,
+    ("sinh", "float64"): 3.0,
+    ("sinh", "float32"): 3.0,
+    ("cosh", "float64"): 3.0,
+    ("cosh", "float32"): 3.0,
+    ("asinh", "float64"): 3.5,
+    ("asinh", "float32"): 3.0,
+    ("acosh", "float64"): 3.5,
+    ("acosh", "float32"): 3.0,
+    ("atanh", "float64"): 3.0,
+    ("atanh", "float32"): 3.5,
+    ("log2", "float64"): 1.5,
+    ("log2", "float32"): 2.0,
+    ("log10", "float64"): 2.0,
+    ("log10", "float32"): 3.0,
+    ("exp2", "float64"): 1.5,
+    ("exp2", "float32"): 1.0,
 }
