@@ -11,6 +11,7 @@ take PyTorch's numpy-style aliases ``axis=`` and ``keepdims=``.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -261,6 +262,37 @@ class StatsMethods:
             p = 2
         return vector_norm(self, p, dim, keepdim, dtype=dtype)
 
+    # --- products and scans -----------------------------------------------------------
+    def prod(self, dim=None, keepdim=False, dtype=None, *, axis=None, keepdims=None):
+        """Product over one ``dim`` (all elements by default); bool/int inputs give int64."""
+        dim = _alias("dim", dim, "axis", axis, None)
+        keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
+        x = self if dtype is None else self.to(dtype)
+        if x._npdtype.kind in "biu":
+            x = x.to(D.int64)
+        if dim is None:
+            return x._op("prod", "ProdBackward0", axis=_axes(None, x.ndim, "prod"), keepdim=False)
+        if not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
+        axes = _axes(int(dim), x.ndim, "prod")
+        return x._op("prod", "ProdBackward1", axis=axes, keepdim=bool(keepdim))
+
+    def _scan(self, op: str, gname: str, dim, dtype, **attrs):
+        if dim is None:
+            raise TypeError(f"{op}() missing 1 required positional argument: 'dim'")
+        x: Any = self if dtype is None else self.to(dtype)  # type: ignore[attr-defined]
+        if x._npdtype.kind in "biu":
+            x = x.to(D.int64)
+        return x._op(op, gname, dim=_axes(int(dim), x.ndim, op)[0], **attrs)
+
+    def cumsum(self, dim=None, *, dtype=None):
+        """Running sum along ``dim``; bool/int inputs give int64."""
+        return self._scan("cumsum", "CumsumBackward0", dim, dtype, reverse=False)
+
+    def cumprod(self, dim=None, *, dtype=None):
+        """Running product along ``dim`` (gradient exact with zeros)."""
+        return self._scan("cumprod", "CumprodBackward0", dim, dtype)
+
     def count_nonzero(self, dim=None):
         """Number of nonzero elements over ``dim`` (int64)."""
         return (self != 0).sum(dim)
@@ -297,4 +329,7 @@ METHOD_FUNCTIONS: list = [
     "std",
     "norm",
     "count_nonzero",
+    "prod",
+    "cumsum",
+    "cumprod",
 ]

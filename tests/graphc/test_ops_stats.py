@@ -151,3 +151,44 @@ def test_batchnorm_training_step_compiled_equals_eager(kw):
     cb.eval()
     with eager.no_grad():
         _close(cb(x, t), a(x, t), rtol=1e-5)
+
+
+ZEROS = np.array([[1.5, -2.0, 0.0, 3.0], [0.0, 2.0, 0.0, 1.0], [2.0, 3.0, -0.5, 1.25]])
+SCANS = {
+    "prod": lambda x: (x.prod(1) * 1.5).sum(),
+    "prod_all": lambda x: x.prod(),
+    "prod_keep": lambda x: (x.prod(0, keepdim=True) * x).sum(),
+    "cumsum": lambda x: (x.cumsum(1) ** 2).sum(),
+    "cumsum0": lambda x: (x.cumsum(0) * x).sum(),
+    "cumprod": lambda x: (x.cumprod(1) * x).sum(),
+    "cumprod_t": lambda x: x.t().cumprod(1).sum(),
+    "cumsum_strided": lambda x: x[:, ::2].cumsum(1).sum(0).prod(),
+}
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("opt", [0, 2])
+@pytest.mark.parametrize("name", sorted(SCANS))
+def test_prod_and_scans_compiled_equal_eager(name, opt, zeros):
+    f = SCANS[name]
+    a = ZEROS if zeros else RNG.uniform(0.5, 1.5, size=(3, 4))
+    _close(graphc.compile(f, opt_level=opt)(a), f(eager.tensor(a)), rtol=1e-12)
+    _close(graphc.grad(f)(a), _eager_grad(f, a)[0], rtol=1e-12, atol=1e-14)
+    if not zeros:  # second order (exact away from zeros)
+        hv = graphc.grad(lambda x: (graphc.grad(f)(x) * x).sum())(a)
+        x = eager.tensor(a, requires_grad=True)
+        (g,) = eager.autograd.grad(f(x), x, create_graph=True)
+        (want,) = eager.autograd.grad((g * x).sum(), x)
+        _close(hv, want, rtol=1e-10)
+
+
+def test_scans_native_bit_exact_and_int():
+    a = RNG.normal(size=(5, 7)).astype(np.float32)
+    for f in (lambda x: x.cumsum(1), lambda x: x.cumprod(0), lambda x: x.t().cumsum(1)):
+        np.testing.assert_array_equal(np.asarray(graphc.compile(f)(a)), f(eager.tensor(a)).numpy())
+    i = np.arange(12, dtype=np.int64).reshape(3, 4) - 5
+    for f in (lambda x: x.cumsum(0), lambda x: x.cumprod(1), lambda x: x.prod(1)):
+        np.testing.assert_array_equal(np.asarray(graphc.compile(f)(i)), f(eager.tensor(i)).numpy())
+    b = np.array([[True, False], [True, True]])
+    f = lambda x: x.cumsum(1)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(graphc.compile(f)(b)), f(eager.tensor(b)).numpy())

@@ -192,3 +192,62 @@ def test_linalg_norm_and_errors():
         eager.linalg.norm(_t(a), ord=2)
     with pytest.raises(NotImplementedError, match="nuc"):
         _t(a).norm(p="nuc")
+
+
+# --- prod / cumsum / cumprod (primitives) ------------------------------------------------------
+
+ZEROS = np.array([[1.5, -2.0, 0.0, 3.0, 0.5],      # one zero
+                  [0.0, 2.0, 0.0, 1.0, -1.0],      # two zeros
+                  [2.0, 3.0, -0.5, 1.25, 4.0],     # none
+                  [0.0, 1.0, 2.0, 3.0, 4.0]])      # a leading zero
+
+SCANS = [("prod", dict(dim=1)), ("prod", dict(dim=0, keepdim=True)), ("prod", {}),
+         ("cumsum", dict(dim=1)), ("cumsum", dict(dim=0)), ("cumprod", dict(dim=1)),
+         ("cumprod", dict(dim=0)), ("cumprod", dict(dim=-1))]
+
+
+@pytest.mark.parametrize("name, kw", SCANS, ids=[f"{n}-{kw}" for n, kw in SCANS])
+def test_scans_and_prod_against_pytorch_with_zeros(name, kw):
+    torch = pytest.importorskip("torch")
+    for a in (ZEROS, RNG.normal(size=(3, 4)), ZEROS[:, :0]):
+        xe, xt = _t(a), torch.tensor(a, requires_grad=True)
+        oe, ot = getattr(xe, name)(**kw), getattr(xt, name)(**kw)
+        np.testing.assert_allclose(oe.detach().numpy(), ot.detach().numpy(), rtol=1e-13)
+        g = RNG.normal(size=tuple(ot.shape))
+        oe.backward(eager.tensor(g))
+        ot.backward(torch.tensor(g))
+        np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_scan_dtypes_and_names():
+    torch = pytest.importorskip("torch")
+    for name in ("cumsum", "cumprod", "prod"):
+        for data in ([1, 2, 3], [True, False, True], [[1, 2], [3, 4]]):
+            e, t = getattr(eager.tensor(data), name)(0), getattr(torch.tensor(data), name)(0)
+            assert e.dtype.name == str(t.dtype).split(".")[1], (name, data)
+            assert e.tolist() == t.tolist()
+        e = getattr(eager.tensor([1.0, 2.0]), name)(0, dtype=eager.float64)
+        assert e.dtype == eager.float64
+    x = _t([1.0, 2.0])
+    assert type(x.cumsum(0).grad_fn).__name__ == "CumsumBackward0"
+    assert type(x.cumprod(0).grad_fn).__name__ == "CumprodBackward0"
+    assert type(x.prod(0).grad_fn).__name__ == "ProdBackward1"
+    assert type(x.prod().grad_fn).__name__ == "ProdBackward0"
+    assert eager.tensor(3.0).cumsum(0).item() == 3.0
+    assert tuple(eager.ones(2, 3).prod(axis=1, keepdims=True).shape) == (2, 1)
+    with pytest.raises(IndexError, match="out of range"):
+        eager.ones(2, 3).cumsum(2)
+
+
+@pytest.mark.parametrize("f", [lambda x: x.prod(1), lambda x: x.prod(), lambda x: x.cumsum(0),
+                               lambda x: x.cumprod(1)])
+def test_scan_gradgradcheck(f):
+    x = _t(RNG.uniform(0.5, 1.5, size=(3, 4)) * RNG.choice([-1, 1], size=(3, 4)))
+    assert gradcheck(f, (x,))
+    assert gradgradcheck(f, (x,))
+
+
+def test_prod_and_cumprod_first_order_exact_with_zeros():
+    x = _t(ZEROS)
+    assert gradcheck(lambda x: x.prod(1), (x,))
+    assert gradcheck(lambda x: x.cumprod(1), (x,))
