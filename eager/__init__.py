@@ -156,7 +156,7 @@ def broadcast_to(input, shape):
 
 
 def __getattr__(name):
-    if name in ("nn", "optim", "viz"):
+    if name in ("nn", "optim", "viz", "linalg"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

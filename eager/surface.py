@@ -365,27 +365,6 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self | other
 
     # --- reductions ----------------------------------------------------------
-    def sum(self, dim=None, keepdim=False, *, dtype=None, axis=None):
-        """Sum over all elements or over ``dim`` (int or tuple), ``keepdim``, ``dtype``."""
-        dim = axis if dim is None else dim
-        x = self if dtype is None else self.to(dtype)
-        if x._npdtype.kind in "biu":
-            x = x.to(D.int64)
-        gname = "SumBackward0" if dim is None else "SumBackward1"
-        return x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
-
-    def mean(self, dim=None, keepdim=False, *, dtype=None, axis=None):
-        """Mean over all elements or over ``dim`` (int or tuple), ``keepdim``, ``dtype``."""
-        dim = axis if dim is None else dim
-        x = self if dtype is None else self.to(dtype)
-        if x._npdtype.kind != "f":
-            raise RuntimeError(
-                f"mean(): could not infer output dtype. Input dtype must be either "
-                f"a floating point or complex dtype. Got: {D.from_np(x._npdtype).name}"
-            )
-        gname = "MeanBackward0" if dim is None else "MeanBackward1"
-        return x._op("mean", gname, axis=_axes(dim, self.ndim, "mean"), keepdim=bool(keepdim))
-
     def _differentiable(self) -> bool:
         """Could a VJP rule later run through an op on this value?  A traced one: always
         (graphc differentiates whole graphs); eager.Tensor: only while recording."""
@@ -433,18 +412,6 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         if isinstance(dim, TensorOps):
             return minimum(self, dim)
         return self._minmax("min", "argmin", dim, keepdim, other)
-
-    def amax(self, dim=None, keepdim=False):
-        """Largest value over ``dim`` (int or tuple); the gradient is shared among ties."""
-        return self._op(
-            "max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"), keepdim=bool(keepdim)
-        )
-
-    def amin(self, dim=None, keepdim=False):
-        """Smallest value over ``dim`` (int or tuple); the gradient is shared among ties."""
-        return self._op(
-            "min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"), keepdim=bool(keepdim)
-        )
 
     def argmax(self, dim=None, keepdim=False):
         """Index of the largest value (over the flattened tensor, or along ``dim``)."""

@@ -98,6 +98,7 @@ FAMILIES = {
     "index": "reads or writes elements selected by an index (getitem, setitem)",
     "matmul": "matrix products",
     "random": "random numbers from a generator state",
+    "scan": "running combination along one axis (cumsum, cumprod)",
 }
 
 #: The types a static attribute may have; an op declares each attribute's type, and the

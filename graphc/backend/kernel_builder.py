@@ -478,6 +478,10 @@ class KernelBuilder:
             if fl:
                 return b.fadd(cur, v, flags=("reassoc",))
             return b.add(cur, v)
+        if op == "mul":
+            if fl:
+                return b.fmul(cur, v, flags=("reassoc",))
+            return b.mul(cur, v)
         if op == "max":
             if fl:
                 return b.select(b.or_(b.fcmp_ordered(">", v, cur), self.isnan(v)), v, cur)

@@ -38,9 +38,9 @@ def accumulator(op: str, dt: np.dtype):
     c = reduction(op).combine
     if c in ("and", "or"):
         return np.dtype(bool), ir.Constant(I1, 1 if c == "and" else 0)
-    if c == "add":
+    if c in ("add", "mul"):
         acc = np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
-        return acc, const(acc, 0)
+        return acc, const(acc, 0 if c == "add" else 1)
     if dt.kind == "f":
         return dt, const(dt, float("-inf") if c == "max" else float("inf"))
     info = np.iinfo(dt) if dt.kind in "iu" else None

@@ -36,8 +36,8 @@ from ..llvmir import reg_type
 
 @dataclass(frozen=True)
 class Reduction:
-    """How a loop kernel accumulates a reduction: ``combine`` is ``add``, ``max``, ``min``,
-    ``and`` or ``or``; ``mean`` divides by the count at the end (an empty mean is NaN)."""
+    """How a loop kernel accumulates a reduction: ``combine`` is ``add``, ``mul``, ``max``,
+    ``min``, ``and`` or ``or``; ``mean`` divides by the count at the end (an empty mean is NaN)."""
 
     combine: str
     mean: bool = False
