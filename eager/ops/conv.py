@@ -215,37 +215,53 @@ def _windows(xp: np.ndarray, kh, kw, Ho, Wo, stride, dilation) -> np.ndarray:
     )
 
 
+def _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups) -> np.ndarray:
+    """The windows of the padded input as a C-ordered (N, groups, C/groups*kh*kw, Ho*Wo)
+    array: one copy, whose rows are contiguous runs of the input."""
+    N, C = x.shape[:2]
+    win = _windows(_pad(x, padding), kh, kw, Ho, Wo, stride, dilation)
+    cols = np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3))  # (N, C, kh, kw, Ho, Wo)
+    return cols.reshape(N, groups, (C // groups) * kh * kw, Ho * Wo)
+
+
 def _conv2d(x, w, stride, padding, dilation, groups):
+    _conv2d_shape(Meta(x.shape, x.dtype), Meta(w.shape, w.dtype), stride, padding, dilation, groups)
     N, C, H, W = x.shape
     Co, Cg, kh, kw = w.shape
     Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
-    out = np.empty((N, Co, Ho, Wo), x.dtype)
-    cols = _windows(_pad(x, padding), kh, kw, Ho, Wo, stride, dilation)
+    cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
     Og = Co // groups
-    for k in range(groups):
-        r = np.tensordot(
-            cols[:, k * Cg : (k + 1) * Cg], w[k * Og : (k + 1) * Og], axes=([1, 4, 5], [1, 2, 3])
-        )  # (N, Ho, Wo, Og)
-        out[:, k * Og : (k + 1) * Og] = r.transpose(0, 3, 1, 2)
-    return out
+    wm = w.reshape(groups, Og, Cg * kh * kw)
+    out = np.empty((N, groups, Og, Ho * Wo), x.dtype)
+    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
+        np.matmul(wm[k], cols[:, k], out=out[:, k])
+    return out.reshape(N, Co, Ho, Wo)
 
 
 def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
+    _conv2d_input_grad_shape(
+        Meta(g.shape, g.dtype),
+        Meta(w.shape, w.dtype),
+        stride,
+        padding,
+        dilation,
+        groups,
+        input_size,
+    )
     N, Co, Ho, Wo = g.shape
     _, Cg, kh, kw = w.shape
     H, W = input_size
     pt, pb, pl, pr = padding
     xp = np.zeros((N, Cg * groups, H + pt + pb, W + pl + pr), g.dtype)
     Og = Co // groups
-    if Ho and Wo:
+    if Ho and Wo and N:
         sh, sw = stride
+        wm = w.reshape(groups, Og, Cg * kh * kw)
+        gm = g.reshape(N, groups, Og, Ho * Wo)
         for k in range(groups):
-            cols = np.tensordot(
-                g[:, k * Og : (k + 1) * Og], w[k * Og : (k + 1) * Og], axes=([1], [0])
-            )
-            cols = cols.transpose(0, 3, 4, 5, 1, 2)  # (N, Cg, kh, kw, Ho, Wo)
+            cols = np.matmul(wm[k].T, gm[:, k]).reshape(N, Cg, kh, kw, Ho, Wo)
             dst = xp[:, k * Cg : (k + 1) * Cg]
-            for a in range(kh):
+            for a in range(kh):  # col2im: kh*kw strided adds
                 h0 = a * dilation[0]
                 for b in range(kw):
                     w0 = b * dilation[1]
@@ -256,17 +272,26 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
 
 
 def _conv2d_weight_grad(x, g, stride, padding, dilation, groups, kernel_size):
+    _conv2d_weight_grad_shape(
+        Meta(x.shape, x.dtype),
+        Meta(g.shape, g.dtype),
+        stride,
+        padding,
+        dilation,
+        groups,
+        kernel_size,
+    )
     N, C, H, W = x.shape
     Co, Ho, Wo = g.shape[1:]
     kh, kw = kernel_size
     Cg, Og = C // groups, Co // groups
-    out = np.empty((Co, Cg, kh, kw), x.dtype)
-    cols = _windows(_pad(x, padding), kh, kw, Ho, Wo, stride, dilation)
-    for k in range(groups):
-        out[k * Og : (k + 1) * Og] = np.tensordot(
-            g[:, k * Og : (k + 1) * Og], cols[:, k * Cg : (k + 1) * Cg], axes=([0, 2, 3], [0, 2, 3])
-        )
-    return out
+    out = np.zeros((groups, Og, Cg * kh * kw), x.dtype)
+    if N and Ho and Wo:
+        cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+        gm = g.reshape(N, groups, Og, Ho * Wo)
+        for k in range(groups):  # sum over the batch of (Og, P) @ (P, K)
+            np.sum(np.matmul(gm[:, k], cols[:, k].transpose(0, 2, 1)), axis=0, out=out[k])
+    return out.reshape(Co, Cg, kh, kw)
 
 
 # ---------------------------------------------------------------------------
@@ -509,21 +534,30 @@ def _pool_argmax(x, kernel_size, stride, padding, dilation, ceil_mode):
     Wp = max(W + 2 * pw, (Wo - 1) * stride[1] + dilation[1] * (kw - 1) + 1)
     xp = np.full((N, C, Hp, Wp), -np.inf, x.dtype)
     xp[:, :, ph : ph + H, pw : pw + W] = x
-    win = _windows(xp, kh, kw, Ho, Wo, stride, dilation).reshape(N, C, Ho, Wo, kh * kw)
+    win = _windows(xp, kh, kw, Ho, Wo, stride, dilation)  # (N, C, Ho, Wo, kh, kw) view
     ih = (np.arange(Ho) * stride[0] - ph)[:, None] + (np.arange(kh) * dilation[0])[None, :]
     iw = (np.arange(Wo) * stride[1] - pw)[:, None] + (np.arange(kw) * dilation[1])[None, :]
     vh, vw = (ih >= 0) & (ih < H), (iw >= 0) & (iw < W)
     valid = (vh[:, None, :, None] & vw[None, :, None, :]).reshape(Ho, Wo, kh * kw)
-    nan = np.isnan(win)
-    vals = np.where(valid & ~nan, win, -np.inf)
-    mx = vals.max(axis=-1, keepdims=True)
-    first = np.argmax(valid & (vals == mx), axis=-1)
-    K = kh * kw
-    last_nan = K - 1 - np.argmax(nan[..., ::-1], axis=-1)
-    k = np.where(nan.any(axis=-1), last_nan, first)
-    a, b = np.divmod(k, kw)
-    flat = (ih[np.arange(Ho)[:, None], a] * W) + iw[np.arange(Wo)[None, :], b]
-    return flat.astype(np.int64), (N, C, Ho, Wo)
+    # the flat input index (ih * W + iw) of every window's taps, (Ho, Wo, kh * kw)
+    taps = (ih[:, None, :, None] * W + iw[None, :, None, :]).reshape(Ho, Wo, kh * kw)
+    # PyTorch's loop, one kernel tap at a time over every window at once: the index starts
+    # at the first valid tap, and moves to a valid tap greater than the maximum or NaN
+    first = np.take_along_axis(taps, np.argmax(valid, axis=-1)[..., None], axis=-1)[..., 0]
+    flat = np.empty((N, C, Ho, Wo), np.int64)
+    flat[...] = first
+    best = np.full((N, C, Ho, Wo), -np.inf, x.dtype)
+    has_nan = bool(np.isnan(x).any())
+    for t in range(kh * kw):
+        v = win[..., t // kw, t % kw]
+        upd = v > best
+        if has_nan:
+            upd |= np.isnan(v)
+        if not valid[..., t].all():
+            upd &= valid[..., t]
+        np.copyto(best, v, where=upd)
+        np.copyto(flat, taps[..., t], where=upd)
+    return flat, (N, C, Ho, Wo)
 
 
 def _take(src, flat):
@@ -534,26 +568,31 @@ def _take(src, flat):
 
 
 def _max_pool2d(x, **a):
+    _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
     flat, _ = _pool_argmax(x, **a)
     return _take(x, flat)
 
 
 def _max_pool2d_indices(x, **a):
+    _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
     return _pool_argmax(x, **a)[0]
 
 
 def _max_pool2d_select(x, u, **a):
+    _pool_pair_shape("max_pool2d_select")(Meta(x.shape, x.dtype), Meta(u.shape, u.dtype), **a)
     flat, _ = _pool_argmax(x, **a)
     return _take(u, flat)
 
 
 def _max_pool2d_grad(x, g, **a):
+    _pool_pair_shape("max_pool2d_grad")(Meta(x.shape, x.dtype), Meta(g.shape, g.dtype), **a)
     flat, (N, C, Ho, Wo) = _pool_argmax(x, **a)
     H, W = x.shape[2:]
-    out = np.zeros((N * C, H * W), x.dtype)
-    rows = np.repeat(np.arange(N * C), Ho * Wo)
-    np.add.at(out, (rows, flat.reshape(-1)), g.reshape(-1))  # in row-major order
-    return out.reshape(x.shape)
+    # each window's gradient added to its argmax, in row-major window order (bincount
+    # accumulates in float64: float32 sums of overlapping windows are rounded once)
+    key = (np.arange(N * C) * (H * W))[:, None] + flat.reshape(N * C, Ho * Wo)
+    out = np.bincount(key.reshape(-1), weights=g.reshape(-1), minlength=N * C * H * W)
+    return out.astype(x.dtype, copy=False).reshape(x.shape)
 
 
 _MP_BWD = "MaxPool2DWithIndicesBackward0"
