@@ -14,7 +14,7 @@ import numpy as np
 
 import eager.ops.conv as _C
 from eager.ops.registry import Meta
-from ..surface import TensorOps
+from ..surface import TensorOps, _const_like
 
 __all__: list = [
     "conv1d",
@@ -409,7 +409,7 @@ def avg_pool2d(
     # ceil_mode windows may reach beyond the right padding: pad the sum's input further
     eh = max(0, (Ho - 1) * s[0] + k[0] - (H + 2 * p[0]))
     ew = max(0, (Wo - 1) * s[1] + k[1] - (W + 2 * p[1]))
-    ones = x._wrap_const(np.ones((1, 1) + k, x._npdtype))
+    ones = _const_like(x, np.ones((1, 1) + k, x._npdtype))
     sums = x.reshape(N * C, 1, H, W)._op(
         "conv2d",
         _BWD,
@@ -420,7 +420,7 @@ def avg_pool2d(
         groups=1,
     )
     div = _avg_divisor(H, W, k, s, p, Ho, Wo, count_include_pad, divisor_override)
-    out = (sums / x._wrap_const(div.astype(x._npdtype))).reshape(N, C, Ho, Wo)
+    out = (sums / _const_like(x, div.astype(x._npdtype))).reshape(N, C, Ho, Wo)
     return out.squeeze(0) if unbatched else out
 
 
@@ -478,8 +478,8 @@ def adaptive_avg_pool2d(input: TensorOps, output_size: Any) -> TensorOps:
     dt = input._npdtype
     if dt.kind != "f":
         raise RuntimeError(f"adaptive_avg_pool2d: inputs of dtype {dt.name} are not supported")
-    ph = input._wrap_const(_adaptive_matrix(H, oh, dt))
-    pw = input._wrap_const(np.ascontiguousarray(_adaptive_matrix(W, ow, dt).T))
+    ph = _const_like(input, _adaptive_matrix(H, oh, dt))
+    pw = _const_like(input, np.ascontiguousarray(_adaptive_matrix(W, ow, dt).T))
     return (ph @ input) @ pw
 
 
@@ -497,7 +497,7 @@ def adaptive_avg_pool1d(input: TensorOps, output_size: Any) -> TensorOps:
             "adaptive_avg_pool1d(): Expected input to have non-zero size for "
             f"non-batch dimensions, but input has sizes {list(input.shape)}"
         )
-    p = input._wrap_const(
-        np.ascontiguousarray(_adaptive_matrix(L, int(output_size), input._npdtype).T)
+    p = _const_like(
+        input, np.ascontiguousarray(_adaptive_matrix(L, int(output_size), input._npdtype).T)
     )
     return input @ p

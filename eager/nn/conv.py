@@ -158,7 +158,7 @@ class Conv2d(_ConvNd):
             dtype,
         )
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.conv2d(
             input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
         )
@@ -198,7 +198,7 @@ class Conv1d(_ConvNd):
             dtype,
         )
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.conv1d(
             input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
         )
@@ -241,7 +241,7 @@ class ConvTranspose2d(_ConvNd):
             dtype,
         )
 
-    def forward(self, input: Tensor, output_size: Optional[list] = None) -> Tensor:
+    def forward(self, input: Tensor, output_size: Optional[list] = None) -> Any:
         if output_size is not None:
             raise NotImplementedError(f"{type(self).__name__}: output_size is not supported")
         return F.conv_transpose2d(
@@ -261,7 +261,7 @@ class ConvTranspose1d(ConvTranspose2d):
 
     _nd = 1
 
-    def forward(self, input: Tensor, output_size: Optional[list] = None) -> Tensor:
+    def forward(self, input: Tensor, output_size: Optional[list] = None) -> Any:
         if output_size is not None:
             raise NotImplementedError(f"{type(self).__name__}: output_size is not supported")
         return F.conv_transpose1d(
@@ -349,7 +349,7 @@ class AvgPool2d(Module):
         self.count_include_pad = count_include_pad
         self.divisor_override = divisor_override
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.avg_pool2d(
             input,
             self.kernel_size,
@@ -382,7 +382,7 @@ class AvgPool1d(Module):
         self.ceil_mode = ceil_mode
         self.count_include_pad = count_include_pad
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.avg_pool1d(
             input,
             self.kernel_size,
@@ -403,7 +403,7 @@ class AdaptiveAvgPool2d(Module):
         super().__init__()
         self.output_size = output_size
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.adaptive_avg_pool2d(input, self.output_size)
 
     def extra_repr(self) -> str:
@@ -413,5 +413,5 @@ class AdaptiveAvgPool2d(Module):
 class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
     """1-D adaptive average pooling layer, as torch.nn.AdaptiveAvgPool1d."""
 
-    def forward(self, input: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Any:
         return F.adaptive_avg_pool1d(input, self.output_size)

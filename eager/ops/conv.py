@@ -557,7 +557,7 @@ def _pool_argmax(x, kernel_size, stride, padding, dilation, ceil_mode):
             upd &= valid[..., t]
         np.copyto(best, v, where=upd)
         np.copyto(flat, taps[..., t], where=upd)
-    return flat, (N, C, Ho, Wo)
+    return flat, (N, C, Ho, Wo), best
 
 
 def _take(src, flat):
@@ -569,8 +569,7 @@ def _take(src, flat):
 
 def _max_pool2d(x, **a):
     _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
-    flat, _ = _pool_argmax(x, **a)
-    return _take(x, flat)
+    return _pool_argmax(x, **a)[2]  # the maxima found on the way: x at the indices
 
 
 def _max_pool2d_indices(x, **a):
@@ -580,13 +579,12 @@ def _max_pool2d_indices(x, **a):
 
 def _max_pool2d_select(x, u, **a):
     _pool_pair_shape("max_pool2d_select")(Meta(x.shape, x.dtype), Meta(u.shape, u.dtype), **a)
-    flat, _ = _pool_argmax(x, **a)
-    return _take(u, flat)
+    return _take(u, _pool_argmax(x, **a)[0])
 
 
 def _max_pool2d_grad(x, g, **a):
     _pool_pair_shape("max_pool2d_grad")(Meta(x.shape, x.dtype), Meta(g.shape, g.dtype), **a)
-    flat, (N, C, Ho, Wo) = _pool_argmax(x, **a)
+    flat, (N, C, Ho, Wo), _ = _pool_argmax(x, **a)
     H, W = x.shape[2:]
     # each window's gradient added to its argmax, in row-major window order (bincount
     # accumulates in float64: float32 sums of overlapping windows are rounded once)
