@@ -612,9 +612,8 @@ def _pool_cases():
 
 
 def _pool_x(r, shape):
-    """Values with ties (repeated zeros, as after a ReLU), NaN-free: finite differences
-    need distinct values, so ties are kept out of the float64 gradcheck by a small
-    spread."""
+    """Distinct random values: the registry's finite-difference gradchecks must not cross a
+    tie (tests/eager/ops/test_conv.py checks ties and NaN against PyTorch)."""
     return r.uniform(-1, 1, shape)
 
 
