@@ -24,6 +24,7 @@ from ..backend import irtext
 from ..backend import abi, blas
 from ..backend import lower as L
 from ..backend import parallel_policy
+from ..backend.lowering.conv import CALLS_BLAS as _CONV_BLAS
 from ..backend.schedule import Schedule
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
@@ -140,6 +141,8 @@ if ABI_PROBLEM is None:
     _register_symbols()
 
 _BLAS_REGISTERED = [False]
+# the kernel kinds whose code may call BLAS's gemm (their symbols must be registered first)
+_CALLS_BLAS = frozenset({"matmul"}) | _CONV_BLAS
 
 
 def register_blas() -> None:
@@ -207,7 +210,7 @@ class NativeExecutable:
             self.plan
         ):  # its code calls graphc_pool_run: register it first
             pool.ensure()
-        if any(k.kind == "matmul" for k in self.plan.kernels):  # its code may call BLAS's gemm
+        if any(k.kind in _CALLS_BLAS for k in self.plan.kernels):  # its code may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk
         key = None
