@@ -31,6 +31,9 @@ from .surface import Size, TensorOps, decode_index, encode_index, sum_to
 from ._views import MULTI_OUTPUT_VIEW_INPLACE, NO_GRAD_VIEW_INPLACE, VIEW_OF_LEAF_INPLACE
 from .factories import SEED, TRACING
 from .tensor import PINNED, Tensor
+import eager.nn as NN  # the layers and losses, for the generated catalogue (docs/ops.md)
+import eager.nn.functional as NN_FUNCTIONAL
+from .methods import MODULES as METHOD_MODULES  # the surface's method mixins, by topic
 
 # --- a tensor's fields, read and written without the public properties' checks ------------
 data_of = attrgetter("_data")  # the numpy array holding a tensor's values
@@ -73,6 +76,10 @@ __all__ = [
     "CALLS",  # thread-local: the nn.Module an error came through
     "Module",  # nn.Module, to recognise modules among arguments
     "AccumulateGrad",  # the node that accumulates into a leaf's .grad
+    # what the generated catalogue of ops (docs/ops.md) lists
+    "METHOD_MODULES",  # eager/methods/: the op surface's mixins by topic
+    "NN",  # eager.nn
+    "NN_FUNCTIONAL",  # eager.nn.functional
     # op records and their helpers
     "OPS",
     "ops_of",

@@ -18,9 +18,9 @@ from __future__ import annotations
 import inspect
 
 import eager
-import eager.nn as nn
-import eager.nn.functional as F
-from eager.interop import ATTR_TYPES, FAMILIES, OPS, TensorOps
+from eager.interop import ATTR_TYPES, FAMILIES, METHOD_MODULES, OPS, TensorOps
+from eager.interop import NN as nn
+from eager.interop import NN_FUNCTIONAL as F
 
 from ..backend import lowering
 
@@ -55,7 +55,7 @@ def _surface_rows() -> list:
             m.__name__.rsplit(".", 1)[1],
             next(c for c in vars(m).values() if inspect.isclass(c) and c.__module__ == m.__name__),
         )
-        for m in eager.methods.MODULES
+        for m in METHOD_MODULES
     ]
     rows, seen = [], set()
     for topic, cls in topics:
@@ -84,7 +84,7 @@ def ops_page() -> str:
     ]
     out += [f"| {t} | `{n}` | {k} | {m} | {d} |" for t, n, k, m, d in _surface_rows()]
     funcs = {}
-    for m in eager.methods.MODULES:
+    for m in METHOD_MODULES:
         funcs.update(m.FUNCTIONS)
     out += [
         "",

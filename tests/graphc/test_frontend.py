@@ -857,7 +857,7 @@ def test_ten_thousand_node_chain_without_recursion():
 
 _TYPE = r"(?:f16|f32|f64|i8|i16|i32|i64|u8|bool)\[(?:\d+(?:,\d+)*)?\]"
 _ARGS = r"(?:[^()]|\([^()]*(?:\([^()]*\)[^()]*)*\))*"      # attrs nest tuples two deep
-_INSTR = re.compile(rf"  %\d+ = (?:const <{_TYPE}>|[a-z_]+\({_ARGS}\)) : {_TYPE}(?: +# [^ ].*)?")
+_INSTR = re.compile(rf"  %\d+ = (?:const <{_TYPE}>|[a-z_][a-z0-9_]*\({_ARGS}\)) : {_TYPE}(?: +# [^ ].*)?")
 _HEAD = re.compile(rf"graph [A-Za-z_]\w*\((?:\w+: {_TYPE}(?:, \w+: {_TYPE})*)?\) \{{")
 
 
