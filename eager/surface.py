@@ -217,17 +217,6 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
     def matmul(self, other):
         return matmul(self, other)
 
-    def mm(self, other):
-        if self.ndim != 2 or getattr(other, "ndim", None) != 2:
-            raise RuntimeError(
-                f"mm: both arguments must be 2-D matrices, got shapes "
-                f"{list(self.shape)} and {list(getattr(other, 'shape', ()))}"
-            )
-        return matmul(self, other)
-
-    def dot(self, other):
-        return matmul(self, other)
-
     # --- elementwise math --------------------------------------------------
     def exp(self):
         return self._op("exp", "ExpBackward0")
