@@ -250,3 +250,41 @@ def test_einsum_contractions_are_gemms():
     ir = graphc.compile(f).ir(q, k)
     assert ir.count("matmul(") == 1, ir
     _check(f, q, k, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((8, 64, 96), (96, 64)),  # batch folded into one gemm's rows
+        ((2, 3, 4), (4,)),
+        ((3, 1, 4), (4, 5)),
+        ((64, 8, 64), (64, 64, 8)),  # many products: threads share the batch
+        ((4, 16, 64, 64), (4, 1, 64, 64)),
+        ((3, 5, 64, 64), (5, 64, 64)),
+    ],
+)
+@pytest.mark.parametrize("layout", ["c", "t", "strided"])
+def test_batched_products_fold_and_share(sa, sb, layout):
+    a, b = _r(*sa, dtype=np.float32), _r(*sb, seed=1, dtype=np.float32)
+    if layout == "t" and a.ndim >= 2:
+        a = np.swapaxes(np.swapaxes(a, -1, -2).copy(), -1, -2)
+    elif layout == "strided":
+        a = np.repeat(a, 2, axis=-2)[..., ::2, :]
+    f = lambda a, b: a @ b  # noqa: E731
+    np.testing.assert_allclose(graphc.compile(f)(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
+        i = _r(sb[-1], seed=2, dtype=np.float32)
+        g = lambda i, a, b: eager.baddbmm(i, a, b, beta=0.5, alpha=2.0)  # noqa: E731
+        np.testing.assert_allclose(
+            graphc.compile(g)(i, a, b), 0.5 * i + 2 * (a @ b), rtol=1e-4, atol=1e-4
+        )
+
+
+def test_linear_3d_input_folds_into_one_gemm():
+    x, w, b = (
+        _r(4, 32, 64, dtype=np.float32),
+        _r(48, 64, seed=1, dtype=np.float32),
+        _r(48, seed=2, dtype=np.float32),
+    )
+    f = lambda x, w, b: F.linear(x, w, b)  # noqa: E731
+    np.testing.assert_allclose(graphc.compile(f)(x, w, b), _eager(f, x, w, b), rtol=1e-4, atol=1e-4)

@@ -37,19 +37,50 @@ class GemmDims:
         self.va, self.vb = va, vb
         self.M, self.K, self.N = va.shape[-2], va.shape[-1], vb.shape[-1]
         self.batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
+        if self.batch and d["op"] == "matmul":
+            self._fold_batch()
         self.blas = (
             self.K != 0
             and dt.kind == "f"
             and adt == dt
             and bdt == dt
             and blas.available()
-            and _blas_fits(va, vb, self.M, self.N, self.K)
+            and _blas_fits(self.va, self.vb, self.M, self.N, self.K)
         )
         # threads share rows of C (each reads its rows of A and all of B, which BLAS packs
         # once per share), or columns when C has too few rows to go round: measured on a
         # 64x1000 @ 1000x100 product, rows took 65 us on two threads, columns 87 us
         self.split = "rows" if self.M >= min(self.N, 16) else "cols"
         self.split_size = self.M if self.split == "rows" else self.N
+        nbatch = int(np.prod(self.batch, dtype=np.int64))
+        if nbatch >= 4:
+            # many products: each thread runs whole gemms on its batch items (splitting
+            # every small product's rows instead doubles the gemm calls per thread)
+            self.split, self.split_size = "batch", nbatch
+
+    def _fold_batch(self) -> None:
+        """(..., M, K) @ (K, N) with B's batch broadcast and A's batch dims and rows one
+        stride apart (``F.linear`` on 3-D input): one gemm of (prod(batch) * M) rows
+        instead of a gemm per batch item (C is contiguous, so its rows follow too)."""
+        batch, M, K = self.batch, self.M, self.K
+        if any(s != 0 for s in self.vb.broadcast_to(batch + (K, self.N))[:-2]):
+            return
+        ast = self.va.broadcast_to(batch + (M, K))
+        dims, strides = batch + (M,), ast[:-1]
+        live = [(dd, st) for dd, st in zip(dims, strides) if dd != 1]
+        if any(st == 0 for _, st in live):
+            return
+        for (_, s0), (d1, s1) in zip(live, live[1:]):
+            if s0 != s1 * d1:
+                return
+        rows = int(np.prod(dims, dtype=np.int64))
+        # the stride of a row: the innermost dimension of size > 1 (any when all are 1)
+        row_stride = next((st for st, dd in zip(strides[::-1], dims[::-1]) if dd != 1), K)
+        va = View(self.va.buf, self.va.offset, (row_stride, ast[-1]), (rows, K))
+        vb = View(self.vb.buf, self.vb.offset, self.vb.strides[-2:], (K, self.N))
+        if blas_layout(va) is None or blas_layout(vb) is None:
+            return
+        self.va, self.vb, self.batch, self.M = va, vb, (), rows
 
 
 def gemm_dims(plan, n: int) -> GemmDims:
@@ -140,7 +171,9 @@ def matmul_kernel(kb, n: int) -> None:
         # [lo, hi) of C (of op(B)); BLAS runs single-threaded inside each share
         lo, hi = kb.par[0], kb.par[1]
         kb.outer_size = gd.split_size
-        if gd.split == "rows":
+        if gd.split == "batch":
+            pass  # the batch loop below runs items [lo, hi) of the flattened batch
+        elif gd.split == "rows":
             rows = b.sub(hi, lo)
             row_a = b.mul(lo, i64(lda if ta == blas.CBLAS_NO_TRANS else 1))
             row_c = b.mul(lo, i64(max(N, 1)))
@@ -180,7 +213,18 @@ def matmul_kernel(kb, n: int) -> None:
             ],
         )
 
-    if batch:
+    if batch and kb.par is not None and gd.split == "batch":
+        inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
+
+        def flat(ii):  # the multi-index of flat batch item ii[0]
+            idx = []
+            for d, size in enumerate(batch):
+                q = b.udiv(ii[0], i64(inner[d])) if inner[d] != 1 else ii[0]
+                idx.append(b.urem(q, i64(size)) if d else q)
+            call(idx)
+
+        kb.loop([gd.split_size], flat, name="batch", outer_range=(kb.par[0], kb.par[1]))
+    elif batch:
         kb.loop(list(batch), call, name="batch")
     else:
         call([])
