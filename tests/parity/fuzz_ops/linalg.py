@@ -11,6 +11,7 @@ TEMPLATES: dict = {
     "baddbmm": [
         "eager.baddbmm({a}.reshape(1, 1, -1)[..., :1], {a}.reshape(1, 1, -1), "
         "{a}.reshape(1, -1, 1), beta={s}, alpha=1.5)",
+        "eager.baddbmm({a}.reshape(-1)[:1], {a}.reshape(1, -1, 1), {a}.reshape(1, 1, -1))",
     ],
 }
 NOT_GENERATED: dict = {}
