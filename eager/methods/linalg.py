@@ -53,10 +53,11 @@ class LinalgMethods:
     def mm(self, mat2):
         """Matrix product of two 2-D tensors (no broadcasting)."""
         _check_tensor(mat2, "mm", "mat2", 1)
-        if self.ndim != 2:
-            raise RuntimeError("self must be a matrix")
-        if mat2.ndim != 2:
-            raise RuntimeError("mat2 must be a matrix")
+        for what, m in (("self", self), ("mat2", mat2)):
+            if m.ndim != 2:  # PyTorch's message, then what mm needs
+                raise RuntimeError(
+                    f"{what} must be a matrix (mm takes 2-D tensors, got {m.ndim}-D)"
+                )
         if self.shape[1] != mat2.shape[0]:
             raise RuntimeError(
                 f"mat1 and mat2 shapes cannot be multiplied ({self.shape[0]}x{self.shape[1]} "
