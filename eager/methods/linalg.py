@@ -532,7 +532,7 @@ def einsum(*args):
     want = [sizes[lab] for lab in lx]
     if list(x.shape) != want:
         x = x.expand(*want)
-    if lx != out_full:
+    if lx != out_full or any(x is o for o in operands):  # a view, never an operand itself
         x = x.permute(*[lx.index(lab) for lab in out_full])
     return x
 
