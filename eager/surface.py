@@ -227,19 +227,6 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         """Matrix product with numpy's/PyTorch's 1-D, 2-D and batched broadcasting rules."""
         return matmul(self, other)
 
-    def mm(self, other):
-        """Product of two 2-D matrices."""
-        if self.ndim != 2 or getattr(other, "ndim", None) != 2:
-            raise RuntimeError(
-                f"mm: both arguments must be 2-D matrices, got shapes "
-                f"{list(self.shape)} and {list(getattr(other, 'shape', ()))}"
-            )
-        return matmul(self, other)
-
-    def dot(self, other):
-        """Inner product of two 1-D tensors."""
-        return matmul(self, other)
-
     # --- elementwise math --------------------------------------------------
     def exp(self):
         """Elementwise ``e ** x``."""

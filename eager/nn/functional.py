@@ -18,6 +18,16 @@ from ._reduction import check_reduction, legacy_reduction
 
 def linear(input: TensorOps, weight: TensorOps, bias: Optional[TensorOps] = None) -> TensorOps:
     """``input @ weight.T + bias`` with ``weight`` of shape (out_features, in_features)."""
+    if (
+        bias is not None
+        and input.ndim == 2
+        and input._npdtype == weight._npdtype
+        and bias._npdtype == weight._npdtype
+    ):
+        # PyTorch's path for 2-D input with bias: one addmm (AddmmBackward0), which native
+        # code runs as one gemm whose C starts as the broadcast bias.  (Mixed dtypes, which
+        # PyTorch refuses, keep eager's promoting matmul + add below.)
+        return bias.addmm(input, weight.t())
     out = matmul(input, weight.t())
     if bias is not None:
         out = out + bias

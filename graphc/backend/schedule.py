@@ -177,7 +177,11 @@ class Schedule:
                     self._buffer_view(d["operands"][0])
                 self._materialize(n)
             elif op in MATMUL:
-                for side, o in enumerate(d["operands"]):
+                # the last two operands are the matrices; addmm/baddbmm's added input
+                # (operand 0) is read by a loop that fills C first, in any layout
+                for o in d["operands"][:-2]:
+                    self._buffer_view(o)
+                for side, o in enumerate(d["operands"][-2:]):
                     v = self._buffer_view(o)
                     if self.dtype(o).kind == "f" and not _gemm_ok(v, side):
                         self._force_copy(o)

@@ -97,7 +97,7 @@ def _place(out, op: str, operands: tuple, attrs: dict, src: str) -> None:
         elif op == "reshape":
             _note_layout_use(x, out)
         return
-    if op == "matmul" or _c_operands(operands, cls):
+    if OPS[op].family == "matmul" or _c_operands(operands, cls):  # products write C order
         out._lay = c_layout(out._meta_shape)
 
 

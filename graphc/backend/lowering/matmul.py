@@ -1,6 +1,12 @@
 """Matrix products: the shape of a product over the scheduled views (:class:`GemmDims`)
 and its kernel -- a BLAS gemm per batch item (each thread of a shared product calls it on
-its rows or columns), or plain loops where BLAS does not apply."""
+its rows or columns), or plain loops where BLAS does not apply.
+
+``addmm``/``baddbmm`` (``beta * input + alpha * (A @ B)``) run the same kernel: C is first
+filled with ``beta * input`` (broadcast, any layout; each thread fills its own share), and
+the gemm then adds ``alpha * A @ B`` to it (gemm's ``beta`` = 1), so the bias costs no
+separate pass over the result.  A broadcast batch dimension is a stride of 0 in the
+operand's view: no copy."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from .. import blas
 from ..abi import I32, I64
 from ..llvmir import const, reg_type
 from ..strided import View, as_matrix, blas_layout, cstrides, numel
-from .table import kernel
+from .table import kernel, register
 
 
 class GemmDims:
@@ -24,26 +30,57 @@ class GemmDims:
     def __init__(self, plan, n: int) -> None:
         g = plan.g
         d = g.nx.nodes[n]
-        a_id, b_id = d["operands"]
+        a_id, b_id = d["operands"][-2:]  # addmm/baddbmm: (input, mat1, mat2)
         dt = np.dtype(d["dtype"])
         adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
         va, vb = as_matrix(plan.views[a_id], 0), as_matrix(plan.views[b_id], 1)
         self.va, self.vb = va, vb
         self.M, self.K, self.N = va.shape[-2], va.shape[-1], vb.shape[-1]
         self.batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
+        if self.batch and d["op"] == "matmul":
+            self._fold_batch()
         self.blas = (
             self.K != 0
             and dt.kind == "f"
             and adt == dt
             and bdt == dt
             and blas.available()
-            and _blas_fits(va, vb, self.M, self.N, self.K)
+            and _blas_fits(self.va, self.vb, self.M, self.N, self.K)
         )
         # threads share rows of C (each reads its rows of A and all of B, which BLAS packs
         # once per share), or columns when C has too few rows to go round: measured on a
         # 64x1000 @ 1000x100 product, rows took 65 us on two threads, columns 87 us
         self.split = "rows" if self.M >= min(self.N, 16) else "cols"
         self.split_size = self.M if self.split == "rows" else self.N
+        nbatch = int(np.prod(self.batch, dtype=np.int64))
+        if nbatch >= 4:
+            # many products: each thread runs whole gemms on its batch items (splitting
+            # every small product's rows instead doubles the gemm calls per thread)
+            self.split, self.split_size = "batch", nbatch
+
+    def _fold_batch(self) -> None:
+        """(..., M, K) @ (K, N) with B's batch broadcast and A's batch dims and rows one
+        stride apart (``F.linear`` on 3-D input): one gemm of (prod(batch) * M) rows
+        instead of a gemm per batch item (C is contiguous, so its rows follow too)."""
+        batch, M, K = self.batch, self.M, self.K
+        if any(s != 0 for s in self.vb.broadcast_to(batch + (K, self.N))[:-2]):
+            return
+        ast = self.va.broadcast_to(batch + (M, K))
+        dims, strides = batch + (M,), ast[:-1]
+        live = [(dd, st) for dd, st in zip(dims, strides) if dd != 1]
+        if any(st == 0 for _, st in live):
+            return
+        for (_, s0), (d1, s1) in zip(live, live[1:]):
+            if s0 != s1 * d1:
+                return
+        rows = int(np.prod(dims, dtype=np.int64))
+        # the stride of a row: the innermost dimension of size > 1 (any when all are 1)
+        row_stride = next((st for st, dd in zip(strides[::-1], dims[::-1]) if dd != 1), K)
+        va = View(self.va.buf, self.va.offset, (row_stride, ast[-1]), (rows, K))
+        vb = View(self.vb.buf, self.vb.offset, self.vb.strides[-2:], (K, self.N))
+        if blas_layout(va) is None or blas_layout(vb) is None:
+            return
+        self.va, self.vb, self.batch, self.M = va, vb, (), rows
 
 
 def gemm_dims(plan, n: int) -> GemmDims:
@@ -69,24 +106,55 @@ def _blas_operand(v: View) -> tuple:
     return (blas.CBLAS_TRANS if trans else blas.CBLAS_NO_TRANS), max(ld, 1)
 
 
+def _scale_attrs(d: dict) -> tuple:
+    """(beta, alpha) of a product node: matmul is (0, 1), addmm/baddbmm carry theirs."""
+    if d["op"] == "matmul":
+        return 0.0, 1.0
+    return float(d["attrs"]["beta"]), float(d["attrs"]["alpha"])
+
+
+def _fill_bias(kb, n, dt, vin, cst, idx, rows_range, cols_range, M, N, beta) -> None:
+    """C[idx][i, j] = beta * input[idx][i, j] (input broadcast) over a share of C."""
+    b = kb.b
+    ist = vin.strides
+
+    def body_i(ii):
+        def body_j(jj):
+            full = list(idx) + [ii[0], jj[0]]
+            v = kb.load(vin.buf, dt, kb.offset(vin.offset, ist, full))
+            if beta != 1.0:
+                c = const(dt, beta if dt.kind == "f" else int(beta))
+                v = b.fmul(v, c) if dt.kind == "f" else b.mul(v, c)
+            kb.store(n, dt, kb.offset(0, list(cst) + [max(N, 1), 1], full), v)
+
+        kb.loop([N], body_j, name="bj", outer_range=cols_range)
+
+    kb.loop([M], body_i, name="bi", outer_range=rows_range)
+
+
 @kernel("matmul")
 def matmul_kernel(kb, n: int) -> None:
     plan, g, b = kb.plan, kb.g, kb.b
     d = g.nx.nodes[n]
-    a_id, b_id = d["operands"]
+    a_id, b_id = d["operands"][-2:]
     dt = np.dtype(d["dtype"])
     adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
+    beta, alpha = _scale_attrs(d)
     gd = gemm_dims(plan, n)
     va, vb, batch, M, K, N = gd.va, gd.vb, gd.batch, gd.M, gd.K, gd.N
     ast = va.broadcast_to(batch + (M, K))[:-2] if batch else ()
     bst = vb.broadcast_to(batch + (K, N))[:-2] if batch else ()
     cst = cstrides(batch + (M, N))[:-2] if batch else ()
+    vin = None
+    if beta != 0.0:  # the added input, as a view broadcast over C (stride 0 where broadcast)
+        v0 = plan.views[d["operands"][0]]
+        vin = View(v0.buf, v0.offset, v0.broadcast_to(batch + (M, N)), batch + (M, N))
     if numel(batch + (M, N)) == 0:
         return
     if not gd.blas:
         # plain loops: integer/bool/mixed matmuls, K == 0, no BLAS library installed, or
         # a dimension beyond the 32-bit ints of the cblas interface
-        _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt)
+        _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt, vin, beta, alpha)
         return
     gemm = blas.declare_gemm(kb.module, dt)
     ft = reg_type(dt)
@@ -97,21 +165,28 @@ def matmul_kernel(kb, n: int) -> None:
     rows, cols = i64(M), i64(N)
     row_a, row_c = i64(0), i64(0)  # element offsets of the first row / column
     col_b, col_c = i64(0), i64(0)
+    rows_range = cols_range = None  # a thread's share of C, for the bias fill
     if kb.par is not None:
         # a thread's share of the product: rows [lo, hi) of C (of op(A)), or columns
         # [lo, hi) of C (of op(B)); BLAS runs single-threaded inside each share
         lo, hi = kb.par[0], kb.par[1]
         kb.outer_size = gd.split_size
-        if gd.split == "rows":
+        if gd.split == "batch":
+            pass  # the batch loop below runs items [lo, hi) of the flattened batch
+        elif gd.split == "rows":
             rows = b.sub(hi, lo)
             row_a = b.mul(lo, i64(lda if ta == blas.CBLAS_NO_TRANS else 1))
             row_c = b.mul(lo, i64(max(N, 1)))
+            rows_range = (lo, hi)
         else:
             cols = b.sub(hi, lo)
             col_b = b.mul(lo, i64(1 if tb == blas.CBLAS_NO_TRANS else ldb))
             col_c = lo
+            cols_range = (lo, hi)
 
     def call(idx):
+        if vin is not None:
+            _fill_bias(kb, n, dt, vin, cst, idx, rows_range, cols_range, M, N, beta)
         oa = b.add(kb.offset(va.offset, ast, idx), row_a)
         ob = b.add(kb.offset(vb.offset, bst, idx), col_b)
         oc = b.add(b.add(kb.offset(0, cst, idx), row_c), col_c)
@@ -127,25 +202,37 @@ def matmul_kernel(kb, n: int) -> None:
                 b.trunc(rows, I32),
                 b.trunc(cols, I32),
                 c32(K),
-                ir.Constant(ft, 1.0),
+                ir.Constant(ft, alpha),
                 pa,
                 c32(lda),
                 pb,
                 c32(ldb),
-                ir.Constant(ft, 0.0),
+                ir.Constant(ft, 0.0 if vin is None else 1.0),
                 pc,
                 c32(max(N, 1)),
             ],
         )
 
-    if batch:
+    if batch and kb.par is not None and gd.split == "batch":
+        inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
+
+        def flat(ii):  # the multi-index of flat batch item ii[0]
+            idx = []
+            for d, size in enumerate(batch):
+                q = b.udiv(ii[0], i64(inner[d])) if inner[d] != 1 else ii[0]
+                idx.append(b.urem(q, i64(size)) if d else q)
+            call(idx)
+
+        kb.loop([gd.split_size], flat, name="batch", outer_range=(kb.par[0], kb.par[1]))
+    elif batch:
         kb.loop(list(batch), call, name="batch")
     else:
         call([])
 
 
-def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt):
-    """Plain loops for integer/bool matmul and K == 0 (BLAS is float only)."""
+def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt, vin=None, beta=0.0, alpha=1.0):
+    """Plain loops for integer/bool matmul and K == 0 (BLAS is float only); with ``vin``,
+    the result is ``alpha * (A @ B) + beta * input`` (addmm, baddbmm)."""
     b = kb.b
     acc_t = dt
     slot = kb.alloca(reg_type(acc_t), name="dot")
@@ -172,6 +259,21 @@ def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt):
                 b.store(b.add(cur, b.mul(x, y)), slot)
 
         kb.loop([K], inner, name="k")
-        kb.store(n, dt, kb.offset(0, cst, idx), b.load(slot, typ=reg_type(acc_t)))
+        r = b.load(slot, typ=reg_type(acc_t))
+        if alpha != 1.0 or vin is not None:
+            fl = acc_t.kind == "f"
+            mul = b.fmul if fl else b.mul
+            if alpha != 1.0:
+                r = mul(r, const(acc_t, alpha if fl else int(alpha)))
+            if vin is not None:
+                x = kb.load(vin.buf, dt, kb.offset(vin.offset, vin.strides, idx))
+                if beta != 1.0:
+                    x = mul(x, const(acc_t, beta if fl else int(beta)))
+                r = b.fadd(x, r) if fl else b.add(x, r)
+        kb.store(n, dt, kb.offset(0, cst, idx), r)
 
     kb.loop(list(batch) + [M, N], outer, name="mn")
+
+
+for _op in ("addmm", "baddbmm"):  # beta * input + alpha * (A @ B): the same kernel
+    register(_op, kernel=matmul_kernel, kernel_kind="matmul")
