@@ -437,7 +437,7 @@ class Module:
 
     def to(self, *args: Any, **kwargs: Any) -> "Module":
         """``to(dtype)`` / ``to('cpu')``: casts floating parameters and buffers in place."""
-        from ..tensor import device as _device
+        from ..tensor import check_device as _device
 
         dtype = kwargs.pop("dtype", None)
         dev = kwargs.pop("device", None)
@@ -485,7 +485,7 @@ class Module:
 
     def cuda(self, device: Any = None) -> "Module":
         """Refused: eager runs on the CPU."""
-        raise RuntimeError("no GPU: eager runs on the CPU (Module.cuda() is not available)")
+        raise RuntimeError("no GPU: eager runs on the CPU only (Module.cuda() is not available)")
 
     # --- state dict -----------------------------------------------------------------
     def state_dict(
