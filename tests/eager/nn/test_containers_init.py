@@ -284,3 +284,46 @@ def test_against_torch():
         assert np.allclose(float(e), float(t), rtol=1e-5)
         for p, q in zip(ps, tps):
             assert np.allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_module_methods_against_torch():
+    torch = pytest.importorskip("torch")
+
+    def build(mod):
+        class TNet(mod.nn.Module):
+            def __init__(self):
+                super().__init__()
+                shared = mod.nn.Linear(2, 2)
+                self.a = shared
+                self.blocks = mod.nn.ModuleList([mod.nn.Linear(2, 3), shared, mod.nn.ReLU()])
+                self.d = mod.nn.ModuleDict({"x": mod.nn.Tanh(), "y": mod.nn.Linear(3, 1)})
+                self.register_buffer("buf", mod.zeros(2))
+                self.register_buffer("tmp", mod.zeros(1), persistent=False)
+        return TNet()
+
+    e, t = build(eager), build(torch)
+    assert repr(e) == repr(t)
+    assert _names(e.named_modules()) == _names(t.named_modules())
+    assert _names(e.named_modules(remove_duplicate=False)) == _names(
+        t.named_modules(remove_duplicate=False))
+    assert _names(e.named_parameters()) == _names(t.named_parameters())
+    assert _names(e.named_parameters(remove_duplicate=False)) == _names(
+        t.named_parameters(remove_duplicate=False))
+    assert list(e.state_dict()) == list(t.state_dict())
+    assert _names(e.named_buffers()) == _names(t.named_buffers())
+    order_e, order_t = [], []
+    e.apply(lambda m: order_e.append(type(m).__name__))
+    t.apply(lambda m: order_t.append(type(m).__name__))
+    assert order_e == order_t
+    sd_e, sd_t = e.state_dict(), t.state_dict()
+    for sd in (sd_e, sd_t):
+        del sd["d.y.bias"]
+        sd["zzz"] = sd["buf"]
+    with pytest.raises(RuntimeError) as ee:
+        e.load_state_dict(sd_e)
+    with pytest.raises(RuntimeError) as te:
+        t.load_state_dict(sd_t)
+    assert str(ee.value) == str(te.value).replace("TNet", "TNet")
+    re, rt = e.load_state_dict(sd_e, strict=False), t.load_state_dict(sd_t, strict=False)
+    assert (re.missing_keys, re.unexpected_keys) == (rt.missing_keys, rt.unexpected_keys)
+    assert repr(re) == repr(rt)
