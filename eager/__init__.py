@@ -147,15 +147,39 @@ def is_floating_point(input) -> bool:
     return input.is_floating_point()
 
 
-def get_default_dtype():
-    return float32
-
-
 def broadcast_to(input, shape):
     return input.expand(shape)
 
 
+# --- nn/optim/boilerplate surface: save/load, default dtype/device, cuda/backends ----------
+from .factories import (  # noqa: E402
+    get_default_device,
+    get_default_dtype,
+    set_default_device,
+    set_default_dtype,
+)
+from .serialization import load, save  # noqa: E402
+from . import backends, cuda  # noqa: E402,F401
+
+_DETERMINISTIC = [False]
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Recorded only: eager's CPU kernels are deterministic already."""
+    _DETERMINISTIC[0] = True if mode else False
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """What ``use_deterministic_algorithms`` last set (eager is deterministic anyway)."""
+    return _DETERMINISTIC[0]
+
+
 def __getattr__(name):
+    if name == "bfloat16":
+        raise AttributeError(
+            "module 'eager' has no attribute 'bfloat16': numpy (so eager) has no bfloat16; "
+            "use eager.float32 or eager.float16"
+        )
     if name in ("nn", "optim", "viz", "linalg"):
         import importlib
 

@@ -49,6 +49,47 @@ def _shape(size) -> tuple:
         raise TypeError(f"size must be a sequence of ints, got {size!r}") from None
 
 
+def _size_kw(size: tuple, kw: dict, fn: str) -> tuple:
+    """PyTorch's ``size=`` keyword (``zeros(size=(2, 3))``), and its other no-op keywords."""
+    kw.pop("layout", None)
+    kw.pop("pin_memory", None)
+    if kw.pop("memory_format", None) is not None:
+        pass
+    if "out" in kw:
+        raise NotImplementedError(f"{fn}(): the out= argument is not supported by eager")
+    if "size" in kw:
+        if size:
+            raise TypeError(f"{fn}() got multiple values for argument 'size'")
+        size = (kw.pop("size"),)
+    if kw:
+        raise TypeError(f"{fn}() got an unexpected keyword argument '{next(iter(kw))}'")
+    return size
+
+
+def set_default_dtype(d) -> None:
+    """Make ``d`` (a floating dtype) the dtype of float data and of the float factories."""
+    npd = D.to_np(d)
+    if npd.kind != "f":
+        raise TypeError("only floating-point types are supported as the default type")
+    D.DEFAULT_FLOAT = npd
+
+
+def get_default_dtype():
+    """The dtype float data and the float factories use (``eager.float32`` unless set)."""
+    return D.FROM_NP[D.DEFAULT_FLOAT]
+
+
+def set_default_device(dev) -> None:
+    """Only the CPU can be the default device (``None`` or ``'cpu'``)."""
+    if dev is not None:
+        check_device(dev)
+
+
+def get_default_device() -> device:
+    """``device(type='cpu')``."""
+    return device("cpu")
+
+
 def _dt(dtype, default=None) -> np.dtype:
     if dtype is None:
         return default if default is not None else D.DEFAULT_FLOAT
@@ -65,6 +106,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         and data
         and builtins.any(isinstance(d, Tensor) for d in _flat(data))
     ):
+        if dtype is None:
+            dtype = _nested_dtype(data)
         data = _tensors_to_lists(data)
     npd = D.to_np(dtype) if dtype is not None else D.infer_np_dtype(data)
     try:
@@ -84,6 +127,20 @@ def _flat(seq):
             stack.extend(s)
         else:
             yield s
+
+
+def _nested_dtype(data) -> np.dtype:
+    """The dtype of ``tensor([t0, t1, 2.5])``: the tensors' dtypes promoted, then with
+    the plain numbers' (a float among int tensors gives the default float dtype)."""
+    items = list(_flat(data))
+    tensors = [x._data.dtype for x in items if isinstance(x, Tensor)]
+    out = tensors[0]
+    for d in tensors[1:]:
+        out = D.promote(out, d)
+    others = [x for x in items if not isinstance(x, Tensor)]
+    if others:
+        out = D.promote(out, D.infer_np_dtype(others))
+    return out
 
 
 def _tensors_to_lists(data):
@@ -159,7 +216,10 @@ def seed() -> int:
     return s
 
 
-def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+def randn(
+    *size, dtype=None, device=None, requires_grad: bool = False, generator=None, **kw
+) -> Tensor:
+    size = _size_kw(size, kw, "randn")
     g = generator if generator is not None else _gen
     npd = _dt(dtype)
     if npd.kind != "f":
@@ -170,7 +230,10 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
 
-def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+def rand(
+    *size, dtype=None, device=None, requires_grad: bool = False, generator=None, **kw
+) -> Tensor:
+    size = _size_kw(size, kw, "rand")
     g = generator if generator is not None else _gen
     npd = _dt(dtype)
     if TRACING.tracer is not None and generator is None:
@@ -210,15 +273,18 @@ def bernoulli(input: Tensor, p: Optional[float] = None, generator=None) -> Tenso
     return (u < prob).to(input.dtype)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False, **kw) -> Tensor:
+    size = _size_kw(size, kw, "zeros")
     return _factory(np.zeros(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def ones(*size, dtype=None, device=None, requires_grad: bool = False, **kw) -> Tensor:
+    size = _size_kw(size, kw, "ones")
     return _factory(np.ones(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
-def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+def empty(*size, dtype=None, device=None, requires_grad: bool = False, **kw) -> Tensor:
+    size = _size_kw(size, kw, "empty")
     return _factory(np.empty(_shape(size), dtype=_dt(dtype)), requires_grad, device)
 
 
@@ -295,7 +361,8 @@ _views_mod.bind(Tensor)
 _tape_mod.bind(Tensor)
 _tensor_mod.bind(tensor=tensor)
 _operands_mod.bind(tensor_ops=_surface_mod.TensorOps, tensor=tensor)
-_surface_mod.bind(device=device, rand=rand, randn=randn, bernoulli=bernoulli)
+# surface's Tensor.to validates its device argument with check_device (CPU only)
+_surface_mod.bind(device=check_device, rand=rand, randn=randn, bernoulli=bernoulli)
 _function_mod.bind(Tensor, zeros)
 _engine_mod.bind(Tensor, tensor, zeros_like)
 _codegen_mod.bind(Tensor)

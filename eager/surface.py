@@ -605,27 +605,32 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
         return self._npdtype.kind == "f"
 
     def to(self, *args, **kwargs):
-        """A copy in another dtype (or the same tensor when nothing changes); device 'cpu' only."""
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; ``copy=True``
+        always returns a new tensor; a device other than the CPU is a clear error."""
         dtype = kwargs.pop("dtype", None)
-        kwargs.pop("copy", None)
+        copy = kwargs.pop("copy", False)
         kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
         device = kwargs.pop("device", None)
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        flags = []
         for a in args:
-            if isinstance(a, (D.dtype, np.dtype, type)):
+            if isinstance(a, bool):
+                flags.append(a)  # positional non_blocking, copy
+            elif isinstance(a, (D.dtype, np.dtype, type)):
                 dtype = a
             elif isinstance(a, TensorOps):
                 dtype = a._npdtype
             else:
                 device = a
+        if len(flags) > 1:
+            copy = flags[1]
         if device is not None:
             _device(device)  # validates: only the CPU exists
-        if dtype is None:
-            return self
-        npd = D.to_np(dtype)
+        npd = self._npdtype if dtype is None else D.to_np(dtype)
         if npd == self._npdtype:
-            return self
+            return self.clone() if copy else self
         return self._op("cast", "ToCopyBackward0", dtype=npd.name)
 
     def float(self):

@@ -42,34 +42,74 @@ NONLEAF_GRAD_WARNING = (
 PINNED: dict = {}
 
 
+_DEVICE_TYPES = (
+    "cpu, cuda, ipu, xpu, mkldnn, opengl, opencl, ideep, hip, ve, fpga, maia, xla, lazy, "
+    "vulkan, mps, meta, hpu, mtia, privateuseone"
+)
+
+
 class device:
-    """Only ``cpu`` exists; anything else is a clear error rather than a silent fallback."""
+    """A device name as PyTorch spells it (``cpu``, ``cuda:0``, ``mps``...).
+
+    Any of PyTorch's device types can be named, but only ``cpu`` holds tensors: putting a
+    tensor or a module on another device is a clear error (:func:`check_device`)."""
 
     __slots__ = ("type", "index")
 
-    def __init__(self, spec: Any = "cpu", index: Optional[int] = None) -> None:
+    def __init__(self, type: Any = "cpu", index: Optional[int] = None) -> None:
+        spec = type
         if isinstance(spec, device):
             self.type, self.index = spec.type, spec.index
             return
-        if not isinstance(spec, str) or spec.split(":")[0] != "cpu":
+        if isinstance(spec, builtins.int) and not isinstance(spec, builtins.bool):
+            spec, index = "cuda", spec  # torch.device(0) is cuda:0
+        if not isinstance(spec, str):
+            raise TypeError(f"device(): argument 'type' must be str, not {spec.__class__.__name__}")
+        kind, _, idx = spec.partition(":")
+        if kind not in _DEVICE_TYPES.split(", "):
             raise RuntimeError(
-                f"eager runs on the CPU only; device {spec!r} is not available "
-                "(use device='cpu' or leave it out)"
+                f"Expected one of {_DEVICE_TYPES} device type at start of device string: {spec}"
             )
-        self.type = "cpu"
+        if idx:
+            if index is not None:
+                raise RuntimeError(
+                    "type (string) must not include an index because index was passed "
+                    "explicitly: " + spec
+                )
+            if not idx.isdigit():
+                raise RuntimeError(f"Invalid device string: '{spec}'")
+            index = builtins.int(idx)
+        if index is not None and index < 0:
+            raise RuntimeError(f"Device index must not be negative, got {index}")
+        self.type = kind
         self.index = index
 
     def __repr__(self) -> str:
-        return "device(type='cpu')"
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
 
     def __eq__(self, other: object) -> bool:
-        try:
-            return device(other).type == self.type
-        except RuntimeError:
-            return False
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except RuntimeError:
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return (self.type, self.index) == (other.type, other.index)
 
     def __hash__(self) -> int:
-        return hash("cpu")
+        return hash((self.type, self.index))
+
+    def __reduce__(self):
+        return (device, (self.type, self.index))
+
+
+NO_GPU = "no GPU: eager runs on the CPU only"
 
 
 _CPU = device("cpu")
@@ -603,6 +643,57 @@ class Tensor(TensorOps):
     def __setitem__(self, key, value) -> None:
         self._setitem_impl(key, value, gname="CopySlices")
 
+    # --- device / type boilerplate ----------------------------------------------------
+    def cpu(self, memory_format: Any = None) -> "Tensor":
+        """Self: eager's tensors live on the CPU."""
+        return self
+
+    def cuda(self, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> "Tensor":
+        """Refused: eager has no GPU."""
+        raise RuntimeError(f"{NO_GPU}: Tensor.cuda() is not available (use .cpu() or .to('cpu'))")
+
+    def get_device(self) -> builtins.int:
+        """-1: the device index of a CPU tensor."""
+        return -1
+
+    @property
+    def is_cpu(self) -> builtins.bool:
+        """True: eager's tensors live on the CPU."""
+        return True
+
+    def bfloat16(self, memory_format: Any = None) -> "Tensor":
+        """Refused: numpy (so eager) has no bfloat16."""
+        raise TypeError(
+            "eager has no bfloat16 dtype (numpy has none): use .float() or .half() instead"
+        )
+
+    def type(self, dtype: Any = None, non_blocking: builtins.bool = False, **kwargs: Any):
+        """``type()``: the type name (``'eager.FloatTensor'``); ``type(dtype or name)``:
+        the tensor converted (``'torch.DoubleTensor'``/``'eager.DoubleTensor'`` accepted)."""
+        if dtype is None:
+            return "eager." + _TYPE_NAMES[self._data.dtype.name]
+        if isinstance(dtype, str):
+            prefix, _, name = dtype.rpartition(".")
+            npd = _TYPE_DTYPES.get(name) if prefix in ("torch", "eager") else None
+            if npd is None:
+                raise ValueError(f"invalid type: {dtype!r}")
+            dtype = npd
+        return self.to(dtype)
+
+
+_TYPE_NAMES = {
+    "float32": "FloatTensor",
+    "float64": "DoubleTensor",
+    "float16": "HalfTensor",
+    "int64": "LongTensor",
+    "int32": "IntTensor",
+    "int16": "ShortTensor",
+    "int8": "CharTensor",
+    "uint8": "ByteTensor",
+    "bool": "BoolTensor",
+}
+_TYPE_DTYPES = {v: np.dtype(k) for k, v in _TYPE_NAMES.items()}
+
 
 _new = object.__new__
 
@@ -650,7 +741,12 @@ for _name, _op_name, _gname in (
 
 
 def check_device(dev) -> None:
-    device(dev)
+    """Refuse any device but the CPU (a tensor cannot be created on or moved to it)."""
+    d = device(dev)
+    if d.type != "cpu":
+        raise RuntimeError(
+            f"{NO_GPU}; device {str(d)!r} is not available (use device='cpu' or leave it out)"
+        )
 
 
 # --- wiring: ``tensor`` (eager.factories, a layer above) for copy_, received once ---------

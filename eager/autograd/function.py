@@ -352,13 +352,17 @@ class FunctionCtx:
         return self._to_save
 
     def mark_non_differentiable(self, *tensors) -> None:
+        """Outputs listed here get no gradient history (``requires_grad=False``)."""
         self._non_diff.update(id(t) for t in tensors)
 
     def set_materialize_grads(self, value: bool) -> None:
+        """``False``: backward receives None (not zeros) for outputs that got no gradient."""
         self.materialize_grads = bool(value)
 
     def mark_dirty(self, *tensors) -> None:
-        """Accepted for compatibility; eager does not track in-place custom functions."""
+        """Inputs that ``forward`` modified in place (and returns): they keep their
+        identity and their history continues through this function, as in PyTorch."""
+        self._dirty = {id(t) for t in tensors}
 
 
 class _FunctionNode(Node):
@@ -435,10 +439,18 @@ class Function(metaclass=FunctionMeta):
         tensors = [a for a in args if isinstance(a, Tensor)]
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         with _no_grad():
-            out = cls.forward(ctx, *args)
+            if cls.setup_context is not Function.setup_context:
+                # PyTorch 2 style: forward(*args) without ctx, then setup_context(ctx, ...)
+                out = cls.forward(*args)
+                cls.setup_context(ctx, args, out)
+            else:
+                out = cls.forward(ctx, *args)
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
         record = _STATE.enabled and any(t.requires_grad for t in tensors)
+        dirty = getattr(ctx, "_dirty", None)
+        if dirty:
+            _check_dirty(cls, args, outs, dirty, record)
         if record:
             # edges first: a leaf's AccumulateGrad made here must be older (a lower _seq)
             # than this node, as the engine runs nodes newest first
@@ -455,15 +467,77 @@ class Function(metaclass=FunctionMeta):
             new_outs = []
             for i, o in enumerate(outs):
                 if isinstance(o, Tensor):
-                    if any(o is a for a in args):
+                    non_diff = id(o) in ctx._non_diff
+                    if dirty and id(o) in dirty:
+                        pass  # modified in place: same tensor, its history continues here
+                    elif any(o is a for a in args):
                         o = Tensor._make(o._data)  # an input returned as-is gets a new identity
-                    if o._data.dtype.kind == "f" and id(o) not in ctx._non_diff:
+                    if o._data.dtype.kind == "f" and not non_diff:
                         o._rg = True
                         o.grad_fn = node
                         o._output_nr = i
                 new_outs.append(o)
             outs = tuple(new_outs)
         return outs[0] if single else outs
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> Any:
+        """PyTorch 2 style: override it (and write ``forward(*args)`` without ctx) to
+        save what backward needs from ``inputs`` and ``output``."""
+        raise NotImplementedError("setup_context is not implemented.")
+
+
+def _check_dirty(cls, args: tuple, outs: tuple, dirty: set, record: bool) -> None:
+    """mark_dirty's rules: a dirty tensor is an input, returned, not a leaf needing grad."""
+    by_id = {id(a): a for a in args}
+    for i in dirty:
+        t = by_id.get(i)
+        if t is None:
+            raise RuntimeError(
+                f"{cls.__name__}: mark_dirty() was given a tensor that is not an input"
+            )
+        if not any(o is t for o in outs):
+            raise RuntimeError(
+                f"{cls.__name__}: a tensor marked dirty must be returned by forward "
+                "(eager does not rewrite the history of an input modified in place that is "
+                "not an output)"
+            )
+        if record and t._rg and t.grad_fn is None:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+        if record and getattr(t, "_view", None) is not None:
+            raise NotImplementedError(
+                f"{cls.__name__}: mark_dirty() on a view is not supported by eager"
+            )
+
+
+_ONCE_MSG = "trying to differentiate twice a function that was marked with @once_differentiable"
+
+
+def once_differentiable(fn: Callable) -> Callable:
+    """Decorate a Function's ``backward``: it runs without recording, and differentiating
+    its result again (``create_graph=True``) raises PyTorch's error."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        with _no_grad():
+            outputs = fn(ctx, *args)
+        if not _STATE.enabled:
+            return outputs
+        requires_grad = any(isinstance(a, TensorOps) and a.requires_grad for a in args)
+        if not requires_grad:
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        inputs = [a for a in args if isinstance(a, _Tensor) and a.requires_grad]
+        wrapped = tuple(
+            _DelayedError.apply(o, *inputs) if isinstance(o, _Tensor) else o for o in outs
+        )
+        return wrapped[0] if single else wrapped
+
+    return wrapper
 
 
 def _edge(t) -> tuple:
@@ -473,3 +547,20 @@ def _edge(t) -> tuple:
     if t._rg:
         return t._acc or t._leaf_edge()  # (its AccumulateGrad, 0), made once per leaf
     return (None, 0)
+
+
+class DelayedError(Function):
+    """A gradient that must not be differentiated: its backward raises."""
+
+    @staticmethod
+    def forward(ctx, value, *inputs):
+        """Pass ``value`` through (a new tensor) with ``inputs`` as its history."""
+        return _Tensor._make(value._data)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        """Raise: the function was marked ``@once_differentiable``."""
+        raise RuntimeError(_ONCE_MSG)
+
+
+_DelayedError = DelayedError

@@ -69,3 +69,8 @@ import eager.nn.sparse as _sparse  # noqa: E402
 
 for _part in (_activation, _flatten, _normalization, _sparse, _conv, _container, _losses):
     __all__ += [n for n in _part.__all__ if n not in __all__]
+
+import eager.nn.init as init  # noqa: E402
+import eager.nn.utils as utils  # noqa: E402
+
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList  # noqa: E402,F401

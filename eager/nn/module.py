@@ -131,6 +131,7 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The computation; every subclass overrides it."""
         raise NotImplementedError(
             f'Module [{type(self).__name__}] is missing the required "forward" function'
         )
@@ -151,6 +152,7 @@ class Module:
             raise AttributeError(f"cannot assign {what} before Module.__init__() call")
 
     def register_parameter(self, name: str, param: Optional[Tensor]) -> None:
+        """Add a parameter (or None) under ``name``."""
         self._check_init("parameter")
         _check_name(name, "parameter")
         if hasattr(self, name) and name not in self._parameters:
@@ -170,6 +172,7 @@ class Module:
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Optional[Tensor], persistent: bool = True) -> None:
+        """Add a buffer (or None) under ``name``; ``persistent=False``: not in state_dict."""
         self._check_init("buffer")
         _check_name(name, "buffer")
         if hasattr(self, name) and name not in self._buffers:
@@ -186,6 +189,7 @@ class Module:
             self._non_persistent_buffers.add(name)
 
     def add_module(self, name: str, module: Optional["Module"]) -> None:
+        """Add a child module (or None) under ``name``."""
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_typename(module)} is not a Module subclass")
         _check_name(name, "module")
@@ -291,10 +295,12 @@ class Module:
             stack.extend(reversed(kids))
 
     def modules(self) -> Iterator["Module"]:
+        """Every module of the tree (self first), each once."""
         for _, m in self.named_modules():
             yield m
 
     def named_children(self) -> Iterator[tuple]:
+        """``(name, child)`` for the immediate children, each once."""
         seen = set()
         for name, m in self._modules.items():
             if m is not None and id(m) not in seen:
@@ -302,6 +308,7 @@ class Module:
                 yield name, m
 
     def children(self) -> Iterator["Module"]:
+        """The immediate children, each once."""
         for _, m in self.named_children():
             yield m
 
@@ -331,35 +338,71 @@ class Module:
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
+        """The parameters (of the whole tree unless ``recurse=False``), each once."""
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple]:
+        """``(qualified_name, buffer)`` pairs, each buffer once."""
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """The buffers (of the whole tree unless ``recurse=False``), each once."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
     def get_submodule(self, target: str) -> "Module":
+        """The sub-module at the dotted path ``target`` (``''`` is self)."""
         mod = self
         for item in target.split(".") if target else ():
-            sub = mod._modules.get(item)
-            if sub is None:
-                raise AttributeError(f"{type(mod).__name__} has no attribute `{item}`")
+            if not hasattr(mod, item):
+                raise AttributeError(mod._get_name() + " has no attribute `" + item + "`")
+            sub = getattr(mod, item)
+            if not isinstance(sub, Module):
+                raise AttributeError("`" + item + "` is not an nn.Module")
             mod = sub
         return mod
 
+    def get_parameter(self, target: str) -> Tensor:
+        """The parameter at the dotted path ``target``."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
+        param = getattr(mod, name)
+        if not is_parameter(param):
+            raise AttributeError("`" + name + "` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at the dotted path ``target``."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
+        if name not in mod._buffers:
+            raise AttributeError("`" + name + "` is not a buffer")
+        return mod._buffers[name]
+
     def apply(self, fn: Callable[["Module"], None]) -> "Module":
         """Call ``fn`` on every sub-module (children before parents), then on self."""
-        for m in reversed(list(self.named_modules(remove_duplicate=False))):
-            fn(m[1])
+        # Iterative post-order, children in definition order (PyTorch recurses through
+        # children(): a child shared by two parents is visited once per parent).
+        stack: list = [(self, False)]
+        while stack:
+            mod, expanded = stack.pop()
+            if expanded:
+                fn(mod)
+                continue
+            stack.append((mod, True))
+            stack.extend((m, False) for m in reversed(list(mod.children())))
         return self
 
     # --- modes and gradients ---------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
+        """Set training mode on self and every sub-module; returns self."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
         for m in self.modules():
@@ -367,9 +410,11 @@ class Module:
         return self
 
     def eval(self) -> "Module":
+        """``train(False)``."""
         return self.train(False)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Set ``requires_grad`` on every parameter; returns self."""
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
@@ -392,7 +437,7 @@ class Module:
 
     def to(self, *args: Any, **kwargs: Any) -> "Module":
         """``to(dtype)`` / ``to('cpu')``: casts floating parameters and buffers in place."""
-        from ..tensor import device as _device
+        from ..tensor import check_device as _device
 
         dtype = kwargs.pop("dtype", None)
         dev = kwargs.pop("device", None)
@@ -419,13 +464,28 @@ class Module:
         return self._cast(npd)
 
     def float(self) -> "Module":
+        """Cast floating parameters and buffers to float32 in place."""
         return self._cast(np.dtype(np.float32))
 
     def double(self) -> "Module":
+        """Cast floating parameters and buffers to float64 in place."""
         return self._cast(np.dtype(np.float64))
 
+    def half(self) -> "Module":
+        """Cast floating parameters and buffers to float16 in place."""
+        return self._cast(np.dtype(np.float16))
+
+    def bfloat16(self) -> "Module":
+        """Refused: numpy has no bfloat16."""
+        raise TypeError("eager has no bfloat16 dtype (numpy has none): use float32 or float16")
+
     def cpu(self) -> "Module":
+        """No-op: eager's tensors live on the CPU."""
         return self
+
+    def cuda(self, device: Any = None) -> "Module":
+        """Refused: eager runs on the CPU."""
+        raise RuntimeError("no GPU: eager runs on the CPU only (Module.cuda() is not available)")
 
     # --- state dict -----------------------------------------------------------------
     def state_dict(
@@ -523,6 +583,11 @@ class Module:
         """The text inside ``Name(...)``; layers override it (``in_features=3, ...``)."""
         return ""
 
+    def _child_repr_lines(self, children: list) -> list:
+        """The repr lines of the children, from ``(key, child_repr)`` pairs (containers
+        override it: ``ModuleList`` compresses repeated children)."""
+        return [f"({key}): " + _addindent(text, 2) for key, text in children]
+
     def _get_name(self) -> str:
         return type(self).__name__
 
@@ -533,12 +598,9 @@ class Module:
         for mod in reversed(order):
             extra = mod.extra_repr()
             extra_lines = extra.split("\n") if extra else []
-            child_lines = [
-                f"({key}): " + _addindent(text[id(m)], 2)
-                for key, m in mod._modules.items()
-                if m is not None
-            ]
-            child_lines += [f"({key}): None" for key, m in mod._modules.items() if m is None]
+            child_lines = mod._child_repr_lines(
+                [(key, "None" if m is None else text[id(m)]) for key, m in mod._modules.items()]
+            )
             lines = extra_lines + child_lines
             s = mod._get_name() + "("
             if lines:
@@ -633,6 +695,7 @@ class Sequential(Module):
         return self
 
     def forward(self, input: Any) -> Any:
+        """The computation; every subclass overrides it."""
         for module in self._modules.values():
             input = module(input)
         return input

@@ -167,7 +167,7 @@ def test_device_cpu(dev):
     lambda: eager.zeros(2, device="cuda"),
     lambda: eager.randn(2, device="cuda:0"),
     lambda: eager.Tensor(2, device="cuda"),
-    lambda: eager.device("cuda"),
+    lambda: eager.ones(2, device=eager.device("cuda")),  # the name constructs, as in PyTorch
     lambda: eager.ones(2).to("cuda"),
     lambda: eager.ones(2).to(device="mps"),
 ])

@@ -157,7 +157,7 @@ def test_apply_visits_children_first():
     seen = []
     nn.Sequential(nn.Linear(1, 1), nn.Sequential(nn.ReLU())).apply(
         lambda m: seen.append(type(m).__name__))
-    assert seen == ["ReLU", "Sequential", "Linear", "Sequential"]
+    assert seen == ["Linear", "ReLU", "Sequential", "Sequential"]  # as PyTorch
 
 
 # ---------------------------------------------------------------------------

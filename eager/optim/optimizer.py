@@ -1,4 +1,5 @@
-"""eager.optim: ``SGD`` and ``Adam`` with PyTorch's update formulas.
+"""The optimizers: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad`` with PyTorch's
+update formulas.
 
 Updates run in place on each parameter's numpy buffer (bumping its version
 counter, as PyTorch's in-place ops do), never on the tape.  The arithmetic
@@ -16,10 +17,10 @@ from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
-from .autograd.grad_mode import enable_grad
-from .nn.module import _typename, _zero_grad
-from .factories import TRACING
-from .tensor import Tensor
+from ..autograd.grad_mode import enable_grad
+from ..nn.module import _typename, _zero_grad
+from ..factories import TRACING
+from ..tensor import Tensor
 
 
 class Optimizer:
@@ -122,7 +123,7 @@ class Optimizer:
                     "loaded state dict contains a parameter group that doesn't "
                     "match the size of optimizer's group"
                 )
-        by_index = {}
+        by_index: dict = {}
         for mine, saved in zip(self.param_groups, saved_groups):
             by_index.update(zip(saved["params"], mine["params"]))
         self.state = {}
@@ -148,6 +149,7 @@ class Optimizer:
     def _grads(self, group: dict):
         """(param, param array, grad array) for every parameter of the group that has a grad."""
         _not_while_traced(self, "step")
+        self._opt_called = True  # read by the lr schedulers' "step order" warning
         for p in group["params"]:
             g = p._grad
             if g is None:
@@ -178,8 +180,24 @@ def _cast_state(key: str, value: Any, p: Tensor) -> Any:
     return value
 
 
+def _impl_flags(names: tuple, values: dict) -> dict:
+    """PyTorch's implementation switches, kept in the param groups (as PyTorch does) so
+    state_dicts have the same keys; only their defaults are supported."""
+    out = {}
+    for name in names:
+        v = values.get(name)
+        if name in ("differentiable", "capturable"):
+            v = bool(v)
+            if v:
+                raise NotImplementedError(f"eager.optim: {name}=True is not supported")
+        elif name == "fused" and v:
+            raise NotImplementedError("eager.optim: fused=True is not supported")
+        out[name] = v
+    return out
+
+
 def _written(p: Tensor) -> None:
-    p._version[0] += 1
+    p._version[0] += 1  # type: ignore[attr-defined]
 
 
 class SGD(Optimizer):
@@ -202,6 +220,9 @@ class SGD(Optimizer):
         nesterov: bool = False,
         *,
         maximize: bool = False,
+        foreach: Optional[bool] = None,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
     ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -218,6 +239,10 @@ class SGD(Optimizer):
             weight_decay=weight_decay,
             nesterov=nesterov,
             maximize=maximize,
+            **_impl_flags(
+                ("foreach", "differentiable", "fused"),
+                dict(foreach=foreach, differentiable=differentiable, fused=fused),
+            ),
         )
         super().__init__(params, defaults)
 
@@ -267,7 +292,12 @@ class Adam(Optimizer):
         weight_decay: float = 0,
         amsgrad: bool = False,
         *,
+        foreach: Optional[bool] = None,
         maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
+        decoupled_weight_decay: bool = False,
     ) -> None:
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -286,6 +316,16 @@ class Adam(Optimizer):
             weight_decay=weight_decay,
             amsgrad=amsgrad,
             maximize=maximize,
+            **_impl_flags(
+                ("foreach", "capturable", "differentiable", "fused"),
+                dict(
+                    foreach=foreach,
+                    capturable=capturable,
+                    differentiable=differentiable,
+                    fused=fused,
+                ),
+            ),
+            decoupled_weight_decay=decoupled_weight_decay,
         )
         super().__init__(params, defaults)
 
@@ -294,6 +334,7 @@ class Adam(Optimizer):
         for group in self.param_groups:
             lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
             wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+            decoupled = group.get("decoupled_weight_decay", False)
             for p, x, g in self._grads(group):
                 state = self.state.setdefault(p, {})
                 if not state:
@@ -307,7 +348,10 @@ class Adam(Optimizer):
                 step_t = state["step"]._data
                 step_t += 1
                 if wd != 0:
-                    g = g + wd * x
+                    if decoupled:
+                        x *= 1 - lr * wd
+                    else:
+                        g = g + wd * x
                 m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
                 _lerp_(m, g, 1 - beta1)
                 v *= beta2
@@ -335,4 +379,208 @@ def _lerp_(start: np.ndarray, end: np.ndarray, weight: float) -> None:
         start[...] = end - (end - start) * (1 - weight)
 
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+class AdamW(Adam):
+    """Adam with decoupled weight decay (``p *= 1 - lr * weight_decay`` before the step)."""
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: Optional[bool] = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            foreach=foreach,
+            maximize=maximize,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=True,
+        )
+
+
+class RMSprop(Optimizer):
+    """RMSprop as PyTorch computes it::
+
+    g = grad + weight_decay * p
+    v = alpha * v + (1 - alpha) * g * g
+    avg = sqrt(v - mean_g**2) + eps  (centered: mean_g = lerp(mean_g, g, 1 - alpha))
+    buf = momentum * buf + g / avg;  p -= lr * buf      (momentum > 0)
+    p -= lr * g / avg                                    (otherwise)
+    """
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: Optional[bool] = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= momentum:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= alpha:
+            raise ValueError(f"Invalid alpha value: {alpha}")
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            alpha=alpha,
+            eps=eps,
+            centered=centered,
+            weight_decay=weight_decay,
+            **_impl_flags(("capturable", "foreach"), dict(capturable=capturable, foreach=foreach)),
+            maximize=maximize,
+            **_impl_flags(("differentiable",), dict(differentiable=differentiable)),
+        )
+        super().__init__(params, defaults)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One RMSprop update of every parameter that has a gradient."""
+        loss = self._closure(closure)
+        for group in self.param_groups:
+            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+            wd, momentum = group["weight_decay"], group["momentum"]
+            centered, maximize = group["centered"], group["maximize"]
+            for p, x, g in self._grads(group):
+                state = self.state.setdefault(p, {})
+                if not state:
+                    state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
+                    state["square_avg"] = Tensor._make(np.zeros_like(x))
+                    if momentum > 0:
+                        state["momentum_buffer"] = Tensor._make(np.zeros_like(x))
+                    if centered:
+                        state["grad_avg"] = Tensor._make(np.zeros_like(x))
+                if maximize:
+                    g = -g
+                state["step"]._data += 1
+                if wd != 0:
+                    g = g + wd * x
+                sq = state["square_avg"]._data
+                sq *= alpha
+                sq += (1 - alpha) * g * g
+                if centered:
+                    ga = state["grad_avg"]._data
+                    _lerp_(ga, g, 1 - alpha)
+                    avg = np.sqrt(sq + (-1) * ga * ga)
+                else:
+                    avg = np.sqrt(sq)
+                avg += eps
+                if momentum > 0:
+                    buf = state["momentum_buffer"]._data
+                    buf *= momentum
+                    buf += g / avg
+                    x += (-lr) * buf
+                else:
+                    x += (-lr) * g / avg
+                _written(p)
+        return loss
+
+
+class Adagrad(Optimizer):
+    """Adagrad as PyTorch computes it::
+
+    g = grad + weight_decay * p;  clr = lr / (1 + (step - 1) * lr_decay)
+    sum += g * g;  p -= clr * g / (sqrt(sum) + eps)
+    """
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        foreach: Optional[bool] = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
+    ) -> None:
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= lr_decay:
+            raise ValueError(f"Invalid lr_decay value: {lr_decay}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not 0.0 <= initial_accumulator_value:
+            raise ValueError(
+                f"Invalid initial_accumulator_value value: {initial_accumulator_value}"
+            )
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        defaults = dict(
+            lr=lr,
+            lr_decay=lr_decay,
+            eps=eps,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            foreach=foreach,
+            maximize=maximize,
+            **_impl_flags(
+                ("differentiable", "fused"), dict(differentiable=differentiable, fused=fused)
+            ),
+        )
+        super().__init__(params, defaults)
+        # PyTorch creates Adagrad's state up front (state_dict() shows it before any step)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self._init_state(p, group)
+
+    def _init_state(self, p: Tensor, group: dict) -> dict:
+        state = self.state.setdefault(p, {})
+        if not state:
+            init = group["initial_accumulator_value"]
+            state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
+            state["sum"] = Tensor._make(np.full_like(p._data, init))
+        return state
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One Adagrad update of every parameter that has a gradient."""
+        loss = self._closure(closure)
+        for group in self.param_groups:
+            lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+            wd, maximize = group["weight_decay"], group["maximize"]
+            for p, x, g in self._grads(group):
+                state = self._init_state(p, group)
+                step_t = state["step"]._data
+                step_t += 1
+                step = float(step_t)
+                if maximize:
+                    g = -g
+                if wd != 0:
+                    g = g + wd * x
+                clr = lr / (1 + (step - 1) * lr_decay)
+                s = state["sum"]._data
+                s += g * g
+                std = np.sqrt(s)
+                std += eps
+                x += (-clr) * g / std
+                _written(p)
+        return loss
