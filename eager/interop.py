@@ -20,6 +20,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 import eager.ops.random as random_op  # the counter-based random generator
+import eager._dtype as _D
 from ._dtype import FROM_NP, check_inplace_result
 from .autograd.engine import NO_GRAD_HINTS
 from .autograd.function import AccumulateGrad
@@ -34,6 +35,13 @@ from .tensor import PINNED, Tensor
 import eager.nn as NN  # the layers and losses, for the generated catalogue (docs/ops.md)
 import eager.nn.functional as NN_FUNCTIONAL
 from .methods import MODULES as METHOD_MODULES  # the surface's method mixins, by topic
+
+
+def default_float_dtype():
+    """The numpy dtype of float data and float factories (``eager.set_default_dtype``):
+    a trace bakes it into its constants, so a compiler keys its traces by it."""
+    return _D.DEFAULT_FLOAT
+
 
 # --- a tensor's fields, read and written without the public properties' checks ------------
 data_of = attrgetter("_data")  # the numpy array holding a tensor's values
@@ -72,6 +80,7 @@ __all__ = [
     "PINNED",  # id -> (tensor, why): tensors an in-place op must refuse
     "SEED",  # [seed, draws]: the manual_seed state random ops follow
     "GRAD_MODE",  # thread-local grad mode (``.enabled``)
+    "default_float_dtype",  # eager.get_default_dtype() as a numpy dtype
     "NO_GRAD_HINTS",  # callables explaining a missing grad_fn in errors
     "CALLS",  # thread-local: the nn.Module an error came through
     "Module",  # nn.Module, to recognise modules among arguments

@@ -16,7 +16,7 @@ import numpy as np
 
 import eager
 from eager.interop import data_of, grad_of, requires_grad_of, set_grad
-from eager.interop import Tensor, tensor_from_array, version_of
+from eager.interop import Tensor, default_float_dtype, tensor_from_array, version_of
 
 from .pytree import flatten, leaf_paths, unflatten
 from .errors import GraphcError, SignatureError
@@ -59,6 +59,16 @@ class _InlineCall(Exception):
 
 
 CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "traces", "entries"])
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _split_default_dtype(key: tuple) -> tuple:
+    """A cache key without its trailing default-dtype item, and that dtype's name."""
+    if key and isinstance(key[-1], tuple) and key[-1] and key[-1][0] == "default_dtype":
+        return key[:-1], key[-1][1]
+    return key, "float32"
 
 
 class CompiledFunction(Inspection):
@@ -141,6 +151,14 @@ class CompiledFunction(Inspection):
 
     # --- signature --------------------------------------------------------------
     def _signature(self, args: tuple) -> tuple:
+        df = default_float_dtype()
+        if df is not _F32:
+            # eager.set_default_dtype: float constants and factories trace in that dtype
+            key, dyn = self._signature_items(args)
+            return key + (("default_dtype", df.name),), dyn
+        return self._signature_items(args)
+
+    def _signature_items(self, args: tuple) -> tuple:
         if self._all_dynamic:
             # the common case, plain arrays only: no per-argument branching beyond one test
             # (of the real type: ``__class__`` can be faked, and native code trusts it)
@@ -220,6 +238,8 @@ class CompiledFunction(Inspection):
                     break
             else:
                 key, dyn = tuple([("A", a.shape, a.dtype) for a in args]), args
+                if default_float_dtype() is not _F32:
+                    key += (("default_dtype", default_float_dtype().name),)
         else:
             try:
                 key, dyn = self._signature(args)
@@ -566,10 +586,14 @@ class CompiledFunction(Inspection):
         """Which field of which argument differs from the nearest cached signature: the
         one with the fewest differing arguments, then the fewest that changed kind (so a
         leaf of a dict that changed is named, not the dict against a cached array)."""
+        key, now_dt = _split_default_dtype(key)
         names = arg_names(self.__wrapped__, len(key))
         best, best_rank = None, None
         for old in self._cache:
+            old, was_dt = _split_default_dtype(old)
             diffs = []
+            if was_dt != now_dt:
+                diffs.append(f"default dtype (eager.set_default_dtype): {was_dt} -> {now_dt}")
             rank = (len(key) + 1, 0)
             if len(old) != len(key):
                 diffs.append(f"number of arguments changed from {len(old)} to {len(key)}")
@@ -582,7 +606,10 @@ class CompiledFunction(Inspection):
                         )
                     else:
                         diffs.append(diff_item(names[i], a, b))
-                rank = (len(pairs), sum(1 for _, a, b in pairs if not same_kind(a, b)))
+                rank = (
+                    len(pairs) + (was_dt != now_dt),
+                    sum(1 for _, a, b in pairs if not same_kind(a, b)),
+                )
             if best_rank is None or rank < best_rank:
                 best, best_rank = diffs, rank
         return f"re-traced {self.__name__}: " + "; ".join(best or ["new signature"])
