@@ -44,10 +44,9 @@ def digits(n: int = 2000, seed: int = 0, noise: float = 0.15) -> tuple:
     for i in range(n):
         images[i, dy[i] : dy[i] + 7, dx[i] : dx[i] + 5] = GLYPHS[labels[i]] * ink[i]
     flips = rng.random((n, 8, 8)) < 0.02
-    images = np.where(flips, 1.0 - images, images)
-    images = images + rng.normal(0.0, noise, size=images.shape)
-    images = np.clip(images, 0.0, 1.0).astype(np.float32)
-    return images[:, None], labels.astype(np.int64)
+    noisy = np.where(flips, 1.0 - images, images) + rng.normal(0.0, noise, size=images.shape)
+    out = np.clip(noisy, 0.0, 1.0).astype(np.float32)
+    return out[:, None], labels.astype(np.int64)
 
 
 def train_test(n_train: int = 1500, n_test: int = 500, seed: int = 0) -> tuple:
