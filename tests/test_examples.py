@@ -82,6 +82,13 @@ KEY_LINES = {
         r"^losses agree to .* traces: 1, recompiles: 0$",
         r"^graph inputs: x, self_fc1_weight, self_fc1_bias, self_fc2_weight, self_fc2_bias$",
     ],
+    "classifier_both_ways.py": [
+        r"^MLP 64-64-10: 90 Adam steps on 1500 digits$",
+        r"^CNN \(LeNet-style\): 90 Adam steps on 1500 digits$",
+        r"^  test accuracy: eager \d+\.\d%, compiled \d+\.\d%$",
+        r"^  later steps \(median\): eager .* ms, compiled .* ms",
+        r"^eager and compiled agree step by step, and both learn$",
+    ],
     "compiled_in_eager.py": [
         r"^compiled block output grad_fn: CompiledFunctionBackward$",
         r"^eager block output grad_fn:\s+AddBackward0$",
