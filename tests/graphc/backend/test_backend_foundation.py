@@ -345,8 +345,8 @@ def test_functions_defined_once_per_module():
     assert vecmath.get_exp(module, F64) is first
     assert vecmath.get_function(module, "exp", F32) is not first
     assert first.linkage == "internal" and "alwaysinline" in first.attributes
-    with pytest.raises(KeyError, match="no function 'erf'"):
-        vecmath.get_function(module, "erf", F64)
+    with pytest.raises(KeyError, match="no function 'lgamma'"):
+        vecmath.get_function(module, "lgamma", F64)
     with pytest.raises(TypeError, match="float and double"):
         vecmath.get_exp(module, ir.HalfType())
 
