@@ -1,4 +1,4 @@
-"""Benchmarks W0-W5 (docs/benchmarks.md): numpy hand-written vs eager vs compiled.
+"""Benchmarks W0-W8 (docs/benchmarks.md): numpy hand-written vs eager vs compiled.
 
 Every ratio is measured in the same process run (machines here are noisy);
 times are medians.  PyTorch and JAX rows appear only when they happen to be
@@ -27,6 +27,7 @@ import eager
 
 from ..api import compile as graphc_compile
 from ..transforms import value_and_grad
+from . import bench_models
 from .workloads import D_IN, D_OUT, H, LEARNING_RATE as LR, N, seed_functions, seed_step
 
 mlp_step = seed_step  # the seeds' training step (graphc.tools.workloads)
@@ -345,7 +346,22 @@ def w5(quick: bool) -> dict:
     }
 
 
-WORKLOADS = {"W0": w0, "W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5}
+def _model_workload(fn: Callable) -> Callable:
+    """W6-W8 (graphc/tools/bench_models.py) with this module's timer."""
+    return lambda quick: fn(quick, _median_time, _optional)
+
+
+WORKLOADS = {
+    "W0": w0,
+    "W1": w1,
+    "W2": w2,
+    "W3": w3,
+    "W4": w4,
+    "W5": w5,
+    "W6": _model_workload(bench_models.w6),
+    "W7": _model_workload(bench_models.w7),
+    "W8": _model_workload(bench_models.w8),
+}
 
 
 def environment() -> dict:
@@ -426,6 +442,15 @@ def _verdict(kind: str, bound: float, times: dict, name: str) -> str:
             return f"target <= {bound}x torch eager (PyTorch not importable: not measured)"
         r = t / ref
         return f"target <= {bound}x torch eager ({r:.2f}x): {'met' if r <= bound else 'MISSED'}"
+    if kind == ">=t":
+        ref = times.get("torch eager")
+        if ref is None:
+            return f"target >= {bound}x faster than torch eager (PyTorch not importable)"
+        r = ref / t
+        return (
+            f"target >= {bound}x faster than torch eager ({r:.1f}x): "
+            f"{'met' if r >= bound else 'MISSED'}"
+        )
     if kind == "<=m":
         r = t / times["matmuls only"]
         return f"target <= {bound}x matmuls only ({r:.2f}x): {'met' if r <= bound else 'MISSED'}"

@@ -88,6 +88,11 @@ class AttentionBlock(nn.Module):
         return self.head(x)
 
 
+def class_loss(model, x, labels):
+    """Cross-entropy of the model's logits against integer class labels."""
+    return F.cross_entropy(model(x), labels)
+
+
 def token_loss(model, tokens, targets):
     """Cross-entropy of next-token logits over every position."""
     logits = model(tokens)
@@ -96,9 +101,9 @@ def token_loss(model, tokens, targets):
 
 
 def build(torch: Optional[ModuleType] = None) -> SimpleNamespace:
-    """The models and ``token_loss`` written against ``torch`` (default: eager)."""
+    """The models and their losses written against ``torch`` (default: eager)."""
     ns: dict = {"torch": eager if torch is None else torch}
     exec(compile(MODELS_SOURCE, MODELS_FILE, "exec"), ns)
     return SimpleNamespace(
-        **{k: ns[k] for k in ("Classifier", "LeNet", "AttentionBlock", "token_loss")}
+        **{k: ns[k] for k in ("Classifier", "LeNet", "AttentionBlock", "class_loss", "token_loss")}
     )

@@ -1,0 +1,157 @@
+"""Benchmarks W6-W8 (docs/benchmarks.md): real models' training steps, written once as
+PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch when importable.
+
+A step is what a training loop runs: ``opt.zero_grad()``, the loss, ``loss.backward()``
+and ``opt.step()``.  The compiled row compiles the loss function with ``graphc.compile``
+(forward and backward in native code); the optimizer step stays an eager call, as
+docs/models.md describes.  Every implementation starts from the same weights, and
+before anything is timed their losses over three steps must agree (eager vs compiled
+to float32 rounding; PyTorch, whose initial weights are copied in, likewise).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import eager
+
+from ..api import compile as graphc_compile
+from .models import build
+
+F32 = np.float32
+
+
+def _copy_weights(src, dst, torch) -> None:
+    """Copy an eager model's parameters and buffers into the same PyTorch model."""
+    with torch.no_grad():
+        for (name, p), (tname, q) in zip(src.state_dict().items(), dst.state_dict().items()):
+            if name != tname:
+                raise AssertionError(f"models differ: {name} vs {tname}")
+            q.copy_(torch.from_numpy(np.array(p.numpy())))
+
+
+def _step_fn(loss_fn: Callable, opt: Any, batch: tuple) -> Callable:
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(*batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _first_call(fn: Callable) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _workload(
+    wid: str,
+    what: str,
+    make,
+    make_opt,
+    loss: str,
+    batch_np: tuple,
+    quick: bool,
+    median_time: Callable,
+    optional: Callable,
+) -> dict:
+    """``make(M)`` builds the model from a models namespace M (eager's or PyTorch's),
+    ``make_opt(torch_like, model)`` its optimizer, ``loss`` names M's loss function."""
+    M = build()
+    eager.manual_seed(0)
+    m_eager = make(M)
+    eager.manual_seed(0)
+    m_comp = make(M)
+    loss_fn = getattr(M, loss)
+    batch = tuple(eager.tensor(a) for a in batch_np)
+    c_loss = graphc_compile(lambda *b: loss_fn(m_comp, *b))
+    e_step = _step_fn(lambda *b: loss_fn(m_eager, *b), make_opt(eager, m_eager), batch)
+    c_step = _step_fn(c_loss, make_opt(eager, m_comp), batch)
+    first = {"compiled first call": _first_call(c_step), "eager first call": _first_call(e_step)}
+    for _ in range(2):
+        le, lc = e_step().item(), c_step().item()
+        if not np.isclose(le, lc, rtol=1e-4, atol=1e-5):
+            raise AssertionError(f"{wid}: eager loss {le} != compiled loss {lc}")
+    rows = {"eager": median_time(e_step, quick), "compiled": median_time(c_step, quick)}
+    torch = optional("torch")
+    if torch is not None:
+        Mt = build(torch)
+        m_torch = make(Mt)
+        eager.manual_seed(0)
+        ref = make(M)
+        _copy_weights(ref, m_torch, torch)
+        tbatch = tuple(torch.from_numpy(a) for a in batch_np)
+        t_loss = getattr(Mt, loss)
+        t_step = _step_fn(lambda *b: t_loss(m_torch, *b), make_opt(torch, m_torch), tbatch)
+        r_step = _step_fn(lambda *b: loss_fn(ref, *b), make_opt(eager, ref), batch)
+        first["torch eager first call"] = _first_call(t_step)
+        r_step()
+        for _ in range(2):
+            lt, lr = t_step().item(), r_step().item()
+            if not np.isclose(lt, lr, rtol=1e-3, atol=1e-4):
+                raise AssertionError(f"{wid}: PyTorch loss {lt} != eager loss {lr}")
+        rows["torch eager"] = median_time(t_step, quick)
+    rows.update(first)
+    return {
+        "id": wid,
+        "what": what,
+        "times": rows,
+        "targets": {"eager": ("<=t", 1.5), "compiled": (">=t", 2.0)},
+    }
+
+
+def w6(quick: bool, median_time: Callable, optional: Callable) -> dict:
+    rng = np.random.default_rng(6)
+    x = rng.random((256, 1, 8, 8), dtype=F32)
+    y = rng.integers(0, 10, size=256)
+    return _workload(
+        "W6",
+        "classifier step: batch 256, MLP 64-128-10 ReLU, cross-entropy, Adam",
+        lambda M: M.Classifier(64, 128, 10),
+        lambda torch, m: torch.optim.Adam(m.parameters(), lr=1e-3),
+        "class_loss",
+        (x, y),
+        quick,
+        median_time,
+        optional,
+    )
+
+
+def w7(quick: bool, median_time: Callable, optional: Callable) -> dict:
+    rng = np.random.default_rng(7)
+    x = rng.random((64, 1, 28, 28), dtype=F32)
+    y = rng.integers(0, 10, size=64)
+    return _workload(
+        "W7",
+        "CNN step: batch 64, 1x28x28, conv16-pool-conv32-pool-linear, cross-entropy, SGD+momentum",
+        lambda M: M.LeNet(),
+        lambda torch, m: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+        "class_loss",
+        (x, y),
+        quick,
+        median_time,
+        optional,
+    )
+
+
+def w8(quick: bool, median_time: Callable, optional: Callable) -> dict:
+    rng = np.random.default_rng(8)
+    tokens = rng.integers(0, 128, size=(8, 65))
+    x, y = tokens[:, :-1].copy(), tokens[:, 1:].copy()
+    return _workload(
+        "W8",
+        "attention block fwd+bwd+Adam: batch 8, seq 64, width 64, 4 heads, GELU MLP 256",
+        lambda M: M.AttentionBlock(),
+        lambda torch, m: torch.optim.Adam(m.parameters(), lr=1e-3),
+        "token_loss",
+        (x, y),
+        quick,
+        median_time,
+        optional,
+    )
