@@ -1,0 +1,86 @@
+"""Random functions built on the factories' draws: ``randperm`` and ``multinomial``.
+
+Eagerly they draw from numpy (the global stream, or a ``torch.Generator``'s).  Inside
+a compiled function they are composites of traced uniform draws (``philox`` nodes), so
+each call draws anew: ``randperm`` is the argsort of n uniforms and ``multinomial`` the
+Gumbel-max trick (with replacement: the argmax of ``log p + Gumbel`` noise per sample;
+without: the top-k of one noise draw, distributed as sequential sampling without
+replacement).  The numbers differ from PyTorch's (and eager's from compiled code's).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+import eager._dtype as D
+import eager.factories as FA
+from .tensor import Tensor
+
+
+def randperm(
+    n: int, *, generator=None, dtype=None, device=None, requires_grad=False, **_kw
+) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64 by default)."""
+    n = builtins.int(n)
+    if n < 0:
+        raise RuntimeError(f"n must be non-negative, got{n}")
+    npd = FA._dt(dtype, np.dtype(np.int64))
+    if FA.TRACING.tracer is not None:
+        FA._rng(generator, "randperm")
+        return FA.rand(n, dtype=D.float64).argsort().to(D.from_np(npd))
+    perm = FA._rng(generator, "randperm").permutation(n).astype(npd)
+    return FA._finish(perm, requires_grad, device)
+
+
+def _check_values(p: np.ndarray, num_samples: int, replacement: bool) -> None:
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if (p.sum(-1) <= 0).any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and ((p > 0).sum(-1) < num_samples).any():
+        raise RuntimeError(
+            "invalid multinomial distribution (with replacement=False, "
+            "not enough non-negative category to sample)"
+        )
+
+
+def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None, out=None):
+    """``num_samples`` category indices per row of ``input``'s (unnormalized) weights."""
+    if out is not None:
+        raise NotImplementedError("multinomial: out= is not supported by eager")
+    if input.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not input.is_floating_point():
+        raise RuntimeError(
+            f"multinomial only supports floating-point dtypes for input, got: {input.dtype}"
+        )
+    num_samples = builtins.int(num_samples)
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n = input.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError(
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+        )
+    p = input.detach()
+    p2 = p if p.dim() == 2 else p.unsqueeze(0)
+    rows = p2.shape[0]
+    if FA.TRACING.tracer is not None:
+        FA._rng(generator, "multinomial")
+        logp = p2.double().log()
+        if replacement:
+            u = FA.rand((rows, num_samples, n), dtype=D.float64)
+            idx = (logp.unsqueeze(1) - (-u.log()).log()).argmax(-1)
+        else:
+            u = FA.rand((rows, n), dtype=D.float64)
+            idx = (logp - (-u.log()).log()).topk(num_samples, dim=-1).indices
+        return idx if p.dim() == 2 else idx.squeeze(0)
+    arr = np.asarray(p2.numpy(), dtype=np.float64)
+    _check_values(arr, num_samples, replacement)
+    g = FA._rng(generator, "multinomial")
+    res = np.empty((rows, num_samples), np.int64)
+    for r in range(rows):
+        res[r] = g.choice(n, size=num_samples, replace=replacement, p=arr[r] / arr[r].sum())
+    return FA._finish(res if p.dim() == 2 else res[0], False)
