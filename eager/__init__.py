@@ -26,7 +26,14 @@ from ._dtype import (
 )
 from .surface import Size, TensorOps, maximum, minimum, where
 from .surface import matmul as _surface_matmul
-from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .tensor import Tensor, device
 from .factories import (
     BoolTensor,
@@ -61,6 +68,7 @@ from .factories import (
 )
 from . import autograd  # noqa: E402
 from .random_extra import multinomial, randperm  # noqa: E402
+from ._format import set_printoptions  # noqa: E402
 
 __version__ = "0.1.0"
 

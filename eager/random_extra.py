@@ -34,16 +34,14 @@ def randperm(
     return FA._finish(perm, requires_grad, device)
 
 
+_LAST = 1e30  # below every log weight plus Gumbel noise: zero weights come last
+
+
 def _check_values(p: np.ndarray, num_samples: int, replacement: bool) -> None:
     if not np.isfinite(p).all() or (p < 0).any():
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     if (p.sum(-1) <= 0).any():
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-    if not replacement and ((p > 0).sum(-1) < num_samples).any():
-        raise RuntimeError(
-            "invalid multinomial distribution (with replacement=False, "
-            "not enough non-negative category to sample)"
-        )
 
 
 def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None, out=None):
@@ -75,12 +73,21 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
             idx = (logp.unsqueeze(1) - (-u.log()).log()).argmax(-1)
         else:
             u = FA.rand((rows, n), dtype=D.float64)
-            idx = (logp - (-u.log()).log()).topk(num_samples, dim=-1).indices
+            gumbel = -(-u.log()).log()
+            # zero weights last, in random order (PyTorch's CPU kernel picks them then)
+            keys = (logp + gumbel).where(p2 > 0, gumbel - _LAST)
+            idx = keys.topk(num_samples, dim=-1).indices
         return idx if p.dim() == 2 else idx.squeeze(0)
     arr = np.asarray(p2.numpy(), dtype=np.float64)
     _check_values(arr, num_samples, replacement)
     g = FA._rng(generator, "multinomial")
     res = np.empty((rows, num_samples), np.int64)
     for r in range(rows):
-        res[r] = g.choice(n, size=num_samples, replace=replacement, p=arr[r] / arr[r].sum())
+        if replacement:
+            res[r] = g.choice(n, size=num_samples, p=arr[r] / arr[r].sum())
+        else:  # Gumbel top-k, zero weights last in random order (as compiled)
+            gumbel = -np.log(-np.log(g.random(n)))
+            with np.errstate(divide="ignore"):
+                keys = np.where(arr[r] > 0, np.log(arr[r]) + gumbel, gumbel - _LAST)
+            res[r] = np.argsort(-keys, kind="stable")[:num_samples]
     return FA._finish(res if p.dim() == 2 else res[0], False)

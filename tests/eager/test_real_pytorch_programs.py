@@ -780,6 +780,363 @@ def gpt_training(torch, rng):
 
 
 # --------------------------------------------------------------------------------------
+# makemore (Karpathy): bigram counts, the one-hot neural bigram, the MLP, manual backprop
+
+WORDS = ["emma", "olivia", "ava", "isabella", "sophia", "charlotte", "mia", "amelia"]
+
+
+@program
+def makemore_bigram(torch, rng):
+    F = torch.nn.functional
+    chars = sorted(list(set("".join(WORDS))))
+    stoi = {s: i + 1 for i, s in enumerate(chars)}
+    stoi["."] = 0
+    itos = {i: s for s, i in stoi.items()}
+    V = len(stoi)
+    N = torch.zeros((V, V), dtype=torch.int32)
+    for w in WORDS:
+        chs = ["."] + list(w) + ["."]
+        for ch1, ch2 in zip(chs, chs[1:]):
+            N[stoi[ch1], stoi[ch2]] += 1
+    P = (N + 1).float()
+    P /= P.sum(1, keepdims=True)
+    g = torch.Generator().manual_seed(2147483647)
+    samples = []
+    for _i in range(3):
+        out, ix = [], 0
+        while True:
+            p = P[ix]
+            ix = torch.multinomial(p, num_samples=1, replacement=True, generator=g).item()
+            out.append(itos[ix])
+            if ix == 0 or len(out) > 30:
+                break
+        samples.append("".join(out))
+    log_likelihood, n = 0.0, 0
+    for w in WORDS:
+        chs = ["."] + list(w) + ["."]
+        for ch1, ch2 in zip(chs, chs[1:]):
+            prob = P[stoi[ch1], stoi[ch2]]
+            logprob = torch.log(prob)
+            log_likelihood += logprob
+            n += 1
+    nll = -log_likelihood
+    xs, ys = [], []
+    for w in WORDS:
+        chs = ["."] + list(w) + ["."]
+        for ch1, ch2 in zip(chs, chs[1:]):
+            xs.append(stoi[ch1])
+            ys.append(stoi[ch2])
+    xs = torch.tensor(xs)
+    ys = torch.tensor(ys)
+    num = xs.nelement()
+    W0 = torch.randn((V, V), generator=g, requires_grad=True)
+    W = torch.tensor(rng.standard_normal((V, V)).astype(np.float32), requires_grad=True)
+    history = []
+    for _k in range(5):
+        xenc = F.one_hot(xs, num_classes=V).float()
+        logits = xenc @ W
+        counts = logits.exp()
+        probs = counts / counts.sum(1, keepdims=True)
+        loss = -probs[torch.arange(num), ys].log().mean() + 0.01 * (W**2).mean()
+        history.append(loss.item())
+        W.grad = None
+        loss.backward()
+        W.data += -50 * W.grad
+    # sampling never picks a zero-probability category; without replacement: distinct
+    pz = torch.tensor([0.0, 1.0, 0.0, 3.0, 0.0])
+    draws = torch.multinomial(pz, 100, replacement=True, generator=g)
+    distinct = torch.multinomial(torch.ones(2, 6), 6, generator=g)
+    return dict(
+        N=N,
+        P=P,
+        samples=(len(samples), all(s.endswith(".") or len(s) > 30 for s in samples)),
+        nll=(nll, nll / n),
+        onehot=F.one_hot(xs[:5], num_classes=V),
+        W0=(tuple(W0.shape), _dt(W0.dtype), W0.requires_grad, W0.is_leaf),
+        history=history,
+        W=W,
+        draws=(_dt(draws.dtype), tuple(draws.shape), sorted(set(draws.tolist()))),
+        distinct=(tuple(distinct.shape), [sorted(r) for r in distinct.tolist()]),
+        # without replacement, zero weights come after the others (no error)
+        zero_last=torch.multinomial(torch.tensor([1.0, 0.0]), 2, generator=g),
+        zero_last2=torch.multinomial(torch.tensor([[0.0, 2.0, 0.0]] * 3), 2)[:, 0],
+        errors=(
+            _raises(lambda: torch.multinomial(torch.tensor([1.0, -1.0]), 1)),
+            _raises(lambda: torch.multinomial(torch.tensor([0.0, 0.0]), 1)),
+            _raises(lambda: torch.multinomial(torch.tensor([1.0, 1.0]), 3)),
+            _raises(lambda: torch.multinomial(torch.tensor([1, 2]), 1)),
+        ),
+    )
+
+
+@program
+def makemore_mlp(torch, rng):
+    F = torch.nn.functional
+    block_size = 3
+    chars = sorted(list(set("".join(WORDS))))
+    stoi = {s: i + 1 for i, s in enumerate(chars)}
+    stoi["."] = 0
+    V = len(stoi)
+
+    def build_dataset(words):
+        X, Y = [], []
+        for w in words:
+            context = [0] * block_size
+            for ch in w + ".":
+                ix = stoi[ch]
+                X.append(context)
+                Y.append(ix)
+                context = context[1:] + [ix]
+        X = torch.tensor(X)
+        Y = torch.tensor(Y)
+        return X, Y
+
+    Xtr, Ytr = build_dataset(WORDS)
+    g = torch.Generator().manual_seed(2147483647)
+
+    def T(*shape, scale=1.0):
+        return torch.from_numpy((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    C = T(V, 4)
+    W1 = T(12, 20, scale=(5 / 3) / (12**0.5))
+    b1 = T(20, scale=0.01)
+    W2 = T(20, V, scale=0.01)
+    b2 = T(V) * 0
+    bngain = torch.ones((1, 20))
+    bnbias = torch.zeros((1, 20))
+    bnmean_running = torch.zeros((1, 20))
+    bnstd_running = torch.ones((1, 20))
+    parameters = [C, W1, b1, W2, b2, bngain, bnbias]
+    n_params = sum(p.nelement() for p in parameters)
+    for p in parameters:
+        p.requires_grad = True
+    lre = torch.linspace(-3, 0, 10)
+    lrs = 10**lre
+    history = []
+    for i in range(4):
+        ix = torch.randint(0, Xtr.shape[0], (8,), generator=g)
+        ix = torch.from_numpy(rng.integers(0, Xtr.shape[0], 8))
+        emb = C[Xtr[ix]]
+        embcat = emb.view(emb.shape[0], -1)
+        hpreact = embcat @ W1 + b1
+        bnmeani = hpreact.mean(0, keepdim=True)
+        bnstdi = hpreact.std(0, keepdim=True)
+        hpreact = bngain * (hpreact - bnmeani) / bnstdi + bnbias
+        with torch.no_grad():
+            bnmean_running = 0.999 * bnmean_running + 0.001 * bnmeani
+            bnstd_running = 0.999 * bnstd_running + 0.001 * bnstdi
+        h = torch.tanh(hpreact)
+        h.retain_grad()
+        logits = h @ W2 + b2
+        loss = F.cross_entropy(logits, Ytr[ix])
+        for p in parameters:
+            p.grad = None
+        loss.backward()
+        lr = 0.1 if i < 100000 else 0.01
+        for p in parameters:
+            p.data += -lr * p.grad
+        history.append(loss.log10().item())
+    # (b1's gradient is ~0, rounding noise: batchnorm subtracts it again)
+    ud = [((lr * p.grad).std() / p.data.std()).log10().item() for p in parameters if p is not b1]
+    # makemore part 4: manual backprop of the cross entropy, checked with cmp()
+    n = 8
+    Xb, Yb = Xtr[:n], Ytr[:n]
+    emb = C[Xb]
+    embcat = emb.view(emb.shape[0], -1)
+    hpre = embcat @ W1 + b1
+    h = torch.tanh(hpre)
+    logits = h @ W2 + b2
+    logit_maxes = logits.max(1, keepdim=True).values
+    norm_logits = logits - logit_maxes
+    counts = norm_logits.exp()
+    counts_sum = counts.sum(1, keepdims=True)
+    counts_sum_inv = counts_sum**-1
+    probs = counts * counts_sum_inv
+    logprobs = probs.log()
+    loss = -logprobs[range(n), Yb].mean()
+    for t in [
+        logprobs,
+        probs,
+        counts,
+        counts_sum,
+        counts_sum_inv,
+        norm_logits,
+        logit_maxes,
+        logits,
+        h,
+        hpre,
+        embcat,
+        emb,
+    ]:
+        t.retain_grad()
+    for p in parameters:
+        p.grad = None
+    loss.backward()
+
+    def cmp(s, dt, t):
+        ex = torch.all(dt == t.grad).item()
+        app = torch.allclose(dt, t.grad)
+        maxdiff = (dt - t.grad).abs().max().item()
+        return (s, ex, app, maxdiff < 1e-6)
+
+    dlogprobs = torch.zeros_like(logprobs)
+    dlogprobs[range(n), Yb] = -1.0 / n
+    dlogits = F.softmax(logits, 1)
+    dlogits[range(n), Yb] -= 1
+    dlogits /= n
+    dlogit_maxes = -(dlogits * 0).sum(1, keepdim=True)
+    dh = dlogits @ W2.T
+    dhpre = (1.0 - h**2) * dh
+    demb = (dhpre @ W1.T).view(emb.shape)
+    dC = torch.zeros_like(C)
+    for k in range(Xb.shape[0]):
+        for j in range(Xb.shape[1]):
+            ix = Xb[k, j]
+            dC[ix] += demb[k, j]
+    onehot_max = F.one_hot(logits.max(1).indices, num_classes=logits.shape[1])
+    return dict(
+        X=(Xtr, Ytr),
+        n_params=n_params,
+        lrs=lrs,
+        history=history,
+        running=(bnmean_running, bnstd_running),
+        ud=ud,
+        h_grad=h.grad,
+        cmp=[
+            cmp("logprobs", dlogprobs, logprobs),
+            cmp("logits", dlogits, logits),
+            cmp("h", dh, h),
+            cmp("hpre", dhpre, hpre),
+            cmp("C", dC, C),
+        ],
+        dlogit_maxes=dlogit_maxes,
+        onehot_max=onehot_max,
+    )
+
+
+@program
+def micrograd_check(torch, rng):
+    x1 = torch.Tensor([2.0]).double()
+    x1.requires_grad = True
+    x2 = torch.Tensor([0.0]).double()
+    x2.requires_grad = True
+    w1 = torch.Tensor([-3.0]).double()
+    w1.requires_grad = True
+    w2 = torch.Tensor([1.0]).double()
+    w2.requires_grad = True
+    b = torch.Tensor([6.8813735870195432]).double()
+    b.requires_grad = True
+    n = x1 * w1 + x2 * w2 + b
+    o = torch.tanh(n)
+    data = o.data.item()
+    o.backward()
+    empty = torch.Tensor(2, 3)
+    return dict(
+        data=data,
+        grads=(x2.grad.item(), w2.grad.item(), x1.grad.item(), w1.grad.item()),
+        dtypes=(_dt(x1.dtype), _dt(torch.Tensor([1, 2]).dtype)),
+        empty=(tuple(empty.shape), _dt(empty.dtype)),
+        item_type=type(o.item()).__name__,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# common utilities
+
+
+@program
+def utilities(torch, rng):
+    a = torch.from_numpy(rng.standard_normal((3, 4)).astype(np.float32))
+    torch.manual_seed(0)
+    r1 = torch.randn(3)
+    torch.manual_seed(0)
+    r2 = torch.randn(3)
+    g = torch.Generator().manual_seed(7)
+    perm = torch.randperm(10, generator=g)
+    perm2 = torch.randperm(5)
+    torch.testing.assert_close(a, a.clone())
+    close_err = _raises(lambda: torch.testing.assert_close(a, a + 1))
+    close_dtype_err = _raises(lambda: torch.testing.assert_close(a, a.double()))
+    torch.testing.assert_close(a, a.double(), check_dtype=False)
+    torch.testing.assert_close(a + 1e-7, a)
+    with torch.inference_mode():
+        inf = a * 2
+    w = a.clone().requires_grad_()
+
+    @torch.no_grad
+    def bare(x):
+        return x * 2
+
+    @torch.inference_mode
+    def bare_inf(x):
+        return (x * 2, torch.is_inference_mode_enabled())
+
+    @torch.inference_mode(False)
+    def no_inf(x):
+        return x * 2
+
+    @torch.no_grad()
+    def called(x):
+        return x * 2
+
+    with torch.inference_mode():
+        inner = (no_inf(w).requires_grad, torch.is_grad_enabled())
+    decorated = (
+        bare(w).requires_grad,
+        bare_inf(w)[0].requires_grad,
+        bare_inf(w)[1],
+        no_inf(w).requires_grad,
+        called(w).requires_grad,
+        inner,
+        bare.__name__,
+    )
+    ds = torch.utils.data.TensorDataset(a, torch.arange(3))
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, drop_last=True)
+    batches = [(tuple(xb.shape), tuple(yb.shape)) for xb, yb in loader]
+    parts = torch.utils.data.random_split(range(10), [0.7, 0.3], generator=g)
+    parts2 = torch.utils.data.random_split(range(10), [3, 7])
+    nested = torch.utils.data.DataLoader([(1.0, 2), (3.0, 4), (5.0, 6)], batch_size=2)
+    nested_batches = [b for b in nested]
+    dict_loader = list(torch.utils.data.DataLoader([{"x": a[0], "y": 1}] * 3, batch_size=3))
+    torch.set_printoptions(precision=2)
+    rep = repr(torch.tensor([1.23456, 2.5]))
+    torch.set_printoptions(precision=4)
+    return dict(
+        seeded=torch.equal(r1, r2),
+        allclose=(torch.allclose(a, a + 1e-9), torch.allclose(a, a + 1)),
+        close_err=(close_err, close_dtype_err),
+        perm=(sorted(perm.tolist()), _dt(perm.dtype), sorted(perm2.tolist())),
+        numel=(torch.numel(a), a.numel(), a.nelement()),
+        T=a.T,
+        tolist=a.tolist(),
+        scalar_list=(torch.tensor(3.5).tolist(), torch.tensor([1, 2]).tolist()),
+        numpy=(a.numpy().dtype.name, torch.from_numpy(np.arange(3)).dtype == torch.int64),
+        inference=(inf.requires_grad, torch.is_inference_mode_enabled()),
+        decorated=decorated,
+        loader=(len(loader), batches),
+        split=(
+            [len(p) for p in parts],
+            sorted(parts[0].indices + parts[1].indices),
+            [len(p) for p in parts2],
+        ),
+        nested=nested_batches,
+        dict_loader=(sorted(dict_loader[0]), tuple(dict_loader[0]["x"].shape), dict_loader[0]["y"]),
+        rep=rep,
+        initial_seed=(torch.initial_seed(), g.initial_seed()),
+        gen_device=str(g.device),
+        errors=(
+            _raises(lambda: torch.utils.data.TensorDataset(a, torch.arange(4))),
+            _raises(lambda: torch.utils.data.random_split(range(10), [3, 3])),
+            _raises(lambda: torch.randn(2, generator=3)),
+            _raises(lambda: a.view(4, 4)),
+            _raises(lambda: a @ a),
+            _raises(lambda: a[5]),
+            _raises(lambda: torch.cat([a, a.T])),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------
 # the tests
 
 
