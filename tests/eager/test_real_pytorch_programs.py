@@ -1149,3 +1149,140 @@ def test_program_runs_on_eager(name):
 def test_program_agrees_with_pytorch(name):
     torch = pytest.importorskip("torch")
     _same(_run(name, eager), _run(name, torch), name)
+
+
+# --------------------------------------------------------------------------------------
+# compiled: the forward or the loss of a few programs under graphc.compile == eager
+
+
+def _compiled_vs_eager(make_model, loss_of, inputs):
+    """Loss value and parameter gradients of ``loss_of(model, *inputs)`` eagerly and with
+    the loss function compiled (backward outside), on twin models."""
+    graphc = pytest.importorskip("graphc")
+    results = []
+    for compiled in (False, True):
+        model = make_model()
+        _params_from_numpy(eager, model, np.random.default_rng(1))
+
+        def loss_fn(*xs):
+            return loss_of(model, *xs)  # noqa: B023  (model: a closure cell, read now)
+
+        fn = graphc.compile(loss_fn) if compiled else loss_fn
+        loss = fn(*inputs)
+        loss.backward()
+        results.append((loss.item(), [p.grad.numpy().copy() for p in model.parameters()]))
+    (le, ge), (lc, gc) = results
+    assert math.isclose(le, lc, rel_tol=1e-5, abs_tol=1e-6)
+    for a, b in zip(ge, gc):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_compiled_reads_a_module_in_a_keyword_only_default():
+    """``def loss_fn(*xs, model=model)``: the model's parameters get their gradients."""
+    graphc = pytest.importorskip("graphc")
+    m = eager.nn.Linear(3, 1)
+    x = eager.ones(2, 3)
+
+    def f(*xs, model=m):
+        return model(xs[0]).sum()
+
+    graphc.compile(f)(x).backward()
+    np.testing.assert_allclose(m.weight.grad.numpy(), np.full((1, 3), 2.0, np.float32))
+    m.weight.grad = None
+    graphc.compile(f)(x).backward()  # again (the cached trace reads the default too)
+    np.testing.assert_allclose(m.weight.grad.numpy(), np.full((1, 3), 2.0, np.float32))
+
+
+def test_compiled_nn_really_nll_with_range_index():
+    rng = np.random.default_rng(3)
+    x = eager.from_numpy(rng.random((16, 784), dtype=np.float32))
+    y = eager.from_numpy(rng.integers(0, 10, 16))
+
+    def loss_of(model, xb, yb):
+        out = model(xb)
+        out = out - out.exp().sum(-1).log().unsqueeze(-1)
+        return -out[range(yb.shape[0]), yb].mean()
+
+    _compiled_vs_eager(lambda: eager.nn.Sequential(eager.nn.Linear(784, 10)), loss_of, (x, y))
+
+
+def test_compiled_cifar_cnn_loss():
+    rng = np.random.default_rng(4)
+    x = eager.from_numpy(rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
+    y = eager.from_numpy(rng.integers(0, 10, 2))
+    nn, F = eager.nn, eager.nn.functional
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.pool = nn.Conv2d(3, 6, 5), nn.MaxPool2d(2, 2)
+            self.conv2, self.fc1 = nn.Conv2d(6, 16, 5), nn.Linear(16 * 5 * 5, 10)
+
+        def forward(self, x):
+            x = self.pool(F.relu(self.conv1(x)))
+            x = self.pool(F.relu(self.conv2(x)))
+            return self.fc1(eager.flatten(x, 1))
+
+    _compiled_vs_eager(Net, lambda m, xb, yb: nn.CrossEntropyLoss()(m(xb), yb), (x, y))
+
+
+def test_compiled_gpt_loss():
+    rng = np.random.default_rng(5)
+    idx = eager.from_numpy(rng.integers(0, 11, (2, 8)))
+    tgt = eager.from_numpy(rng.integers(0, 11, (2, 8)))
+    _compiled_vs_eager(lambda: _gpt(eager, 11), lambda m, a, b: m(a, b)[1], (idx, tgt))
+
+
+def test_compiled_makemore_mlp_loss():
+    rng = np.random.default_rng(6)
+    X = eager.from_numpy(rng.integers(0, 27, (10, 3)))
+    Y = eager.from_numpy(rng.integers(0, 27, 10))
+    nn, F = eager.nn, eager.nn.functional
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.C = nn.Parameter(eager.zeros(27, 4))
+            self.W1, self.b1 = nn.Parameter(eager.zeros(12, 20)), nn.Parameter(eager.zeros(20))
+            self.W2, self.b2 = nn.Parameter(eager.zeros(20, 27)), nn.Parameter(eager.zeros(27))
+
+        def forward(self, X):
+            emb = self.C[X]
+            h = eager.tanh(emb.view(-1, 12) @ self.W1 + self.b1)
+            return h @ self.W2 + self.b2
+
+    def loss_of(m, X, Y):
+        logits = m(X)
+        counts = logits.exp()
+        probs = counts / counts.sum(1, keepdims=True)
+        manual = -probs[eager.arange(X.shape[0]), Y].log().mean()
+        return F.cross_entropy(logits, Y) + manual
+
+    _compiled_vs_eager(MLP, loss_of, (X, Y))
+
+
+def test_compiled_random_sampling():
+    """randperm and multinomial trace (fresh draws every call); a Generator is refused."""
+    graphc = pytest.importorskip("graphc")
+    probs = eager.tensor([[0.0, 1.0, 0.0, 3.0], [1.0, 1.0, 1.0, 1.0]])
+
+    def sample(p):
+        return (
+            eager.multinomial(p, 20, replacement=True),
+            eager.multinomial(p, 4),
+            eager.randperm(6),
+        )
+
+    f = graphc.compile(sample)
+    eager.manual_seed(0)
+    draws = [f(probs) for _ in range(3)]
+    for with_r, without, perm in draws:
+        assert with_r.dtype == eager.int64 and tuple(with_r.shape) == (2, 20)
+        assert set(with_r[0].tolist()) <= {1, 3}
+        assert sorted(without[0].tolist()[:2]) == [1, 3]
+        assert [sorted(r) for r in without.tolist()] == [[0, 1, 2, 3]] * 2
+        assert sorted(perm.tolist()) == list(range(6)) and perm.dtype == eager.int64
+    assert any(not eager.equal(draws[0][2], d[2]) for d in draws[1:])
+    g = eager.Generator().manual_seed(1)
+    with pytest.raises(NotImplementedError, match="generator"):
+        graphc.compile(lambda p: eager.multinomial(p, 1, generator=g))(probs)
