@@ -67,7 +67,7 @@ from .factories import (
     zeros_like,
 )
 from . import autograd  # noqa: E402
-from .random_extra import multinomial, randperm  # noqa: E402
+from .random_extra import multinomial, normal, randint_like, randperm  # noqa: E402
 from ._format import set_printoptions  # noqa: E402
 
 __version__ = "0.1.0"

@@ -91,3 +91,30 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
                 keys = np.where(arr[r] > 0, np.log(arr[r]) + gumbel, gumbel - _LAST)
             res[r] = np.argsort(-keys, kind="stable")[:num_samples]
     return FA._finish(res if p.dim() == 2 else res[0], False)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, requires_grad=False, **_kw):
+    """Draws from N(mean, std**2): tensor ``mean``/``std`` broadcast elementwise, or
+    numbers with a ``size``."""
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        if size is not None:
+            raise RuntimeError("normal: size is only allowed when mean and std are numbers")
+        like = mean if isinstance(mean, Tensor) else std
+        shape = like.shape
+        if isinstance(mean, Tensor) and isinstance(std, Tensor):
+            shape = np.broadcast_shapes(tuple(mean.shape), tuple(std.shape))
+        z = FA.randn(tuple(shape), dtype=like.dtype, generator=generator)
+        return (z * std + mean).detach()
+    if size is None:
+        raise TypeError("normal() missing the size argument (mean and std are numbers)")
+    z = FA.randn(tuple(size), dtype=dtype, generator=generator)
+    out = z * float(std) + float(mean)
+    return out.requires_grad_() if requires_grad else out
+
+
+def randint_like(input, low, high=None, *, dtype=None, generator=None, **_kw) -> Tensor:
+    """``randint`` in ``input``'s shape (and dtype, unless ``dtype`` is given)."""
+    if high is None:
+        low, high = 0, low
+    t = FA.randint(low, high, tuple(input.shape), generator=generator)
+    return t.to(dtype if dtype is not None else input.dtype)

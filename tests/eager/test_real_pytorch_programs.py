@@ -1123,6 +1123,17 @@ def utilities(torch, rng):
         dict_loader=(sorted(dict_loader[0]), tuple(dict_loader[0]["x"].shape), dict_loader[0]["y"]),
         rep=rep,
         initial_seed=(torch.initial_seed(), g.initial_seed()),
+        clamp=(a.clamp_min(0.1), torch.clamp_max(a, 0.2)),
+        normal=(
+            tuple(torch.normal(0.0, 1.0, size=(2, 3)).shape),
+            tuple(torch.normal(a, 0.5).shape),
+            _dt(torch.normal(torch.zeros(2), torch.ones(3, 1), generator=g).dtype),
+            tuple(torch.normal(torch.zeros(2), torch.ones(3, 1)).shape),
+        ),
+        randint_like=(
+            _dt(torch.randint_like(a, 5).dtype),
+            bool((torch.randint_like(a, 5) < 5).all()),
+        ),
         gen_device=str(g.device),
         errors=(
             _raises(lambda: torch.utils.data.TensorDataset(a, torch.arange(4))),
