@@ -24,8 +24,16 @@ from ._dtype import (
     short,
     uint8,
 )
-from .surface import Size, TensorOps, matmul, maximum, minimum, where
-from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .surface import Size, TensorOps, maximum, minimum, where
+from .surface import matmul as _surface_matmul
+from .autograd import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .tensor import Tensor, device
 from .factories import (
     BoolTensor,
@@ -42,6 +50,8 @@ from .factories import (
     full,
     bernoulli,
     full_like,
+    Generator,
+    initial_seed,
     linspace,
     manual_seed,
     ones,
@@ -57,15 +67,35 @@ from .factories import (
     zeros_like,
 )
 from . import autograd  # noqa: E402
+from .random_extra import multinomial, normal, randint_like, randperm  # noqa: E402
+from ._format import set_printoptions  # noqa: E402
 
 __version__ = "0.1.0"
 
 
+def _write_out(out, result, name):
+    """PyTorch's ``out=``: the result written into ``out`` (same shape), which is returned."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if is_grad_enabled() and (result.requires_grad or out.requires_grad):
+        raise RuntimeError(
+            f"{name}(): functions with out=... arguments don't support automatic "
+            "differentiation, but one of the arguments requires grad."
+        )
+    if tuple(out.shape) != tuple(result.shape):
+        raise NotImplementedError(
+            f"{name}(): out= of shape {list(out.shape)} for a result of shape "
+            f"{list(result.shape)}: eager does not resize out tensors"
+        )
+    return out.copy_(result)
+
+
 def _method(name):
-    def fn(input, *args, **kwargs):
+    def fn(input, *args, out=None, **kwargs):
         if not isinstance(input, TensorOps):
             input = tensor(input)
-        return getattr(input, name)(*args, **kwargs)
+        result = getattr(input, name)(*args, **kwargs)
+        return result if out is None else _write_out(out, result, name)
 
     fn.__name__ = name
     fn.__doc__ = f"Module-level form of ``Tensor.{name}``."
@@ -135,6 +165,13 @@ globals().update(_FUNCTIONS)
 for _name in _METHOD_FUNCTIONS:
     globals()[_name] = _method(_name)
 
+
+def matmul(input, other, *, out=None):  # noqa: F811
+    """Matrix product (numpy's/PyTorch's broadcasting rules); ``out=`` as PyTorch."""
+    result = _surface_matmul(input, other)
+    return result if out is None else _write_out(out, result, "matmul")
+
+
 subtract, multiply, divide, negative, absolute = sub, mul, div, neg, abs  # noqa: F821
 is_tensor = lambda obj: isinstance(obj, Tensor)  # noqa: E731
 
@@ -180,7 +217,7 @@ def __getattr__(name):
             "module 'eager' has no attribute 'bfloat16': numpy (so eager) has no bfloat16; "
             "use eager.float32 or eager.float16"
         )
-    if name in ("nn", "optim", "viz", "linalg"):
+    if name in ("nn", "optim", "viz", "linalg", "utils", "testing"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

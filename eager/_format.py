@@ -27,6 +27,35 @@ _PRECISION = 4
 _THRESHOLD = 1000
 _EDGEITEMS = 3
 _LINEWIDTH = 80
+_SCI_MODE: bool | None = None  # None: chosen from the values, as PyTorch
+_PROFILES = {
+    "default": (4, 1000, 3, 80),
+    "short": (2, 1000, 2, 80),
+    "full": (4, math.inf, 3, 80),
+}
+
+
+def set_printoptions(
+    precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None
+) -> None:
+    """``torch.set_printoptions``: digits, summarization threshold, edge items, line width
+    (a ``profile`` 'default', 'short' or 'full' first) and a forced ``sci_mode``."""
+    global _PRECISION, _THRESHOLD, _EDGEITEMS, _LINEWIDTH, _SCI_MODE
+    if profile is not None:
+        if profile not in _PROFILES:
+            raise ValueError(f"Invalid profile {profile!r}; expected one of {sorted(_PROFILES)}")
+        _PRECISION, _THRESHOLD, _EDGEITEMS, _LINEWIDTH = _PROFILES[profile]
+    if precision is not None:
+        _PRECISION = int(precision)
+    if threshold is not None:
+        _THRESHOLD = threshold
+    if edgeitems is not None:
+        _EDGEITEMS = int(edgeitems)
+    if linewidth is not None:
+        _LINEWIDTH = int(linewidth)
+    _SCI_MODE = sci_mode
+
+
 _PREFIX = "tensor("
 
 # Dtypes PyTorch leaves out of a non-empty tensor's repr: the default float
@@ -69,6 +98,8 @@ class _Formatter:
             lo, hi = min(magnitudes), max(magnitudes)
             self.int_mode = all(v.is_integer() for v in finite)
             self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+            if _SCI_MODE is not None:
+                self.sci_mode = bool(_SCI_MODE)
             if self.sci_mode:
                 spec = f".{_PRECISION}e"
                 extra = 0

@@ -345,8 +345,8 @@ def encode_index(key, like) -> tuple:
             arrays.append(k)
             spec.append(("t", len(arrays) - 1))
             has_adv = True
-        elif isinstance(k, (list, np.ndarray)):
-            arr = np.asarray(k)
+        elif isinstance(k, (list, np.ndarray, range)):
+            arr = np.asarray(k)  # a range indexes like the list of its ints, as in PyTorch
             if arr.dtype.kind not in "biu":
                 raise IndexError("index arrays must hold integers or booleans")
             arrays.append(like._wrap_const(arr))

@@ -211,16 +211,78 @@ def manual_seed(seed: int):
 
 
 def seed() -> int:
+    """Seed eager's generator from fresh entropy; returns the seed."""
     s = builtins.int(np.random.SeedSequence().entropy % (2**63))
     manual_seed(s)
     return s
+
+
+def initial_seed() -> int:
+    """The seed last given to ``manual_seed`` (or ``seed``)."""
+    if SEED[0] is None:
+        seed()
+    return builtins.int(SEED[0])
+
+
+class Generator:
+    """``torch.Generator``: an eager random stream of its own for the ``generator=``
+    argument of ``randn``, ``rand``, ``randint``, ``randperm``, ``multinomial``...
+    (numpy's PCG64 seeded by ``manual_seed``: reproducible, not PyTorch's numbers).
+    Refused inside a compiled function: its draws would be constants of the trace."""
+
+    def __init__(self, device="cpu") -> None:
+        check_device(device)
+        self.device = _tensor_mod.device(device) if isinstance(device, str) else device
+        self._seed = builtins.int(np.random.SeedSequence().entropy % (2**63))
+        self._rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed) -> "Generator":
+        """Reseed this generator; returns it (``g = Generator().manual_seed(42)``)."""
+        self._seed = builtins.int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self) -> int:
+        """Reseed from fresh entropy; returns the seed."""
+        self.manual_seed(np.random.SeedSequence().entropy % (2**63))
+        return self._seed
+
+    def initial_seed(self) -> int:
+        """The seed this generator was last seeded with."""
+        return self._seed
+
+    def get_state(self):
+        """An opaque copy of the generator's state (for ``set_state``)."""
+        return dict(self._rng.bit_generator.state)
+
+    def set_state(self, state) -> "Generator":
+        """Restore a state ``get_state`` returned."""
+        self._rng.bit_generator.state = dict(state)
+        return self
+
+
+def _rng(generator, fn: str):
+    """The numpy generator behind ``generator=`` (None: eager's global stream)."""
+    if generator is None:
+        return _gen
+    if TRACING.tracer is not None:
+        raise NotImplementedError(
+            f"{fn}: a generator= argument cannot be compiled (its draws would be constants "
+            "of the compiled code); use the default generator (eager.manual_seed) inside a "
+            "compiled function"
+        )
+    if isinstance(generator, Generator):
+        return generator._rng
+    if isinstance(generator, np.random.Generator):
+        return generator
+    raise TypeError(f"{fn}: generator must be a torch.Generator, not {type(generator).__name__}")
 
 
 def randn(
     *size, dtype=None, device=None, requires_grad: bool = False, generator=None, **kw
 ) -> Tensor:
     size = _size_kw(size, kw, "randn")
-    g = generator if generator is not None else _gen
+    g = _rng(generator, "randn")
     npd = _dt(dtype)
     if npd.kind != "f":
         raise RuntimeError(f"randn: expected a floating point dtype, got {D.from_np(npd)}")
@@ -234,7 +296,7 @@ def rand(
     *size, dtype=None, device=None, requires_grad: bool = False, generator=None, **kw
 ) -> Tensor:
     size = _size_kw(size, kw, "rand")
-    g = generator if generator is not None else _gen
+    g = _rng(generator, "rand")
     npd = _dt(dtype)
     if TRACING.tracer is not None and generator is None:
         return TRACING.tracer.random("uniform", _shape(size), npd, {})
@@ -242,11 +304,15 @@ def rand(
     return _finish(arr.astype(npd, copy=False), requires_grad, device)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False) -> Tensor:
+def randint(
+    low, high=None, size=(), dtype=None, device=None, requires_grad=False, generator=None
+) -> Tensor:
+    """Integers drawn uniformly from [low, high) (``randint(high, size)`` too)."""
     if isinstance(high, (tuple, list)):  # randint(high, size), as PyTorch allows
         low, high, size = 0, low, high
     elif high is None:
         low, high = 0, low
+    g = _rng(generator, "randint")
     if TRACING.tracer is not None:
         return TRACING.tracer.random(
             "integers",
@@ -254,7 +320,7 @@ def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=Fals
             _dt(dtype, np.dtype(np.int64)),
             {"low": builtins.int(low), "high": builtins.int(high)},
         )
-    arr = _gen.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
+    arr = g.integers(low, high, size=tuple(size)).astype(_dt(dtype, np.dtype(np.int64)))
     return _finish(arr, requires_grad, device)
 
 

@@ -207,4 +207,8 @@ def find(fn: Callable, args: tuple) -> dict:
         holder = _Defaults(target)
         for i in range(len(target.__defaults__)):
             _walk(holder, i, f"default[{i}]", lambda a, h=holder, i=i: (h, i), found)
+    kwdefaults = getattr(target, "__kwdefaults__", None)  # def f(*xs, model=model)
+    if kwdefaults:  # the function's own dict: a write through it is what the call reads
+        for var in sorted(kwdefaults):
+            _walk(kwdefaults, var, var, lambda a, d=kwdefaults, v=var: (d, v), found)
     return found

@@ -7,7 +7,14 @@ import warnings
 from . import grad_mode
 from .engine import backward, grad
 from .function import AccumulateGrad, Function, FunctionCtx, Node
-from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 
 # Imported eagerly: this rebinds the package attribute ``gradcheck`` (set to the submodule by the
 # import system) to the function, as in PyTorch.
@@ -52,6 +59,7 @@ __all__ = [
     "set_grad_enabled",
     "is_grad_enabled",
     "inference_mode",
+    "is_inference_mode_enabled",
     "gradcheck",
     "gradgradcheck",
     "GradcheckError",

@@ -140,6 +140,14 @@ class PointwiseMethods:
         out = O.where(self == inf, hi, O.where(self == -inf, lo, self))
         return O.where(self != self, float(nan), out)
 
+    def clamp_min(self, min):
+        """``clamp(min=min)``: values below ``min`` raised to it."""
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):
+        """``clamp(max=max)``: values above ``max`` lowered to it."""
+        return self.clamp(max=max)
+
 
 #: module-level functions that are not methods, by name
 FUNCTIONS: dict = {}
@@ -150,4 +158,5 @@ METHOD_FUNCTIONS: list = [
     "log2", "log10", "exp2", "floor", "ceil", "round", "trunc", "fix", "frac", "reciprocal",
     "floor_divide", "remainder", "fmod", "atan2", "arctan2",
     "isnan", "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num",
+    "clamp_min", "clamp_max",
 ]  # fmt: skip
