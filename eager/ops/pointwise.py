@@ -209,9 +209,14 @@ for _name, _fn in (("floor", np.floor), ("ceil", np.ceil), ("round", np.rint), (
 _ZERO_DIV = "ZeroDivisionError"
 
 
-def _int_divisor_check(y):
-    if np.asarray(y).dtype.kind in "biu" and np.any(np.equal(y, 0)):
-        raise RuntimeError(_ZERO_DIV)
+def _int_divisor_check(x, y):
+    """PyTorch's integer kernels raise on a zero divisor they use: the divisor broadcast to
+    the result (an empty result divides nothing, so it does not raise)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "biu":
+        used = np.broadcast_to(y, np.broadcast_shapes(np.shape(x), y.shape))
+        if np.any(np.equal(used, 0)):
+            raise RuntimeError(_ZERO_DIV)
 
 
 def _floor_divide(x, y):
@@ -219,7 +224,7 @@ def _floor_divide(x, y):
     (numpy's algorithm too), ``x / y`` for a zero divisor; Python's ``//`` for integers."""
     dt = np.result_type(x, y)
     if dt.kind in "iu":
-        _int_divisor_check(y)
+        _int_divisor_check(x, y)
         with np.errstate(all="ignore"):
             return np.asarray(np.floor_divide(x, y))
     x, y = np.asarray(x, dtype=dt), np.asarray(y, dtype=dt)
@@ -240,7 +245,7 @@ def _remainder(x, y):
     result has the sign of ``y``, as Python's ``%``); a zero result keeps fmod's sign."""
     dt = np.result_type(x, y)
     if dt.kind in "iu":
-        _int_divisor_check(y)
+        _int_divisor_check(x, y)
         with np.errstate(all="ignore"):
             return np.asarray(np.remainder(x, y))
     x, y = np.asarray(x, dtype=dt), np.asarray(y, dtype=dt)
@@ -254,7 +259,7 @@ def _fmod(x, y):
     """C's fmod: the result has the sign of ``x``."""
     dt = np.result_type(x, y)
     if dt.kind in "iu":
-        _int_divisor_check(y)
+        _int_divisor_check(x, y)
     with np.errstate(all="ignore"):
         return np.asarray(np.fmod(x, y), dtype=dt)
 

@@ -70,6 +70,10 @@ def _same(got, want, msg: str) -> None:
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol, equal_nan=True, err_msg=msg)
 
 
+# integer division compiles only with a constant divisor (other than 0 and -1)
+NATIVE_INT_DIVISION_REFUSED = {"floor_divide", "fmod", "remainder"}
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_op_on_bools_and_ints(name):
     ok, refused = [], []
@@ -93,6 +97,12 @@ def test_every_op_on_bools_and_ints(name):
     runs = {f"opt_level={lvl}": graphc.compile(all_cases, opt_level=lvl) for lvl in LEVELS}
     runs["interpreter"] = graphc.compile(all_cases, backend="interpreter")
     for how, cf in runs.items():
+        if name in NATIVE_INT_DIVISION_REFUSED and how != "interpreter":
+            # a kernel cannot raise eager's ZeroDivisionError: integer division by a traced
+            # divisor is refused by name (docs/limitations.md); the interpreter runs it
+            with pytest.raises(graphc.errors.UnsupportedOpError, match=f"integer {name}"):
+                cf(*flat)
+            continue
         with np.errstate(all="ignore"):
             outs = cf(*flat)
         for (arrays, attrs, label, want), got in zip(ok, outs):

@@ -324,3 +324,15 @@ def test_binary_against_pytorch(name, dtype):
         # reflected operators with a Python number
         assert same((2.5 % eager.tensor(b)).numpy(), (2.5 % torch.from_numpy(b)).numpy())
         assert same((2.5 // eager.tensor(b)).numpy(), (2.5 // torch.from_numpy(b)).numpy())
+
+
+@pytest.mark.parametrize("op", ["fmod", "remainder", "floor_divide"])
+def test_integer_division_by_zero_only_raises_when_the_zero_is_used(op):
+    """PyTorch's integer kernels raise on a zero divisor they divide by; an empty result
+    divides nothing (the dtype parity test found eager raising there)."""
+    empty = eager.zeros((0, 3), dtype=eager.int32)
+    divisor = eager.tensor([0, 1, 2], dtype=eager.int32)
+    out = getattr(empty, op)(divisor)
+    assert out.shape == (0, 3) and out.dtype == eager.int32
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        getattr(eager.ones(2, 3, dtype=eager.int32), op)(divisor)
