@@ -35,14 +35,17 @@ def linear(input: TensorOps, weight: TensorOps, bias: Optional[TensorOps] = None
 
 
 def relu(input: TensorOps, inplace: bool = False) -> TensorOps:
+    """``max(input, 0)`` (in place with ``inplace=True``)."""
     return input.relu_() if inplace else input.relu()
 
 
 def tanh(input: TensorOps) -> TensorOps:
+    """Elementwise hyperbolic tangent."""
     return input.tanh()
 
 
 def sigmoid(input: TensorOps) -> TensorOps:
+    """``1 / (1 + exp(-input))``."""
     return input.sigmoid()
 
 

@@ -84,6 +84,7 @@ defop(
     vjp=(_vjp_a, _vjp_b),
     reads=((1,), (0,)),
     samples=_samples,
+    doc="matrix product with numpy's 1-D, 2-D and batched (broadcast) rules",
 )
 
 
