@@ -676,3 +676,5 @@ def test_ops_page_is_generated_from_the_code():
     text = (DOCS / "ops.md").read_text(encoding="utf-8")
     current = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     assert current == ops_page(), "docs/ops.md is stale: run `python3 dev.py docs`"
+    undocumented = [line for line in current.splitlines() if line.rstrip().endswith("|  |")]
+    assert not undocumented, f"give these a docstring (or a record doc=): {undocumented}"
