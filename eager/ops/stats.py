@@ -55,8 +55,12 @@ def _prod_samples():
     r = _rng()
     z = r.uniform(0.5, 1.5, size=(3, 4)) * r.choice([-1, 1], size=(3, 4))
     z[0, 1] = 0.0  # one zero in row 0 / column 1
-    z[2, 0] = z[2, 3] = 0.0  # two zeros in row 2
+    z[2, 0] = z[2, 3] = 0.0  # two zeros in row 2, the first leading
+    z3 = r.uniform(0.5, 1.5, size=(2, 3, 4)) * r.choice([-1, 1], size=(2, 3, 4))
+    z3[0, 0, 0] = z3[1, 0, 2] = 0.0  # slice 0 of axes (0, 2): two zeros, one leading
+    z3[1, 1, 3] = 0.0  # slice 1: one zero (slice 2: none)
     return [
+        ([z3], {"axis": (0, 2), "keepdim": True}),
         ([r.uniform(0.5, 1.5, size=(3, 4))], {"axis": (0, 1), "keepdim": False}),
         ([z], {"axis": (1,), "keepdim": True}),
         ([z], {"axis": (0,), "keepdim": False}),
