@@ -174,12 +174,64 @@ def test_prod_and_scans_compiled_equal_eager(name, opt, zeros):
     a = ZEROS if zeros else RNG.uniform(0.5, 1.5, size=(3, 4))
     _close(graphc.compile(f, opt_level=opt)(a), f(eager.tensor(a)), rtol=1e-12)
     _close(graphc.grad(f)(a), _eager_grad(f, a)[0], rtol=1e-12, atol=1e-14)
-    if not zeros:  # second order (exact away from zeros)
-        hv = graphc.grad(lambda x: (graphc.grad(f)(x) * x).sum())(a)
-        x = eager.tensor(a, requires_grad=True)
-        (g,) = eager.autograd.grad(f(x), x, create_graph=True)
-        (want,) = eager.autograd.grad((g * x).sum(), x)
-        _close(hv, want, rtol=1e-10)
+    # second order, exact with zeros too
+    hv = graphc.grad(lambda x: (graphc.grad(f)(x) * x).sum())(a)
+    x = eager.tensor(a, requires_grad=True)
+    (g,) = eager.autograd.grad(f(x), x, create_graph=True)
+    (want,) = eager.autograd.grad((g * x).sum(), x)
+    _close(hv, want, rtol=1e-10, atol=1e-13)
+
+
+ZEROS5 = np.array([[1.5, -2.0, 0.0, 3.0, 0.5],  # one zero
+                   [0.0, 2.0, 0.0, 1.0, -1.0],  # two zeros
+                   [2.0, 3.0, -0.5, 1.25, 4.0],  # none
+                   [0.0, 1.0, 2.0, 3.0, 4.0]])  # a leading zero
+HIGHER = {
+    "prod1": lambda x: x.prod(1),
+    "prod0": lambda x: x.prod(0, keepdim=True),
+    "prod_all": lambda x: x[1:3].prod(),
+    "prod_3d": lambda x: x.reshape(2, 2, 5)._op("prod", "ProdBackward1", axis=(0, 2),
+                                                 keepdim=False),
+    "cumprod1": lambda x: x.cumprod(1),
+    "cumprod0": lambda x: x.cumprod(0),
+    "cumprod_t": lambda x: x.t().cumprod(-1),
+}
+
+
+def _hvp(grad, f, u):
+    """x -> d/dx (u . df/dx), with ``grad`` graphc.grad or an eager equivalent."""
+    return lambda x: grad(lambda y: (grad(f)(y) * u).sum())(x)
+
+
+@pytest.mark.parametrize("name", sorted(HIGHER))
+def test_third_order_compiled_with_zeros(name):
+    """grad of grad of grad compiled == eager, and == central differences of the (exact)
+    compiled second order: prod and cumprod are polynomials, exact with any zeros."""
+    f0 = HIGHER[name]
+    c = RNG.normal(size=tuple(f0(eager.tensor(ZEROS5)).shape))
+    f = lambda x: (f0(x) * c).sum()  # noqa: E731
+    u, v, w = (RNG.normal(size=ZEROS5.shape) for _ in range(3))
+    second = graphc.compile(lambda x: (_hvp(graphc.grad, f, u)(x) * v).sum())
+    third = graphc.grad(lambda x: (_hvp(graphc.grad, f, u)(x) * v).sum())
+    got = float((np.asarray(third(ZEROS5)) * w).sum())
+    h = 1e-5
+    want = (float(second(ZEROS5 + h * w)) - float(second(ZEROS5 - h * w))) / (2 * h)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)
+    x = eager.tensor(ZEROS5, requires_grad=True)
+    (g1,) = eager.autograd.grad(f(x), x, create_graph=True)
+    (g2,) = eager.autograd.grad((g1 * eager.tensor(u)).sum(), x, create_graph=True)
+    (g3,) = eager.autograd.grad((g2 * eager.tensor(v)).sum(), x)
+    _close(third(ZEROS5), g3, rtol=1e-10, atol=1e-12)
+
+
+def test_third_order_compiled_where_three_zeros_meet():
+    a = np.array([0.0, 0.0, 0.0, 2.0])
+    w = RNG.normal(size=4)
+    c = RNG.normal(size=4)
+    for f, want in ((lambda x: x.prod(), 12 * w[0] * w[1] * w[2]),
+                    (lambda x: (x.cumprod(0) * c).sum(), 6 * w[0] * w[1] * w[2] * (c[2] + 2 * c[3]))):
+        t3 = graphc.grad(lambda x: (_hvp(graphc.grad, f, w)(x) * w).sum())(a)
+        np.testing.assert_allclose(float((np.asarray(t3) * w).sum()), want, rtol=1e-12)
 
 
 def test_scans_native_bit_exact_and_int():

@@ -36,7 +36,8 @@ NON_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logica
 NO_0D = {"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d", "max_pool2d_grad",
          "max_pool2d_select"}
 # Beyond kind == "elementwise", the structural ops whose second derivatives we check.
-GRADGRAD_EXTRA = {"matmul", "sum", "mean", "reshape", "transpose", "expand", "getitem"}
+GRADGRAD_EXTRA = {"matmul", "sum", "mean", "reshape", "transpose", "expand", "getitem",
+                  "prod", "cumprod", "linrec"}
 
 ALL_OPS = sorted(OPS)
 

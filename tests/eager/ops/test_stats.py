@@ -251,3 +251,93 @@ def test_prod_and_cumprod_first_order_exact_with_zeros():
     x = _t(ZEROS)
     assert gradcheck(lambda x: x.prod(1), (x,))
     assert gradcheck(lambda x: x.cumprod(1), (x,))
+
+
+# --- derivatives of every order with zeros (the VJPs divide by nothing) -------------------------
+
+HIGHER = {
+    "prod1": lambda x: x.prod(1),
+    "prod0": lambda x: x.prod(0, keepdim=True),
+    "prod_all": lambda x: x.prod(),
+    "prod_3d": lambda x: x[:4].reshape(2, 2, 5)._op("prod", "ProdBackward1", axis=(0, 2),
+                                                     keepdim=False),
+    "cumprod1": lambda x: x.cumprod(1),
+    "cumprod0": lambda x: x.cumprod(0),
+    "cumprod_t": lambda x: x.t().cumprod(-1),
+}
+ZEROS4 = np.vstack([ZEROS, [[0.0, 0.0, 2.0, 0.0, 1.5]]])  # three zeros, a leading one
+
+
+@pytest.mark.parametrize("name", sorted(HIGHER))
+def test_prod_and_cumprod_second_order_exact_with_zeros(name):
+    f = HIGHER[name]
+    for a in (ZEROS4, ZEROS4[:, :1], ZEROS4[:1]):
+        if name == "prod_3d" and a.shape != ZEROS4.shape:
+            continue
+        assert gradgradcheck(f, (_t(a),))
+
+
+def _third(f, x, u, v, w):
+    """w . d/dx (v . d/dx (u . df/dx)) by autograd with create_graph (f scalar)."""
+    (g1,) = eager.autograd.grad(f(x), x, create_graph=True)
+    (g2,) = eager.autograd.grad((g1 * u).sum(), x, create_graph=True)
+    (g3,) = eager.autograd.grad((g2 * v).sum(), x)
+    return float((g3 * w).sum())
+
+
+def _second(f, a, u, v):
+    x = _t(a)
+    (g1,) = eager.autograd.grad(f(x), x, create_graph=True)
+    (g2,) = eager.autograd.grad((g1 * u).sum(), x)
+    return float((g2 * v).sum())
+
+
+@pytest.mark.parametrize("name", sorted(HIGHER))
+def test_prod_and_cumprod_third_order_vs_finite_differences(name):
+    f0 = HIGHER[name]
+    c = eager.tensor(RNG.normal(size=tuple(f0(_t(ZEROS4)).shape)))
+    f = lambda x: (f0(x) * c).sum()  # noqa: E731
+    u, v, w = (RNG.normal(size=ZEROS4.shape) for _ in range(3))
+    got = _third(f, _t(ZEROS4), eager.tensor(u), eager.tensor(v), eager.tensor(w))
+    h = 1e-5  # f is a polynomial: the central difference of its exact second order
+    want = (_second(f, ZEROS4 + h * w, u, v) - _second(f, ZEROS4 - h * w, u, v)) / (2 * h)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)
+
+
+def test_third_order_where_three_zeros_meet():
+    """The derivatives the old masked rules dropped, against their closed forms: along w at
+    x = [0, 0, 0, 2], prod(x + t w) = t^3 w0 w1 w2 (2 + t w3), so d^3/dt^3 = 12 w0 w1 w2;
+    for sum_k c_k cumprod(x + t w)_k it is 6 w0 w1 w2 (c2 + 2 c3)."""
+    a = np.array([0.0, 0.0, 0.0, 2.0])
+    w = RNG.normal(size=4)
+    c = RNG.normal(size=4)
+    wt, ct = eager.tensor(w), eager.tensor(c)
+    got = _third(lambda x: x.prod(), _t(a), wt, wt, wt)
+    np.testing.assert_allclose(got, 12 * w[0] * w[1] * w[2], rtol=1e-12)
+    got = _third(lambda x: (x.cumprod(0) * ct).sum(), _t(a), wt, wt, wt)
+    np.testing.assert_allclose(got, 6 * w[0] * w[1] * w[2] * (c[2] + 2 * c[3]), rtol=1e-12)
+
+
+def test_linrec_is_internal_and_exact():
+    from eager.surface import _dispatch
+
+    a = RNG.normal(size=(2, 4))
+    b = RNG.normal(size=(2, 4))
+    s = _dispatch("linrec", "LinrecBackward0", [eager.tensor(a), eager.tensor(b)],
+                  {"dim": 1, "reverse": False}).numpy()
+    want = b.copy()
+    for i in range(1, 4):
+        want[:, i] = b[:, i] + a[:, i] * want[:, i - 1]
+    np.testing.assert_array_equal(s, want)
+    r = _dispatch("linrec", "LinrecBackward0", [eager.tensor(a), eager.tensor(b)],
+                  {"dim": 1, "reverse": True}).numpy()
+    want = b.copy()
+    for i in range(2, -1, -1):
+        want[:, i] = b[:, i] + a[:, i] * want[:, i + 1]
+    np.testing.assert_array_equal(r, want)
+    with pytest.raises(RuntimeError, match="same floating dtype"):
+        _dispatch("linrec", "X", [eager.tensor(a), eager.tensor(b.astype(np.float32))],
+                  {"dim": 1, "reverse": False})
+    with pytest.raises(RuntimeError, match="same shape"):
+        _dispatch("linrec", "X", [eager.tensor(a), eager.tensor(b[:1])],
+                  {"dim": 1, "reverse": False})
