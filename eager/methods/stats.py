@@ -171,7 +171,9 @@ class StatsMethods:
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
         gname = "SumBackward0" if dim is None else "SumBackward1"
-        return x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
+        out = x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
         """Mean over ``dim`` (all dims by default); floating point only."""
@@ -271,11 +273,14 @@ class StatsMethods:
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
         if dim is None:
-            return x._op("prod", "ProdBackward0", axis=_axes(None, x.ndim, "prod"), keepdim=False)
-        if not isinstance(dim, (int, np.integer)):
-            raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
-        axes = _axes(int(dim), x.ndim, "prod")
-        return x._op("prod", "ProdBackward1", axis=axes, keepdim=bool(keepdim))
+            out = x._op("prod", "ProdBackward0", axis=_axes(None, x.ndim, "prod"), keepdim=False)
+        else:
+            if not isinstance(dim, (int, np.integer)):
+                raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
+            axes = _axes(int(dim), x.ndim, "prod")
+            out = x._op("prod", "ProdBackward1", axis=axes, keepdim=bool(keepdim))
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def _scan(self, op: str, gname: str, dim, dtype, **attrs):
         if dim is None:
@@ -283,7 +288,9 @@ class StatsMethods:
         x: Any = self if dtype is None else self.to(dtype)  # type: ignore[attr-defined]
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
-        return x._op(op, gname, dim=_axes(int(dim), x.ndim, op)[0], **attrs)
+        out = x._op(op, gname, dim=_axes(int(dim), x.ndim, op)[0], **attrs)
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def cumsum(self, dim=None, *, dtype=None):
         """Running sum along ``dim``; bool/int inputs give int64."""

@@ -1,0 +1,78 @@
+"""Adversarial regression cases for the newer ops: special values, odd dtypes and
+arguments, eager vs compiled (and vs PyTorch when it is importable).  Each case was a
+bug once; the comment says what was wrong."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import eager
+import graphc
+
+try:  # PyTorch is never a dependency: the differential parts run only where it is
+    import torch as _torch
+except ImportError:  # pragma: no cover
+    _torch = None
+
+
+def _same(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+    np.testing.assert_array_equal(got, want)
+    if got.dtype.kind == "f":
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def _all_ways(fn, *arrays, want=None, levels=(0, 3)):
+    """fn eagerly, compiled at ``levels`` and in the interpreter: all equal (and to want)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        e = fn(*[eager.tensor(a.copy()) for a in arrays]).numpy()
+        if want is not None:
+            _same(e, want)
+        for cfg in [{"opt_level": lv} for lv in levels] + [{"backend": "interpreter"}]:
+            _same(graphc.compile(fn, **cfg)(*[a.copy() for a in arrays]), e)
+    return e
+
+
+# --- cumsum of -0.0: the running sum starts at +0 (numpy's cumsum kept -0.0 eagerly, native
+# code and PyTorch give +0.0)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_of_negative_zeros_is_positive_zero(reverse):
+    x = np.array([[-0.0, -0.0, 1.0], [-0.0, 2.0, -0.0]])
+    want = np.array([[0.0, 0.0, 1.0], [0.0, 2.0, 2.0]])
+    if reverse:
+        fn = lambda t: t.flip(1).cumsum(1).flip(1)  # noqa: E731
+        want = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 0.0]])
+    else:
+        fn = lambda t: t.cumsum(-1)  # noqa: E731
+    _all_ways(fn, x, want=want)
+    _all_ways(lambda t: t.t().cumsum(0), x, want=want.T if not reverse else None)
+    r = eager.tensor(x)._op("cumsum", "CumsumBackward0", dim=1, reverse=True).numpy()
+    assert not np.signbit(r[r == 0]).any()
+
+
+# --- an explicit integer dtype= of sum/prod/cumsum/cumprod is the result's dtype (eager
+# widened it to int64)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype", ["int32", "int16", "uint8"])
+def test_integer_dtype_argument_is_the_result_dtype(op, dtype):
+    x = np.array([2**20, 2**20, 3, -7], dtype=np.int64)
+    dt = getattr(eager, dtype)
+    fn = lambda t: getattr(t, op)(0, dtype=dt)  # noqa: E731
+    if dtype == "int32":
+        got = _all_ways(fn, x)
+    else:  # (the native backend refuses int16/uint8 clearly)
+        got = fn(eager.tensor(x)).numpy()
+    assert got.dtype == np.dtype(dtype)
+    ref = getattr(np, op)(x.astype(dtype), dtype=dtype)
+    _same(got, ref)
+    if _torch is not None:
+        t = getattr(_torch.from_numpy(x), op)(0, dtype=getattr(_torch, dtype)).numpy()
+        _same(got, t)
