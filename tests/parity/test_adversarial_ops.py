@@ -76,3 +76,48 @@ def test_integer_dtype_argument_is_the_result_dtype(op, dtype):
     if _torch is not None:
         t = getattr(_torch.from_numpy(x), op)(0, dtype=getattr(_torch, dtype)).numpy()
         _same(got, t)
+
+
+# --- addmm/baddbmm/addmv/addbmm with alpha=0: the product is ignored, as PyTorch's gemm
+# (eager multiplied NaN/inf products by 0 and gave NaN; the BLAS kernel gave beta * input;
+# the no-BLAS loops gave NaN again)
+
+_NAN_MATS = [
+    (np.full((2, 3), np.nan), np.ones((3, 2))),
+    (np.ones((2, 3)), np.full((3, 2), np.inf)),
+    (np.zeros((2, 3)), np.full((3, 2), np.inf)),
+]
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
+@pytest.mark.parametrize("mats", range(len(_NAN_MATS)))
+@pytest.mark.parametrize("blas_on", [True, False])
+def test_alpha_zero_ignores_the_product(beta, mats, blas_on, monkeypatch):
+    from graphc.backend import blas
+
+    if not blas_on:
+        monkeypatch.setattr(blas, "available", lambda: False)
+    m1, m2 = _NAN_MATS[mats]
+    inp = np.array([[1.0, -2.0], [np.inf, 4.0]])
+    want = beta * inp if beta else np.zeros((2, 2))
+    fns = {
+        "addmm": lambda i, a, b: eager.addmm(i, a, b, beta=beta, alpha=0),
+        "baddbmm": lambda i, a, b: eager.baddbmm(i, a[None], b[None], beta=beta, alpha=0)[0],
+        "addbmm": lambda i, a, b: eager.addbmm(i, a[None], b[None], beta=beta, alpha=0),
+        "addmv": lambda i, a, b: eager.addmv(i[0], a, b[:, 0], beta=beta, alpha=0),
+    }
+    for name, fn in fns.items():
+        w = want[0] if name == "addmv" else want
+        _all_ways(fn, inp, m1, m2, want=w, levels=(0, 3) if blas_on else (2,))
+        if _torch is not None and name != "baddbmm":  # (its small-batch path propagates NaN)
+            ts = [_torch.from_numpy(a.copy()) for a in (inp, m1, m2)]
+            _same(_run_torch(name, ts, beta), w)
+
+
+def _run_torch(name, ts, beta):
+    i, a, b = ts
+    if name == "addmm":
+        return _torch.addmm(i, a, b, beta=beta, alpha=0).numpy()
+    if name == "addbmm":
+        return _torch.addbmm(i, a[None], b[None], beta=beta, alpha=0).numpy()
+    return _torch.addmv(i[0], a, b[:, 0], beta=beta, alpha=0).numpy()
