@@ -121,3 +121,48 @@ def _run_torch(name, ts, beta):
     if name == "addbmm":
         return _torch.addbmm(i, a[None], b[None], beta=beta, alpha=0).numpy()
     return _torch.addmv(i[0], a, b[:, 0], beta=beta, alpha=0).numpy()
+
+
+# --- cross_entropy/nll_loss compiled with a target out of [0, C): graphc's IndexError, as
+# eager raises PyTorch's (the traced target could not be checked: the loss silently
+# selected no class and returned a number)
+
+
+@pytest.mark.parametrize("bad", [3, -1, 2**62, -(2**63)])
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_class_target_out_of_range_compiled_raises(bad, loss):
+    fn = getattr(eager.nn.functional, loss)
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    t = np.array([0, bad, 1, 2])
+    with pytest.raises(IndexError, match="out of bounds"):
+        fn(eager.tensor(x), eager.tensor(t))
+    for lv in (0, 3):
+        with pytest.raises(IndexError, match="out of range"):
+            graphc.compile(lambda a, b: fn(a, b), opt_level=lv)(x, t)
+        with pytest.raises(IndexError, match="out of range"):
+            graphc.compile(graphc.grad(lambda a, b: fn(a, b)), opt_level=lv)(x, t)
+
+
+@pytest.mark.parametrize("kw", [{}, {"label_smoothing": 0.2}, {"reduction": "none"},
+                                 {"weight": True, "label_smoothing": 0.1}])
+def test_class_target_in_range_and_ignored_compiled(kw):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 5))
+    t = np.array([[0, 7, 1, 2, 7], [2, 2, 1, 0, 7]])  # 7: ignored, out of range
+    w = np.array([0.5, 1.0, 2.0])
+
+    def f(a, b, ww):
+        extra = {k: v for k, v in kw.items() if k != "weight"}
+        return eager.nn.functional.cross_entropy(
+            a, b, weight=ww if kw.get("weight") else None, **{"ignore_index": 7, **extra})
+
+    e = f(eager.tensor(x), eager.tensor(t), eager.tensor(w)).numpy()
+    for lv in (0, 3):
+        np.testing.assert_allclose(graphc.compile(f, opt_level=lv)(x, t, w), e, rtol=1e-12)
+    if _torch is not None:
+        tw = _torch.from_numpy(w)
+        extra = {k: v for k, v in kw.items() if k != "weight"}
+        ref = _torch.nn.functional.cross_entropy(
+            _torch.from_numpy(x), _torch.from_numpy(t), weight=tw if kw.get("weight") else None,
+            **{"ignore_index": 7, **extra}).numpy()
+        np.testing.assert_allclose(e, ref, rtol=1e-12)
