@@ -166,3 +166,15 @@ def test_class_target_in_range_and_ignored_compiled(kw):
             _torch.from_numpy(x), _torch.from_numpy(t), weight=tw if kw.get("weight") else None,
             **{"ignore_index": 7, **extra}).numpy()
         np.testing.assert_allclose(e, ref, rtol=1e-12)
+
+
+# --- take_along_dim with shapes that do not broadcast: PyTorch's RuntimeError (numpy's
+# ValueError leaked)
+
+
+def test_take_along_dim_shape_mismatch_is_a_runtime_error():
+    x, i = eager.ones(3, 4), eager.zeros(2, 2, dtype=eager.int64)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        eager.take_along_dim(x, i, 1)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        graphc.compile(lambda a, b: eager.take_along_dim(a, b, 1))(x.numpy(), i.numpy())
