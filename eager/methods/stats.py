@@ -85,6 +85,12 @@ def _softmax_input(x, dim, dtype, name: str):
     return x, _axes(int(dim), x.ndim, name)
 
 
+def _all_if_empty(dim):
+    """PyTorch reduces over every dim when ``dim`` is an empty tuple or list (numpy's
+    axis=() reduces over none; eager followed numpy and returned the input unreduced)."""
+    return None if isinstance(dim, (tuple, list)) and len(dim) == 0 else dim
+
+
 def _check_float(x, msg: str) -> None:
     if x._npdtype.kind != "f":
         raise RuntimeError(msg.format(_torch_name(x._npdtype)))
@@ -100,7 +106,7 @@ def _var(x, dim, unbiased, keepdim, correction, name: str):
     c = 1.0 if correction is None and unbiased is None else float(correction or 0)
     if unbiased is not None:
         c = 1.0 if unbiased else 0.0
-    axes = _axes(dim, x.ndim, name)
+    axes = _axes(_all_if_empty(dim), x.ndim, name)
     n = _count(tuple(x.shape), axes)
     mu = x.mean(axes, keepdim=True)
     d = x - mu
@@ -135,7 +141,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if isinstance(ord, str):
         raise RuntimeError(f"linalg.vector_norm: ord must be a number, got '{ord}'")
     p = float(ord)
-    axes = _axes(dim, x.ndim, "linalg.vector_norm")
+    axes = _axes(_all_if_empty(dim), x.ndim, "linalg.vector_norm")
     keepdim = bool(keepdim)
     if p == _INF or p == -_INF:
         if x.numel() == 0 and _count(tuple(x.shape), axes) == 0:
@@ -165,7 +171,7 @@ class StatsMethods:
     # --- reductions with PyTorch's numpy-style aliases (moved from eager/surface.py) -----
     def sum(self, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
         """Sum over ``dim`` (all dims by default); bool/int inputs sum in int64."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind in "biu":
@@ -177,7 +183,7 @@ class StatsMethods:
 
     def mean(self, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
         """Mean over ``dim`` (all dims by default); floating point only."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind != "f":
@@ -190,7 +196,7 @@ class StatsMethods:
 
     def amax(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         """Largest value over ``dim``; ties share the gradient evenly."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         return self._op(
             "max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"), keepdim=bool(keepdim)
@@ -198,7 +204,7 @@ class StatsMethods:
 
     def amin(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         """Smallest value over ``dim``; ties share the gradient evenly."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         return self._op(
             "min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"), keepdim=bool(keepdim)

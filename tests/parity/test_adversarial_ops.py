@@ -25,15 +25,20 @@ def _same(got, want):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
-def _all_ways(fn, *arrays, want=None, levels=(0, 3)):
-    """fn eagerly, compiled at ``levels`` and in the interpreter: all equal (and to want)."""
+def _all_ways(fn, *arrays, want=None, levels=(0, 3), rtol=0.0):
+    """fn eagerly, compiled at ``levels`` and in the interpreter: all equal (and to want;
+    within ``rtol`` when it is not 0)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         e = fn(*[eager.tensor(a.copy()) for a in arrays]).numpy()
         if want is not None:
             _same(e, want)
         for cfg in [{"opt_level": lv} for lv in levels] + [{"backend": "interpreter"}]:
-            _same(graphc.compile(fn, **cfg)(*[a.copy() for a in arrays]), e)
+            got = graphc.compile(fn, **cfg)(*[a.copy() for a in arrays])
+            if rtol:
+                np.testing.assert_allclose(got, e, rtol=rtol)
+            else:
+                _same(got, e)
     return e
 
 
@@ -178,3 +183,34 @@ def test_take_along_dim_shape_mismatch_is_a_runtime_error():
         eager.take_along_dim(x, i, 1)
     with pytest.raises(RuntimeError, match="must match the size of tensor b"):
         graphc.compile(lambda a, b: eager.take_along_dim(a, b, 1))(x.numpy(), i.numpy())
+
+
+# --- an empty dim tuple/list reduces over every dim, as PyTorch (eager followed numpy's
+# axis=() and returned the input unreduced: a silently wrong number)
+
+_EMPTY_DIM = {
+    "sum": lambda t, d: t.sum(d),
+    "sum_kd": lambda t, d: t.sum(d, keepdim=True),
+    "mean": lambda t, d: t.mean(d),
+    "amax": lambda t, d: t.amax(d),
+    "amin": lambda t, d: t.amin(d, keepdim=True),
+    "var": lambda t, d: t.var(d),
+    "std": lambda t, d: t.std(d, correction=0),
+    "count_nonzero": lambda t, d: t.count_nonzero(d),
+    "norm": lambda t, d: t.norm(2, d),
+    "norm_inf": lambda t, d: t.norm(float("inf"), d),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EMPTY_DIM))
+@pytest.mark.parametrize("empty", [(), []])
+def test_empty_dim_reduces_every_dim(name, empty):
+    x = np.arange(-3.0, 9.0).reshape(3, 4) / 3
+    fn = _EMPTY_DIM[name]
+    full = fn(eager.tensor(x), None).numpy()
+    got = _all_ways(lambda t: fn(t, empty), x, rtol=1e-12)
+    if name == "sum_kd" or name == "amin":
+        full = full.reshape(1, 1)
+    np.testing.assert_allclose(got, full, rtol=1e-12)
+    if _torch is not None:
+        np.testing.assert_allclose(got, fn(_torch.from_numpy(x), empty).numpy(), rtol=1e-12)
