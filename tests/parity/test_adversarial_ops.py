@@ -214,3 +214,26 @@ def test_empty_dim_reduces_every_dim(name, empty):
     np.testing.assert_allclose(got, full, rtol=1e-12)
     if _torch is not None:
         np.testing.assert_allclose(got, fn(_torch.from_numpy(x), empty).numpy(), rtol=1e-12)
+
+
+# --- tensor_split at indices that decrease or count from the end: each piece is
+# self[idx[i-1]:idx[i]] with the raw indices, as PyTorch (eager clamped each start to the
+# largest index so far: [3, 1] gave a last piece of 1 column instead of 3)
+
+
+@pytest.mark.parametrize("idx", [[3, 1], [1, 5, -1], [2, -1, 3], [-5, 2], [4, 0, 2], [-1, -3]])
+@pytest.mark.parametrize("dim", [1, -1, 0])
+def test_tensor_split_with_unordered_indices(idx, dim):
+    x = np.arange(12.0).reshape(3, 4)
+    n = x.shape[dim]
+    bounds = [0] + idx + [None]
+    want = [np.take(x, range(n)[slice(a, b)], axis=dim) for a, b in zip(bounds, bounds[1:])]
+    got = eager.tensor(x).tensor_split(idx, dim)
+    comp = graphc.compile(lambda t: t.tensor_split(idx, dim))(x)
+    assert len(got) == len(comp) == len(want)
+    for g, c, w in zip(got, comp, want):
+        _same(g.numpy(), w)
+        _same(np.asarray(c), w)
+    if _torch is not None:
+        for g, t in zip(got, _torch.from_numpy(x).tensor_split(idx, dim)):
+            _same(g.numpy(), t.numpy())
