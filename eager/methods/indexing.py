@@ -227,7 +227,7 @@ class IndexingMethods:
                 )
             v = value.to(self._npdtype)
         else:
-            v = self._wrap_const(np.asarray(value).astype(self._npdtype))
+            v = self._wrap_const(D.checked_fill(value, self._npdtype))
         return _dispatch("where", "MaskedFillBackward0", (mask, v, self), {})
 
     def masked_select(self, mask):

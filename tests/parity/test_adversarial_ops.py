@@ -237,3 +237,31 @@ def test_tensor_split_with_unordered_indices(idx, dim):
     if _torch is not None:
         for g, t in zip(got, _torch.from_numpy(x).tensor_split(idx, dim)):
             _same(g.numpy(), t.numpy())
+
+
+# --- NaN, inf or an out-of-range number written into an integer tensor: PyTorch's
+# RuntimeError (numpy's cast silently gave INT_MIN or a wrapped value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 2**63, 1e30])
+def test_unrepresentable_fill_value_for_int64_is_an_error(value):
+    x = eager.tensor([1, 2])
+    msg = "value cannot be converted to type int64_t without overflow"
+    with pytest.raises(RuntimeError, match=msg):
+        x.masked_fill(x > 1, value)
+    with pytest.raises(RuntimeError, match=msg):
+        graphc.compile(lambda t: t.masked_fill(t > 1, value))(x.numpy())
+    with pytest.raises(RuntimeError, match=msg):
+        eager.full((2,), value, dtype=eager.int64)
+
+
+def test_representable_fill_values_keep_working():
+    x = eager.tensor([1, 2])
+    _same(x.masked_fill(x > 1, 2.7).numpy(), np.array([1, 2]))  # truncated, as PyTorch
+    _same(x.int().masked_fill(x > 1, 2**31 - 1).numpy(), np.array([1, 2**31 - 1], np.int32))
+    with pytest.raises(RuntimeError, match="type int without overflow"):
+        x.int().masked_fill(x > 1, 2**31)
+    _same(eager.full((2,), -1, dtype=eager.uint8).numpy(), np.array([255, 255], np.uint8))
+    _same(eager.full((1,), -(2**63)).numpy(), np.array([-(2**63)]))
+    _same(eager.full((2,), True).numpy(), np.array([True, True]))
+    _same((x > 1).masked_fill(x > 1, 5).numpy(), np.array([False, True]))
