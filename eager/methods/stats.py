@@ -143,6 +143,18 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     p = float(ord)
     axes = _axes(_all_if_empty(dim), x.ndim, "linalg.vector_norm")
     keepdim = bool(keepdim)
+    if p < 0 and p != -_INF and x.ndim and _count(tuple(x.shape), axes) == 0:
+        # |x|^p summed over nothing is 0 and 0 ** (1/p) is inf: PyTorch refuses it
+        if _all_if_empty(dim) is None:
+            raise RuntimeError(
+                f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because "
+                "the operation does not have an identity"
+            )
+        d = next(a for a in axes if x.shape[a] == 0)
+        raise RuntimeError(
+            f"linalg.vector_norm cannot compute the {ord} norm on the dimension {d}because this "
+            "dimension is empty and the operation does not have an identity"
+        )
     if p == _INF or p == -_INF:
         if x.numel() == 0 and _count(tuple(x.shape), axes) == 0:
             raise RuntimeError(

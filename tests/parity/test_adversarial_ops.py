@@ -265,3 +265,19 @@ def test_representable_fill_values_keep_working():
     _same(eager.full((1,), -(2**63)).numpy(), np.array([-(2**63)]))
     _same(eager.full((2,), True).numpy(), np.array([True, True]))
     _same((x > 1).masked_fill(x > 1, 5).numpy(), np.array([False, True]))
+
+
+# --- a negative-p norm over an empty dim: PyTorch refuses it (no identity); eager gave inf
+
+
+@pytest.mark.parametrize("p", [-1, -2, -0.5])
+def test_negative_p_norm_over_an_empty_dim_is_an_error(p):
+    x = eager.zeros(2, 0)
+    with pytest.raises(RuntimeError, match="on the dimension 1because this dimension is empty"):
+        x.norm(p, 1)
+    with pytest.raises(RuntimeError, match="on an empty tensor because"):
+        x.norm(p)
+    with pytest.raises(RuntimeError, match="does not have an identity"):
+        graphc.compile(lambda t: t.norm(p, 1))(x.numpy())
+    assert x.norm(p, 0).shape == (0,)  # nothing reduced over an empty dim: fine
+    _all_ways(lambda t: t.norm(p, 1), np.ones((2, 3)), rtol=1e-12)
