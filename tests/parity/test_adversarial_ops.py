@@ -281,3 +281,18 @@ def test_negative_p_norm_over_an_empty_dim_is_an_error(p):
         graphc.compile(lambda t: t.norm(p, 1))(x.numpy())
     assert x.norm(p, 0).shape == (0,)  # nothing reduced over an empty dim: fine
     _all_ways(lambda t: t.norm(p, 1), np.ones((2, 3)), rtol=1e-12)
+
+
+# --- conv2d/max_pool2d with a stride larger than the input (one output per dim): eager's
+# im2col view multiplied the huge stride into a byte stride (OverflowError) while the
+# native kernel gave PyTorch's value
+
+
+@pytest.mark.parametrize("s", [2**31, 2**62, 2**63 - 1])
+def test_huge_stride_with_one_output(s):
+    x, w = np.arange(9.0).reshape(1, 1, 3, 3), np.ones((1, 1, 2, 2))
+    F = eager.nn.functional
+    _all_ways(lambda a, b: F.conv2d(a, b, stride=s), x, w, want=np.array([[[[8.0]]]]))
+    _all_ways(lambda a, b: F.conv2d(a, b, stride=(1, s)), x, w,
+              want=np.array([[[[8.0], [20.0]]]]))  # fmt: skip
+    _all_ways(lambda a: F.max_pool2d(a, 2, stride=s), x, want=np.array([[[[4.0]]]]))
