@@ -175,8 +175,10 @@ def checked_fill(value, npd: np.dtype) -> np.ndarray:
     import builtins as B  # (this module's int/float/bool are dtypes)
 
     npd = np.dtype(npd)
-    if npd.kind in "iu" and isinstance(value, (B.int, B.float, np.integer, np.floating)) and not (
-        isinstance(value, (B.bool, np.bool_))
+    if (
+        npd.kind in "iu"
+        and isinstance(value, (B.int, B.float, np.integer, np.floating))
+        and not (isinstance(value, (B.bool, np.bool_)))
     ):
         info = np.iinfo(npd)
         lo = info.min if npd.kind == "i" else -((info.max + 1) // 2)

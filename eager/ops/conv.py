@@ -214,8 +214,14 @@ def _windows(xp: np.ndarray, kh, kw, Ho, Wo, stride, dilation) -> np.ndarray:
     return as_strided(
         xp,
         (N, C, Ho, Wo, kh, kw),
-        (sN, sC, step(sH, stride[0], Ho), step(sW, stride[1], Wo), step(sH, dilation[0], kh),
-         step(sW, dilation[1], kw)),  # fmt: skip
+        (
+            sN,
+            sC,
+            step(sH, stride[0], Ho),
+            step(sW, stride[1], Wo),
+            step(sH, dilation[0], kh),
+            step(sW, dilation[1], kw),
+        ),
         writeable=False,
     )
 
