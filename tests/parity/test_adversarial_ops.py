@@ -296,3 +296,21 @@ def test_huge_stride_with_one_output(s):
     _all_ways(lambda a, b: F.conv2d(a, b, stride=(1, s)), x, w,
               want=np.array([[[[8.0], [20.0]]]]))  # fmt: skip
     _all_ways(lambda a: F.max_pool2d(a, 2, stride=s), x, want=np.array([[[[4.0]]]]))
+
+
+# --- reflect/replicate padding that crops everything: PyTorch's "too small" error (eager
+# returned an empty tensor)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("pad", [(-2, -2), (-4, 0), (-4, 0, 0, -3)])
+def test_reflect_replicate_pad_to_nothing_is_an_error(mode, pad):
+    x = np.arange(24.0).reshape(2, 3, 4)
+    F = eager.nn.functional
+    with pytest.raises(RuntimeError, match=r"is too small. Calculated output"):
+        F.pad(eager.tensor(x), pad, mode=mode)
+    with pytest.raises(RuntimeError, match=r"is too small. Calculated output"):
+        graphc.compile(lambda t: F.pad(t, pad, mode=mode))(x)
+    # one padded dim still non-empty: PyTorch returns the (empty) result, and so does eager
+    assert F.pad(eager.tensor(x), (0, 0, -3, 0), mode=mode).shape == (2, 0, 4)
+    _all_ways(lambda t: F.pad(t, (-2, -1), mode=mode), x)
