@@ -242,6 +242,9 @@ class StatsMethods:
         x = self if self._npdtype.kind == "f" else self.to(D.float32)
         if dim is None:
             dim = tuple(range(x.ndim))
+        elif isinstance(dim, (tuple, list)) and not dim and x.ndim:
+            # PyTorch raises (a shape error) rather than reduce over nothing or everything
+            raise RuntimeError("logsumexp(): dim must name at least one dimension, got ()")
         axes = _axes(dim, x.ndim, "logsumexp")
         m = _safe_max(x, axes)
         if m is None:

@@ -31,7 +31,8 @@ def _prod_vjp(g, out, x, axis, keepdim):
     keep = _keep_shape(x.shape, axis)
     o, gk = out.reshape(keep), g.reshape(keep)
     z = x == 0
-    nz = z.sum(axis, keepdim=True)
+    # (the primitive, not .sum(): a public dim=() means every dim, as PyTorch's)
+    nz = z.long()._op("sum", "SumBackward1", axis=axis, keepdim=True)
     safe = S.where(z, 1, x)
     others = safe._op("prod", "ProdBackward1", axis=axis, keepdim=True)
     one_zero = S.where(z & (nz == 1), gk * others, 0)

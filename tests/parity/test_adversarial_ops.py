@@ -314,3 +314,22 @@ def test_reflect_replicate_pad_to_nothing_is_an_error(mode, pad):
     # one padded dim still non-empty: PyTorch returns the (empty) result, and so does eager
     assert F.pad(eager.tensor(x), (0, 0, -3, 0), mode=mode).shape == (2, 0, 4)
     _all_ways(lambda t: F.pad(t, (-2, -1), mode=mode), x)
+
+
+def test_logsumexp_of_an_empty_dim_is_an_error():
+    # (after the empty-dim fix it reduced everything but kept a (1, 1) shape)
+    x = eager.tensor(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(RuntimeError, match="logsumexp"):
+        x.logsumexp(())
+    np.testing.assert_allclose(x.logsumexp((0, 1)).numpy(), np.log(np.exp(np.arange(6.0)).sum()))
+
+
+@pytest.mark.parametrize("op", ["max", "min", "prod"])
+def test_reduction_vjps_over_no_axes_are_the_identity(op):
+    # a record with axis=() (a graph file, or a 0-d tensor) reduces over nothing: its VJP
+    # must not follow the public methods' "empty dim = every dim" rule
+    x = eager.tensor(np.array([[1.0, 0.0, 2.0], [3.0, 4.0, -1.0]]), requires_grad=True)
+    y = x._op(op, "Backward0", axis=(), keepdim=False)
+    (y * eager.tensor(np.arange(6.0).reshape(2, 3))).sum().backward()
+    np.testing.assert_array_equal(y.detach().numpy(), x.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), np.arange(6.0).reshape(2, 3))
