@@ -333,3 +333,27 @@ def test_reduction_vjps_over_no_axes_are_the_identity(op):
     (y * eager.tensor(np.arange(6.0).reshape(2, 3))).sum().backward()
     np.testing.assert_array_equal(y.detach().numpy(), x.detach().numpy())
     np.testing.assert_array_equal(x.grad.numpy(), np.arange(6.0).reshape(2, 3))
+
+
+# --- the src gradient of scatter/scatter_add with an empty index larger than src in another
+# dim (PyTorch skips the size check for an empty index): eager's backward crashed placing
+# the (empty) index-shaped gradient into src's shape (fuzz seed 1300156)
+
+
+@pytest.mark.parametrize("op", ["scatter", "scatter_add"])
+def test_scatter_src_gradient_with_an_empty_index(op):
+    x, src = np.ones((4, 0, 2)), np.ones((4, 0, 1))
+    index = np.zeros((4, 0, 2), dtype=np.int64)
+
+    def f(a, s):
+        return (getattr(a, op)(-3, eager.tensor(index), s) * 2.0).sum()
+
+    ts = [eager.tensor(a, requires_grad=True) for a in (x, src)]
+    gx, gs = eager.autograd.grad(f(*ts), ts)
+    assert gx.shape == (4, 0, 2) and gs.shape == (4, 0, 1)
+    cx, cs = graphc.compile(graphc.grad(f, argnums=(0, 1)))(x, src)
+    assert np.asarray(cx).shape == (4, 0, 2) and np.asarray(cs).shape == (4, 0, 1)
+    if _torch is not None:
+        tx, ts_ = (_torch.tensor(a, requires_grad=True) for a in (x, src))
+        (getattr(tx, op)(-3, _torch.from_numpy(index), ts_) * 2.0).sum().backward()
+        assert tuple(ts_.grad.shape) == (4, 0, 1)
