@@ -161,3 +161,31 @@ def infer_np_dtype(data) -> np.dtype:
     if arr.dtype.kind == "b":
         return np.dtype(np.bool_)
     raise TypeError(f"cannot build a tensor from data of numpy dtype {arr.dtype}")
+
+
+_C_INT_NAMES = {"int64": "int64_t", "int32": "int", "int16": "short", "int8": "int8_t",
+                "uint8": "uint8_t"}  # fmt: skip
+
+
+def checked_fill(value, npd: np.dtype) -> np.ndarray:
+    """A Python number as a 0-d array of dtype ``npd``; for an integer dtype, PyTorch's
+    RuntimeError when it does not fit (NaN, inf, out of range) instead of numpy's
+    wrapped or INT_MIN value (an unsigned type takes negatives down to -2**(bits-1), which
+    wrap, as PyTorch's)."""
+    import builtins as B  # (this module's int/float/bool are dtypes)
+
+    npd = np.dtype(npd)
+    if (
+        npd.kind in "iu"
+        and isinstance(value, (B.int, B.float, np.integer, np.floating))
+        and not (isinstance(value, (B.bool, np.bool_)))
+    ):
+        info = np.iinfo(npd)
+        lo = info.min if npd.kind == "i" else -((info.max + 1) // 2)
+        v = B.float(value) if isinstance(value, (B.float, np.floating)) else B.int(value)
+        if v != v or v in (B.float("inf"), B.float("-inf")) or not lo <= B.int(v) <= info.max:
+            name = _C_INT_NAMES.get(npd.name, npd.name)
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        if npd.kind == "u" and B.int(v) < 0:
+            return np.asarray(B.int(v) % (info.max + 1)).astype(npd)
+    return np.asarray(value).astype(npd)

@@ -361,7 +361,10 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
             if not isinstance(fill_value, builtins.float)
             else D.DEFAULT_FLOAT
         )
-    return _factory(np.full(_shape((size,)), fill_value, dtype=_dt(dtype)), requires_grad, device)
+    v = fill_value
+    if isinstance(v, (builtins.int, builtins.float, np.number)):  # NaN/inf/too big for an int
+        v = D.checked_fill(v, _dt(dtype))
+    return _factory(np.full(_shape((size,)), v, dtype=_dt(dtype)), requires_grad, device)
 
 
 def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

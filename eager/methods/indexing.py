@@ -20,7 +20,7 @@ import numpy as np
 import eager._dtype as D
 import eager._operands as O
 from eager._operands import _dispatch
-from eager.ops.registry import norm_axes
+from eager.ops.registry import broadcast_shapes, norm_axes
 
 
 def _repr(self) -> str:
@@ -104,7 +104,7 @@ class IndexingMethods:
             return self.gather(0, indices)
         xs, ixs = list(self.shape), list(indices.shape)
         xs[d] = ixs[d] = 1
-        b = list(np.broadcast_shapes(tuple(xs), tuple(ixs)))
+        b = list(broadcast_shapes(tuple(xs), tuple(ixs), op="take_along_dim"))
         bx, bi = list(b), list(b)
         bx[d], bi[d] = self.shape[d], indices.shape[d]
         return self.expand(*bx).gather(d, indices.expand(*bi))
@@ -227,7 +227,7 @@ class IndexingMethods:
                 )
             v = value.to(self._npdtype)
         else:
-            v = self._wrap_const(np.asarray(value).astype(self._npdtype))
+            v = self._wrap_const(D.checked_fill(value, self._npdtype))
         return _dispatch("where", "MaskedFillBackward0", (mask, v, self), {})
 
     def masked_select(self, mask):

@@ -303,11 +303,13 @@ class ShapeMethods:
             q, r = divmod(n, k)
             return self._pieces(d, [q + 1] * r + [q] * (k - r))
         idx = _ints((spec,), "tensor_split")
+        # PyTorch: piece i is self[idx[i-1]:idx[i]] along d with the raw indices (a negative
+        # one counts from the end, as a slice's), so a decreasing index gives an empty piece
+        # and the next one starts from that index again, not from the largest so far
         out, prev = [], 0
-        for i in list(idx) + [n]:
-            i = builtins.min(builtins.max(i + n if i < 0 else i, 0), n) if i != n else n
-            out.append(self[_slice_at(d, slice(prev, builtins.max(i, prev)))])
-            prev = builtins.max(i, prev)
+        for i in list(idx) + [None]:
+            out.append(self[_slice_at(d, slice(prev, i))])
+            prev = i
         return tuple(out)
 
     def narrow(self, dim, start, length):

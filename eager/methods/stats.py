@@ -85,6 +85,12 @@ def _softmax_input(x, dim, dtype, name: str):
     return x, _axes(int(dim), x.ndim, name)
 
 
+def _all_if_empty(dim):
+    """PyTorch reduces over every dim when ``dim`` is an empty tuple or list (numpy's
+    axis=() reduces over none; eager followed numpy and returned the input unreduced)."""
+    return None if isinstance(dim, (tuple, list)) and len(dim) == 0 else dim
+
+
 def _check_float(x, msg: str) -> None:
     if x._npdtype.kind != "f":
         raise RuntimeError(msg.format(_torch_name(x._npdtype)))
@@ -100,7 +106,7 @@ def _var(x, dim, unbiased, keepdim, correction, name: str):
     c = 1.0 if correction is None and unbiased is None else float(correction or 0)
     if unbiased is not None:
         c = 1.0 if unbiased else 0.0
-    axes = _axes(dim, x.ndim, name)
+    axes = _axes(_all_if_empty(dim), x.ndim, name)
     n = _count(tuple(x.shape), axes)
     mu = x.mean(axes, keepdim=True)
     d = x - mu
@@ -135,8 +141,20 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if isinstance(ord, str):
         raise RuntimeError(f"linalg.vector_norm: ord must be a number, got '{ord}'")
     p = float(ord)
-    axes = _axes(dim, x.ndim, "linalg.vector_norm")
+    axes = _axes(_all_if_empty(dim), x.ndim, "linalg.vector_norm")
     keepdim = bool(keepdim)
+    if p < 0 and p != -_INF and x.ndim and _count(tuple(x.shape), axes) == 0:
+        # |x|^p summed over nothing is 0 and 0 ** (1/p) is inf: PyTorch refuses it
+        if _all_if_empty(dim) is None:
+            raise RuntimeError(
+                f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because "
+                "the operation does not have an identity"
+            )
+        d = next(a for a in axes if x.shape[a] == 0)
+        raise RuntimeError(
+            f"linalg.vector_norm cannot compute the {ord} norm on the dimension {d}because this "
+            "dimension is empty and the operation does not have an identity"
+        )
     if p == _INF or p == -_INF:
         if x.numel() == 0 and _count(tuple(x.shape), axes) == 0:
             raise RuntimeError(
@@ -165,17 +183,19 @@ class StatsMethods:
     # --- reductions with PyTorch's numpy-style aliases (moved from eager/surface.py) -----
     def sum(self, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
         """Sum over ``dim`` (all dims by default); bool/int inputs sum in int64."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
         gname = "SumBackward0" if dim is None else "SumBackward1"
-        return x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
+        out = x._op("sum", gname, axis=_axes(dim, self.ndim, "sum"), keepdim=bool(keepdim))
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def mean(self, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
         """Mean over ``dim`` (all dims by default); floating point only."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         x = self if dtype is None else self.to(dtype)
         if x._npdtype.kind != "f":
@@ -188,7 +208,7 @@ class StatsMethods:
 
     def amax(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         """Largest value over ``dim``; ties share the gradient evenly."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         return self._op(
             "max", "AmaxBackward0", axis=_axes(dim, self.ndim, "amax"), keepdim=bool(keepdim)
@@ -196,7 +216,7 @@ class StatsMethods:
 
     def amin(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
         """Smallest value over ``dim``; ties share the gradient evenly."""
-        dim = _alias("dim", dim, "axis", axis, None)
+        dim = _all_if_empty(_alias("dim", dim, "axis", axis, None))
         keepdim = _alias("keepdim", keepdim, "keepdims", keepdims, False)
         return self._op(
             "min", "AminBackward0", axis=_axes(dim, self.ndim, "amin"), keepdim=bool(keepdim)
@@ -222,6 +242,9 @@ class StatsMethods:
         x = self if self._npdtype.kind == "f" else self.to(D.float32)
         if dim is None:
             dim = tuple(range(x.ndim))
+        elif isinstance(dim, (tuple, list)) and not dim and x.ndim:
+            # PyTorch raises (a shape error) rather than reduce over nothing or everything
+            raise RuntimeError("logsumexp(): dim must name at least one dimension, got ()")
         axes = _axes(dim, x.ndim, "logsumexp")
         m = _safe_max(x, axes)
         if m is None:
@@ -271,11 +294,14 @@ class StatsMethods:
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
         if dim is None:
-            return x._op("prod", "ProdBackward0", axis=_axes(None, x.ndim, "prod"), keepdim=False)
-        if not isinstance(dim, (int, np.integer)):
-            raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
-        axes = _axes(int(dim), x.ndim, "prod")
-        return x._op("prod", "ProdBackward1", axis=axes, keepdim=bool(keepdim))
+            out = x._op("prod", "ProdBackward0", axis=_axes(None, x.ndim, "prod"), keepdim=False)
+        else:
+            if not isinstance(dim, (int, np.integer)):
+                raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
+            axes = _axes(int(dim), x.ndim, "prod")
+            out = x._op("prod", "ProdBackward1", axis=axes, keepdim=bool(keepdim))
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def _scan(self, op: str, gname: str, dim, dtype, **attrs):
         if dim is None:
@@ -283,7 +309,9 @@ class StatsMethods:
         x: Any = self if dtype is None else self.to(dtype)  # type: ignore[attr-defined]
         if x._npdtype.kind in "biu":
             x = x.to(D.int64)
-        return x._op(op, gname, dim=_axes(int(dim), x.ndim, op)[0], **attrs)
+        out = x._op(op, gname, dim=_axes(int(dim), x.ndim, op)[0], **attrs)
+        # an explicit integer dtype is the result's (int64 arithmetic wraps to the same value)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
     def cumsum(self, dim=None, *, dtype=None):
         """Running sum along ``dim``; bool/int inputs give int64."""

@@ -59,6 +59,12 @@ def pad(input, pad, mode: str = "constant", value=None):
     _check_non_constant(x, n)
     if mode != "circular":
         _check_sizes(x, n)
+    outs = [x.shape[d] + lo + hi for d, lo, hi in pairs]
+    if mode != "circular" and max(outs) < 1:  # PyTorch: an empty result is an error here
+        names = "WHD"[: len(pairs)][::-1]
+        sizes = ", ".join(f"{c}: {x.shape[d]}" for c, (d, _, _) in zip(names, pairs[::-1]))
+        got = " ".join(f"{c}: {o}" for c, o in zip(names, outs[::-1]))
+        raise RuntimeError(f"input ({sizes}) is too small. Calculated output {got}")
     for d, lo, hi in pairs:
         size = x.shape[d]
         if mode == "reflect" and (lo >= size or hi >= size):

@@ -159,6 +159,13 @@ def _class_terms(logp: Any, target: TensorOps, weight, ignore_index: int, cdim: 
         wt = where(valid, where(hit, wb, 0.0).sum(cdim), 0.0)
     else:
         wt = valid.to(logp._npdtype)
+    if not isinstance(target, Tensor):
+        # traced (no data to check now): a gather of ones at the non-ignored targets raises
+        # graphc's IndexError at run time for a target out of [0, c), as eager raises
+        # PyTorch's; without it an out-of-range target silently selected no class
+        ones = logp._wrap_const(np.ones(c, dtype=logp._npdtype))
+        safe = where(valid, target, 0).reshape(-1)
+        wt = wt * ones.gather(0, safe).reshape(tuple(wt.shape))
     return hit, wt, valid
 
 

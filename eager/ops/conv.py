@@ -207,10 +207,21 @@ def _windows(xp: np.ndarray, kh, kw, Ho, Wo, stride, dilation) -> np.ndarray:
     """Read-only view (N, C, Ho, Wo, kh, kw) of the windows of a padded input."""
     sN, sC, sH, sW = xp.strides
     N, C = xp.shape[:2]
+
+    def step(byte_stride, n, size):  # a step along a dim of size <= 1 is never taken: 0
+        return byte_stride * n if size > 1 else 0  # (a huge stride would overflow C long)
+
     return as_strided(
         xp,
         (N, C, Ho, Wo, kh, kw),
-        (sN, sC, sH * stride[0], sW * stride[1], sH * dilation[0], sW * dilation[1]),
+        (
+            sN,
+            sC,
+            step(sH, stride[0], Ho),
+            step(sW, stride[1], Wo),
+            step(sH, dilation[0], kh),
+            step(sW, dilation[1], kw),
+        ),
         writeable=False,
     )
 

@@ -181,6 +181,8 @@ def _src_grad(gs, src):
     shape = tuple(src.shape)
     if tuple(gs.shape) == shape:
         return gs
+    if 0 in tuple(gs.shape):  # an empty index (its other sizes unchecked, as PyTorch's)
+        return _zeros(gs, shape)
     corner = tuple(("s", 0, n, None) for n in (gs.shape if shape else ()))
     z = _zeros(gs, shape)
     return z._op("setitem", "CopySlices", gs, index=corner)

@@ -176,8 +176,13 @@ def _baddbmm_shape(inp: Meta, b1: Meta, b2: Meta, beta=1.0, alpha=1.0) -> Meta:
 
 def _addmm_forward(inp, m1, m2, beta=1.0, alpha=1.0):
     dt = m1.dtype
-    prod = np.matmul(m1, m2)
-    if alpha != 1:
+    if alpha == 0:  # PyTorch's gemm (and graphc's) then ignores the product: NaN/inf in the
+        # matrices do not propagate (PyTorch's small-batch baddbmm path is the exception)
+        batch = np.broadcast_shapes(m1.shape[:-2], m2.shape[:-2])
+        prod = np.zeros(batch + (m1.shape[-2], m2.shape[-1]), dt)
+    else:
+        prod = np.matmul(m1, m2)
+    if alpha not in (0, 1):
         prod = prod * dt.type(alpha)
     if beta == 0:  # PyTorch ignores input then (NaN and inf in it do not propagate)
         return np.ascontiguousarray(prod, dtype=dt)

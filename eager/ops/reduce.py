@@ -162,7 +162,8 @@ def _minmax_vjp(g, out, x, axis, keepdim):
     # differently; eager.surface builds them from this op (see TensorOps._minmax).
     keep = _keep_shape(x.shape, axis)
     mask = x == out.reshape(keep)
-    count = mask.to(g._npdtype).sum(axis, keepdim=True)
+    # (the primitive, not .sum(): a public dim=() means every dim, as PyTorch's)
+    count = mask.to(g._npdtype)._op("sum", "SumBackward1", axis=axis, keepdim=True)
     return (g.reshape(keep) / count).expand(x.shape) * mask
 
 

@@ -133,8 +133,12 @@ def _cumsum(x, dim, reverse):
     if x.ndim == 0:
         return x.copy()
     if reverse:
-        return np.flip(np.cumsum(np.flip(x, dim), axis=dim, dtype=x.dtype), dim).copy()
-    return np.cumsum(x, axis=dim, dtype=x.dtype)
+        out = np.flip(np.cumsum(np.flip(x, dim), axis=dim, dtype=x.dtype), dim).copy()
+    else:
+        out = np.cumsum(x, axis=dim, dtype=x.dtype)
+    if out.dtype.kind == "f":
+        out += 0.0  # the running sum starts at +0 (PyTorch, native): -0.0 + 0.0 is +0.0
+    return out
 
 
 def _cumprod(x, dim):

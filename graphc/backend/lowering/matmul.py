@@ -263,7 +263,9 @@ def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt, vin=None, beta=0.
         if alpha != 1.0 or vin is not None:
             fl = acc_t.kind == "f"
             mul = b.fmul if fl else b.mul
-            if alpha != 1.0:
+            if alpha == 0.0:  # the product is ignored (as BLAS and PyTorch): no NaN from it
+                r = const(acc_t, 0)
+            elif alpha != 1.0:
                 r = mul(r, const(acc_t, alpha if fl else int(alpha)))
             if vin is not None:
                 x = kb.load(vin.buf, dt, kb.offset(vin.offset, vin.strides, idx))
