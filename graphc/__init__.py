@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
+from .loops import fori_loop, scan, while_loop
 from .transforms import grad, value_and_grad, vjp
 from .errors import (
     ConcretizationTypeError,
@@ -46,6 +47,9 @@ __all__ = [
     "verify",
     "where",
     "cond",
+    "scan",
+    "fori_loop",
+    "while_loop",
     "Tracer",
     "GraphcError",
     "TracerError",

@@ -34,6 +34,8 @@ from eager.interop import OPS
 
 from .pytree import flatten, leaf_paths, unflatten
 from .tracer import TraceContext, Tracer, _check_live, arg_names
+from .tracer.body import trace_body
+from .ir.loops import LOOP_OPS, STRUCT_OPS, operand_groups
 from .errors import GraphcError, TracerError
 from .ir import Graph, verify
 
@@ -49,16 +51,26 @@ def backprop(
     """Gradients of ``out`` (times ``cotangent``) w.r.t. each tracer in ``wrt``.
 
     Returns a list with a Tracer, or None where ``out`` does not depend on it.
-    Node ids of a traced graph increase along every edge, so descending ids is a
-    reverse topological order; the walk is iterative.
     """
-    g = ctx.graph.nx
     if cotangent is None:
         cotangent = out._wrap_const(np.ones(out._meta_shape, dtype=out._meta_dtype))
+    return backprop_many(ctx, [(out, cotangent)], wrt)
+
+
+def backprop_many(ctx: TraceContext, seeds: Sequence[tuple], wrt: Sequence[Tracer]) -> list:
+    """The vector-Jacobian product of several outputs at once: ``seeds`` pairs each output
+    tracer with its cotangent; returns d(sum of <output, cotangent>)/d each of ``wrt``
+    (None where nothing depends on it).
+
+    Node ids of a traced graph increase along every edge, so descending ids is a
+    reverse topological order; the walk is iterative.  A loop's results reach it through
+    its ``loop_out`` nodes; its own rule (``_loop_vjp``) then emits a loop of its own.
+    """
+    g = ctx.graph.nx
     wrt_nodes = {w.node for w in wrt}
-    # nodes between the wrt set and the output: ancestors of out that descend from wrt
-    anc = {out.node}
-    stack = [out.node]
+    # nodes between the wrt set and the outputs: ancestors of an output that descend from wrt
+    anc = {o.node for o, _ in seeds}
+    stack = list(anc)
     while stack:
         n = stack.pop()
         for p in g.predecessors(n):
@@ -76,8 +88,10 @@ def backprop(
                 stack.append(s)
     ct: dict = {}
     results: dict = {}
-    if out.node in relevant:
-        ct[out.node] = cotangent
+    for o, c in seeds:
+        if o.node in relevant:
+            ct[o.node] = c if o.node not in ct else ct[o.node] + c
+    loop_cts: dict = {}  # loop node -> {result index: cotangent}
     prev_role, prev_src, prev_by = ctx.role, ctx.src, ctx.by
     ctx.role, ctx.by = "backward", "grad"
     try:
@@ -92,10 +106,24 @@ def backprop(
                 op = d["op"]
                 if op in ("input", "const"):
                     continue
+                ctx.src = d.get("src", "")
+                if op == "loop_out":
+                    loop = d["operands"][0]
+                    per = loop_cts.setdefault(loop, {})
+                    j = d["attrs"]["index"]
+                    per[j] = gout if j not in per else per[j] + gout
+                    ct[loop] = True  # the loop's turn comes when the walk reaches it
+                    continue
+                if op in LOOP_OPS:
+                    need = [o in relevant for o in d["operands"]]
+                    grads = _loop_vjp(ctx, nid, loop_cts.pop(nid, {}), need)
+                    for o, r in zip(d["operands"], grads):
+                        if r is not None:
+                            ct[o] = r if o not in ct else ct[o] + r
+                    continue
                 opdef = OPS[op]
                 if opdef.vjp is None:
                     continue
-                ctx.src = d.get("src", "")
                 operands = [_tracer_for(ctx, o) for o in d["operands"]]
                 out_t = _tracer_for(ctx, nid)
                 for i, o in enumerate(d["operands"]):
@@ -113,6 +141,166 @@ def backprop(
     finally:
         ctx.role, ctx.src, ctx.by = prev_role, prev_src, prev_by
     return [results.get(w.node) for w in wrt]
+
+
+# ---------------------------------------------------------------------------
+# reverse mode through loops
+
+
+def _is_float(g, nid: int) -> bool:
+    return np.dtype(g.nodes[nid]["dtype"]).kind == "f"
+
+
+def _loop_vjp(ctx: TraceContext, nid: int, cts: dict, need: list) -> list:
+    """Cotangents of a loop node's operands, given its results' (``cts``: index ->
+    cotangent).  A ``scan`` gets a reverse ``scan`` (below); a ``while_loop`` has no
+    reverse mode (its trip count is not known when the graph is built), as in JAX."""
+    g = ctx.graph.nx
+    d = g.nodes[nid]
+    if d["op"] == "while":
+        raise GraphcError(
+            f"reverse-mode differentiation does not work for graphc.while_loop (at "
+            f"{d.get('src') or 'an unknown line'}): its trip count is only known at run time. "
+            "Use graphc.fori_loop with static (Python int) bounds or graphc.scan, whose "
+            "trip count is static (as JAX requires)."
+        )
+    return _scan_vjp(ctx, nid, cts, need)
+
+
+def _saved_carries(ctx: TraceContext, nid: int) -> list:
+    """The carry each iteration of scan ``nid`` starts from, stacked (one tracer per
+    carry, shape ``(length, *carry.shape)``): the forward loop outputs them as extra ys,
+    so the backward loop reads them instead of running the forward again first.
+    Returns (those tracers, the number of body outputs before them)."""
+    memo = ctx.scan_saved
+    if nid in memo:
+        return memo[nid]
+    g = ctx.graph
+    d = g.nx.nodes[nid]
+    a = d["attrs"]
+    c, k = a["num_consts"], a["num_carry"]
+    body = a["body"].copy()
+    first = len(body.outputs)
+    body.outputs = list(body.outputs) + body.inputs[c : c + k]
+    a["body"] = body
+    saved = []
+    for j in range(k):
+        m = body.nx.nodes[body.inputs[c + j]]
+        shape, dtype = (a["length"],) + tuple(m["shape"]), m["dtype"]
+        out = g.add_node(
+            "loop_out",
+            (nid,),
+            {"index": first + j},
+            shape=shape,
+            dtype=dtype,
+            src=d.get("src", ""),
+            role="forward",
+            by="grad",
+        )
+        saved.append(Tracer(ctx, out, shape, dtype))
+    memo[nid] = (saved, first)
+    return memo[nid]
+
+
+def _scan_vjp(ctx: TraceContext, nid: int, cts: dict, need: list) -> list:
+    """The reverse scan of scan ``nid``: iteration i (in the opposite order) recomputes the
+    body from the saved carry i, pulls the carry's and y's cotangents back through it,
+    passes the carry's on to iteration i - 1, stacks the xs' and sums the consts'."""
+    g = ctx.graph.nx
+    d = g.nodes[nid]
+    a = d["attrs"]
+    body = a["body"]
+    c, k = a["num_consts"], a["num_carry"]
+    groups = operand_groups(d)
+    ops = list(d["operands"])
+    saved, _ = _saved_carries(ctx, nid)
+    # every y, the saved carries included (a second derivative sends cotangents to them)
+    p = len(a["body"].outputs) - k
+    consts = [_tracer_for(ctx, ops[i]) for i in groups["consts"]]
+    inits = [_tracer_for(ctx, ops[i]) for i in groups["carries"]]
+    xs = [_tracer_for(ctx, ops[i]) for i in groups["xs"]]
+    fc = [j for j in range(k) if _is_float(g, ops[c + j])]  # carries with a cotangent
+    nc = [i for i in range(c) if need[i] and _is_float(g, ops[i])]  # consts to differentiate
+    nx_ = [m for m in range(len(xs)) if need[c + k + m] and _is_float(g, ops[c + k + m])]
+    py = [q for q in range(p) if (k + q) in cts]  # ys with a cotangent
+    body = a["body"]  # (now with the saved carries as extra outputs)
+    ct_final = [cts[j] if j in cts else inits[j].zeros_like_() for j in fc]
+    acc0 = [consts[i].zeros_like_() for i in nc]
+    bx = saved + xs + [cts[k + q] for q in py]  # the backward loop's xs
+
+    def bwd(ins: list):
+        bctx = ins[0]._ctx if ins else None
+        ct_c = ins[: len(fc)]
+        acc = ins[len(fc) : len(fc) + len(nc)]
+        rest = ins[len(fc) + len(nc) :]
+        carry_in, x_in, ct_y = rest[:k], rest[k : k + len(xs)], rest[k + len(xs) :]
+        local = [_tracer_for(bctx, bctx.capture(t, "")) for t in consts]
+        outs = replay(body, bctx, local + list(carry_in) + list(x_in))
+        seeds = [(outs[j], ct_c[i]) for i, j in enumerate(fc)]
+        seeds += [(outs[k + q], ct_y[i]) for i, q in enumerate(py)]
+        wrt = [carry_in[j] for j in fc] + [local[i] for i in nc] + [x_in[m] for m in nx_]
+        grads = backprop_many(bctx, seeds, wrt)
+        grads = [gr if gr is not None else w.zeros_like_() for gr, w in zip(grads, wrt)]
+        new_c = grads[: len(fc)]
+        new_acc = [s + gr for s, gr in zip(acc, grads[len(fc) : len(fc) + len(nc)])]
+        return new_c + new_acc + grads[len(fc) + len(nc) :]
+
+    specs = [
+        (f"ct_carry{j}", tuple(t._meta_shape), t._meta_dtype, False) for j, t in zip(fc, ct_final)
+    ]
+    specs += [
+        (f"ct_const{i}", tuple(t._meta_shape), t._meta_dtype, False) for i, t in zip(nc, acc0)
+    ]
+    specs += [
+        (f"carry{j}", tuple(t._meta_shape[1:]), t._meta_dtype, False) for j, t in enumerate(saved)
+    ]
+    specs += [(f"x{m}", tuple(t._meta_shape[1:]), t._meta_dtype, False) for m, t in enumerate(xs)]
+    specs += [
+        (f"ct_y{q}", tuple(cts[k + q]._meta_shape[1:]), cts[k + q]._meta_dtype, False) for q in py
+    ]
+    ncarry = len(fc) + len(nc)
+    bg, captured, _ = trace_body(
+        ctx, f"{body.name}_vjp", bwd, specs, lambda r: list(r), role="backward"
+    )
+    operands = [t.node for t in captured] + [t.node for t in ct_final + acc0 + bx]
+    loop = ctx.graph.add_node(
+        "scan",
+        operands,
+        {
+            "body": bg,
+            "length": a["length"],
+            "reverse": not a["reverse"],
+            "num_consts": len(captured),
+            "num_carry": ncarry,
+        },
+        src=d.get("src", ""),
+        role="backward",
+        by="grad",
+    )
+    res = []
+    metas = [(tuple(t._meta_shape), t._meta_dtype) for t in ct_final + acc0]
+    metas += [((a["length"],) + tuple(xs[m]._meta_shape[1:]), xs[m]._meta_dtype) for m in nx_]
+    for j, (shape, dtype) in enumerate(metas):
+        o = ctx.graph.add_node(
+            "loop_out",
+            (loop,),
+            {"index": j},
+            shape=shape,
+            dtype=dtype,
+            src=d.get("src", ""),
+            role="backward",
+            by="grad",
+        )
+        res.append(Tracer(ctx, o, shape, dtype))
+    grads: list = [None] * len(ops)
+    for i, j in enumerate(fc):
+        if need[c + j]:
+            grads[c + j] = res[i]
+    for i, ci in enumerate(nc):
+        grads[ci] = res[len(fc) + i]
+    for i, m in enumerate(nx_):
+        grads[c + k + m] = res[ncarry + i]
+    return grads
 
 
 # ---------------------------------------------------------------------------
@@ -272,6 +460,20 @@ def replay(graph: Graph, ctx: TraceContext, inputs: Sequence[Tracer]) -> list:
             ctx.src = d.get("src", "")
             ctx.role = d.get("role", "forward")
             ops = [env[o] for o in d["operands"]]
+            if d["op"] in STRUCT_OPS:  # a loop (its body graph is shared, never mutated)
+                ids = [t.node if t._ctx is ctx else ctx.capture(t, ctx.src) for t in ops]
+                new = ctx.graph.add_node(
+                    d["op"],
+                    ids,
+                    dict(d["attrs"]),
+                    shape=d["shape"],
+                    dtype=d["dtype"],
+                    src=ctx.src,
+                    role=ctx.role,
+                    by=ctx.by,
+                )
+                env[nid] = Tracer(ctx, new, d["shape"], d["dtype"])
+                continue
             env[nid] = ops[0]._apply(d["op"], "", tuple(ops), dict(d["attrs"]))
     finally:
         ctx.src, ctx.role = prev_src, prev_role

@@ -15,6 +15,7 @@ from eager.interop import OPS
 
 from .errors import GraphcError
 from .ir import Graph, describe
+from .ir.loops import LOOP_OPS, operand_groups
 
 
 class Program:
@@ -39,6 +40,11 @@ class Program:
                 steps.append((n, "input", g.inputs.index(n), (), None, free))
             elif op == "const":
                 steps.append((n, "const", d["attrs"]["value"], (), None, free))
+            elif op in LOOP_OPS:
+                steps.append((n, op, _loop_runner(d), d["operands"], {}, free))
+            elif op == "loop_out":
+                j = d["attrs"]["index"]
+                steps.append((n, op, lambda res, j=j: res[j], d["operands"], {}, free))
             else:
                 steps.append((n, op, OPS[op].forward, d["operands"], d["attrs"], free))
         self.steps = steps
@@ -73,12 +79,50 @@ class Program:
                         v = fwd(*[env[o] for o in operands], **attrs)
                 except Exception as e:
                     raise GraphcError(f"interpreting {describe(self.graph, n)} failed: {e}") from e
-                env[n] = np.asarray(v)
+                env[n] = v if op in LOOP_OPS else np.asarray(v)
             if record is not None:
                 record[n] = env[n]
             for o in free:
                 env.pop(o, None)
         return [env[o] for o in self.outputs]
+
+
+def _loop_runner(d: dict):
+    """The numpy semantics of a scan or while node (graphc.ir.loops): a Python loop
+    running its body graph's Program; returns the tuple of results."""
+    a = d["attrs"]
+    groups = {k: list(r) for k, r in operand_groups(d).items()}
+    k = a["num_carry"]
+    body = Program(a["body"])
+
+    if d["op"] == "scan":
+        n, reverse = a["length"], a["reverse"]
+        ys_types = [body.types[o] for o in body.outputs[k:]]
+
+        def scan(*vals):
+            consts = [vals[i] for i in groups["consts"]]
+            carry = [vals[i] for i in groups["carries"]]
+            xs = [vals[i] for i in groups["xs"]]
+            ys = [np.empty((n,) + s, dt) for s, dt in ys_types]
+            for i in reversed(range(n)) if reverse else range(n):
+                out = body.run(consts + carry + [x[i] for x in xs])
+                carry = [np.array(c) for c in out[:k]]  # never an alias of an input
+                for y, v in zip(ys, out[k:]):
+                    y[i] = v
+            return tuple(np.array(c) for c in carry) + tuple(ys)
+
+        return scan
+    cond = Program(a["cond"])
+
+    def while_(*vals):
+        cc = [vals[i] for i in groups["cond_consts"]]
+        bc = [vals[i] for i in groups["body_consts"]]
+        carry = [vals[i] for i in groups["carries"]]
+        while bool(cond.run(cc + carry)[0]):
+            carry = [np.array(c) for c in body.run(bc + carry)]
+        return tuple(np.array(c) for c in carry)
+
+    return while_
 
 
 def interpret(graph: Graph, *arrays: Any) -> list:

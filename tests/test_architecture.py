@@ -19,7 +19,7 @@ ROOMS = [
     ("passes", ("graphc.passes",)),
     ("backend", ("graphc.backend",)),
     ("runtime", ("graphc.runtime",)),
-    ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.transforms",
+    ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.loops", "graphc.transforms",
              "graphc.api", "graphc.entry", "graphc.inspection")),
     ("tools", ("graphc.tools",)),
     ("top", ("graphc.__main__", "graphc")),

@@ -6,7 +6,9 @@ mirror it, keyed by operand position, so ``x * x`` has two edges) and
 provenance: ``src`` (user file:line), ``role`` (``forward``/``backward``) and
 ``by`` (the pass or transform that created it).  Two ops exist only in the IR:
 ``input`` (attrs: ``name``, ``index``) and ``const`` (attrs: ``value``, a numpy
-array).  Every other op is a record of ``eager.ops.OPS``.
+array).  Structured loops (``scan``, ``while`` and their ``loop_out`` results, see
+graphc.ir.loops) hold their bodies as graphs.  Every other op is a record of
+``eager.ops.OPS``.
 
 Node ids are increasing integers and operands always have smaller ids than
 their users when built by tracing; walks use
@@ -24,11 +26,12 @@ import numpy as np
 from eager.interop import OPS, Meta, check_size
 
 from ..errors import GraphVerificationError, TooBigError
+from .loops import LOOP_OPS, STRUCT_OPS, TOKEN_DTYPE, TOKEN_SHAPE, loop_out_meta
 from .printer import to_dot as _to_dot, to_text as _to_text
 from .serialize import from_json as _from_json, to_json as _to_json
 from .verify import verify
 
-IR_OPS = ("input", "const")
+IR_OPS = ("input", "const") + STRUCT_OPS
 
 
 class Graph:
@@ -108,6 +111,10 @@ class Graph:
 
     def infer(self, op: str, operands: Sequence[int], attrs: dict) -> Meta:
         """Shape and dtype of ``op`` applied to existing nodes (the op's shape rule)."""
+        if op == "loop_out":
+            return loop_out_meta(self, operands, attrs)
+        if op in LOOP_OPS:
+            return Meta(TOKEN_SHAPE, np.dtype(TOKEN_DTYPE))
         if op in IR_OPS:
             raise GraphVerificationError(f"{op} nodes need an explicit shape and dtype")
         metas = [self.meta_of(o) for o in operands]

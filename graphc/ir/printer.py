@@ -25,6 +25,8 @@ def _fmt_scalar(v: np.ndarray) -> str:
 
 
 def _fmt_attr(v) -> str:
+    if hasattr(v, "nx") and hasattr(v, "outputs"):  # a loop's body graph, printed below it
+        return f"<graph {_show(v.name)}>"
     if isinstance(v, np.ndarray):
         return f"<{type_str(v.shape, v.dtype)}>"
     if isinstance(v, tuple):
@@ -72,20 +74,30 @@ def node_line(g, nid: int, names: dict) -> str:
 
 
 def to_text(g) -> str:
+    """The text form; a loop's body graphs print nested under its instruction, indented
+    (as jaxprs print ``scan``)."""
+    return "\n".join(_text_lines(g, ""))
+
+
+def _text_lines(g, indent: str) -> list:
     names = operand_names(g)
     params = ", ".join(
         f"{names[i]}: {type_str(g.nx.nodes[i]['shape'], g.nx.nodes[i]['dtype'])}" for i in g.inputs
     )
-    lines = [f"graph {_show(g.name)}({params}) {{"]
+    lines = [f"{indent}graph {_show(g.name)}({params}) {{"]
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
         if d["op"] == "input" or (d["op"] == "const" and d["attrs"]["value"].ndim == 0):
             continue
-        lines.append(node_line(g, nid, names))
+        lines.append(indent + node_line(g, nid, names))
+        for key in sorted(d["attrs"]):
+            sub = d["attrs"][key]
+            if hasattr(sub, "nx") and hasattr(sub, "outputs"):
+                lines.extend(_text_lines(sub, indent + "    "))
     outs = ", ".join(names[o] for o in g.outputs)
-    lines.append(f"  return ({outs})")
-    lines.append("}")
-    return "\n".join(lines)
+    lines.append(f"{indent}  return ({outs})")
+    lines.append(f"{indent}}}")
+    return lines
 
 
 def _dot_escape(s: str) -> str:
@@ -95,13 +107,23 @@ def _dot_escape(s: str) -> str:
 
 
 def to_dot(g) -> str:
-    """Graphviz DOT: inputs as ellipses, consts as notes, backward nodes shaded."""
-    out_ids = set(g.outputs)
+    """Graphviz DOT: inputs as ellipses, consts as notes, backward nodes shaded; a loop's
+    body graphs are clusters beside it, joined to the loop node by a dashed edge."""
     lines = [
         f'digraph "{_dot_escape(g.name)}" {{',
         "  rankdir=TB;",
         '  node [shape=box, fontname="monospace", fontsize=10];',
     ]
+    lines += _dot_body(g, "n", "")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _dot_body(g, p: str, indent: str) -> list:
+    """The DOT statements of ``g`` with node names prefixed by ``p`` (unique per nesting)."""
+    out_ids = set(g.outputs)
+    lines: list = []
+    clusters: list = []
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
         ty = type_str(d["shape"], d["dtype"])
@@ -121,12 +143,24 @@ def to_dot(g) -> str:
             )
         if nid in out_ids:
             style += ", penwidth=2"
-        lines.append(f'  n{nid} [label="{_dot_escape(label)}", {style}];')
+        lines.append(f'{indent}  {p}{nid} [label="{_dot_escape(label)}", {style}];')
+        for key in sorted(d["attrs"]):
+            sub = d["attrs"][key]
+            if hasattr(sub, "nx") and hasattr(sub, "outputs"):
+                q = f"{p}{nid}_{key}_"
+                clusters.append(f"{indent}  subgraph cluster_{q} {{")
+                clusters.append(f'{indent}    label="{_dot_escape(key + ": " + sub.name)}";')
+                clusters.append(f"{indent}    style=dashed;")
+                clusters += _dot_body(sub, q, indent + "  ")
+                clusters.append(f"{indent}  }}")
+                first = sub.outputs[0] if sub.outputs else None
+                if first is not None:
+                    clusters.append(f"{indent}  {q}{first} -> {p}{nid} [style=dashed];")
     for nid in g.topo_order():
         for pos, o in enumerate(g.nx.nodes[nid]["operands"]):
-            lines.append(f'  n{o} -> n{nid} [label="{pos}", fontsize=8];')
+            lines.append(f'{indent}  {p}{o} -> {p}{nid} [label="{pos}", fontsize=8];')
     for i, o in enumerate(g.outputs):
-        lines.append(f'  out{i} [label="out[{i}]", shape=plaintext];')
-        lines.append(f"  n{o} -> out{i};")
-    lines.append("}")
-    return "\n".join(lines)
+        oname = f"out{i}" if p == "n" else f"{p}out{i}"
+        lines.append(f'{indent}  {oname} [label="out[{i}]", shape=plaintext];')
+        lines.append(f"{indent}  {p}{o} -> {oname};")
+    return lines + clusters

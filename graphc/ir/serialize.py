@@ -29,6 +29,7 @@ from eager.interop import FROM_NP
 from eager.interop import ATTR_TYPES, OPS
 
 from ..errors import GraphFormatError, GraphVerificationError
+from .loops import GRAPH_ATTRS, STRUCT_OPS, check_node
 from .verify import verify
 
 FORMAT = "graphc-ir"
@@ -51,6 +52,8 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def _enc(v: Any) -> Any:
+    if hasattr(v, "nx") and hasattr(v, "outputs"):  # a loop's body: a nested document
+        return {"$graph": _doc(v)}
     if isinstance(v, np.ndarray):
         data = np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<"), copy=False)
         return {
@@ -72,6 +75,10 @@ def _enc(v: Any) -> Any:
 
 
 def to_json(g) -> str:
+    return json.dumps(_doc(g), indent=1, allow_nan=False)
+
+
+def _doc(g) -> dict:
     nodes = []
     for nid in g.topo_order():
         d = g.nx.nodes[nid]
@@ -96,7 +103,7 @@ def to_json(g) -> str:
         "outputs": list(g.outputs),
         "nodes": nodes,
     }
-    return json.dumps(doc, indent=1, allow_nan=False)
+    return doc
 
 
 def _fail(msg: str, where: str = "") -> None:
@@ -261,17 +268,39 @@ def from_json(text: str, graph_type: type):
     """Parse and validate a graph into a new ``graph_type`` (``graphc.ir.Graph``); raises
     GraphFormatError naming the offending node."""
     doc = _parse(text)
-    g = graph_type(_str(doc["name"], "", "name"))
-    idmap: dict = {}
-    for k, n in enumerate(doc["nodes"]):
-        _read_node(g, k, n, idmap)
-    g._next_id = max(idmap, default=-1) + 1
-    _read_inputs_outputs(g, doc, idmap)
+    g = _build(doc, graph_type, "")
     try:
         verify(g, "from_json")
     except GraphVerificationError as e:
         _fail(str(e))
     return g
+
+
+def _build(doc: dict, graph_type: type, where: str):
+    """The graph of a (top-level or nested) document, each node checked as it is read."""
+    g = graph_type(_str(doc["name"], where, "name"))
+    idmap: dict = {}
+    for k, n in enumerate(doc["nodes"]):
+        _read_node(g, k, n, idmap, where)
+    g._next_id = max(idmap, default=-1) + 1
+    _read_inputs_outputs(g, doc, idmap)
+    return g
+
+
+def _check_doc(doc: Any, where: str) -> dict:
+    """A document (top level or a loop body): an object with exactly the format's keys."""
+    if not isinstance(doc, dict):
+        _fail("a graph document must be an object", where)
+    expected = {"format", "version", "name", "inputs", "outputs", "nodes"}
+    if set(doc) != expected:
+        what = "graph keys" if where else "top-level keys"
+        _fail(f"{what} must be {sorted(expected)}, got {_show(sorted(doc))}", where)
+    if doc["format"] != FORMAT or not _is_int(doc["version"]) or doc["version"] != VERSION:
+        _fail(f"unsupported format {_show(doc['format'])} version {_show(doc['version'])}", where)
+    nodes = doc["nodes"]
+    if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+        _fail(f"nodes must be a list of at most {MAX_NODES} entries", where)
+    return doc
 
 
 def _parse(text: str) -> dict:
@@ -291,24 +320,16 @@ def _parse(text: str) -> dict:
         _fail(f"not valid JSON: {e}")
     if not isinstance(doc, dict):
         _fail("top level must be an object")
-    expected = {"format", "version", "name", "inputs", "outputs", "nodes"}
-    if set(doc) != expected:
-        _fail(f"top-level keys must be {sorted(expected)}, got {_show(sorted(doc))}")
-    if doc["format"] != FORMAT or not _is_int(doc["version"]) or doc["version"] != VERSION:
-        _fail(f"unsupported format {_show(doc['format'])} version {_show(doc['version'])}")
-    nodes = doc["nodes"]
-    if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
-        _fail(f"nodes must be a list of at most {MAX_NODES} entries")
-    return doc
+    return _check_doc(doc, "")
 
 
 _NODE_KEYS = {"id", "op", "operands", "attrs", "shape", "dtype", "src", "role", "by"}
 
 
-def _read_node(g, k: int, n: Any, idmap: dict) -> None:
+def _read_node(g, k: int, n: Any, idmap: dict, outer: str = "") -> None:
     """Check node ``k`` of the document and add it to ``g`` under its own id; ``idmap``
-    maps the document's ids to the graph's."""
-    where = f"nodes[{k}]"
+    maps the document's ids to the graph's (``outer``: where a loop body sits)."""
+    where = f"{outer}nodes[{k}]"
     if not isinstance(n, dict) or set(n) != _NODE_KEYS:
         _fail(f"each node needs exactly the keys {sorted(_NODE_KEYS)}", where)
     nid = _int(n["id"], where, 0, 2**62)
@@ -320,8 +341,8 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
         if isinstance(op, str) and op.isascii() and op.isprintable() and len(op) <= 60
         else _show(op)
     )
-    where = f"nodes[{k}] (%{nid} = {shown})"
-    if not isinstance(op, str) or (op not in OPS and op not in ("input", "const")):
+    where = f"{outer}nodes[{k}] (%{nid} = {shown})"
+    if not isinstance(op, str) or (op not in OPS and op not in ("input", "const") + STRUCT_OPS):
         _fail(f"unknown op {_show(op)}", where)
     if not isinstance(n["operands"], list):
         _fail("operands must be a list", where)
@@ -333,7 +354,11 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
         operands.append(idmap[o])
     if not isinstance(n["attrs"], dict):
         _fail("attrs must be an object", where)
-    attrs = {key: _dec(v, where) for key, v in n["attrs"].items()}
+    graph_keys = GRAPH_ATTRS.get(op, ())
+    attrs = {
+        key: _dec_graph(v, type(g), f"{where}.{key}.") if key in graph_keys else _dec(v, where)
+        for key, v in n["attrs"].items()
+    }
     shape = _shape(n["shape"], where, _dtype(n["dtype"], where))
     for key in ("src", "role", "by"):
         _str(n[key], where, key, MAX_PROVENANCE)
@@ -360,6 +385,8 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
             role=n["role"],
             by=n["by"],
         )
+    elif op in STRUCT_OPS:
+        new = _read_struct(g, op, operands, attrs, shape, n, where)
     else:
         _check_op(g, op, operands, attrs, shape, n["dtype"], where)
         new = g.add_node(
@@ -373,6 +400,44 @@ def _read_node(g, k: int, n: Any, idmap: dict) -> None:
             by=n["by"],
         )
     idmap[nid] = new
+
+
+def _dec_graph(v: Any, graph_type: type, where: str):
+    """A loop body: ``{"$graph": document}``, read and verified like a top-level one."""
+    if not isinstance(v, dict) or set(v) != {"$graph"}:
+        _fail("a loop body must be an object {'$graph': document}", where)
+    g = _build(_check_doc(v["$graph"], where), graph_type, where)
+    try:
+        verify(g, "from_json")
+    except GraphVerificationError as e:
+        _fail(str(e), where)
+    return g
+
+
+def _read_struct(g, op: str, operands: list, attrs: dict, shape: tuple, n: dict, where: str):
+    """A loop or loop_out node: checked (graphc.ir.loops.check_node) as soon as it is read,
+    so a later loop_out reads only well-formed loops."""
+    if op == "loop_out":
+        if len(operands) != 1 or g.nx.nodes[operands[0]]["op"] not in ("scan", "while"):
+            _fail("loop_out takes one operand, a scan or while node", where)
+        if set(attrs) != {"index"} or not _is_int(attrs["index"]):
+            _fail("loop_out takes one int attr 'index'", where)
+    new = g.add_node(
+        op,
+        operands,
+        attrs,
+        shape=shape,
+        dtype=n["dtype"],
+        src=n["src"],
+        role=n["role"],
+        by=n["by"],
+    )
+
+    def fail(msg: str, nid=None) -> None:
+        _fail(msg, where)
+
+    check_node(g, new, fail, lambda sub, w: None)  # bodies were verified as they were read
+    return new
 
 
 def _check_op(

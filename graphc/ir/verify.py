@@ -13,6 +13,7 @@ import numpy as np
 from eager.interop import OPS, norm_axes
 
 from ..errors import GraphVerificationError
+from .loops import STRUCT_OPS, check_node
 from .text import describe, type_str
 
 
@@ -54,6 +55,16 @@ def verify(g, pass_name: Optional[str] = None) -> None:
                 or v.dtype.name != d["dtype"]
             ):
                 fail("const value does not match the node's shape/dtype", nid)
+            continue
+        if op in STRUCT_OPS:
+
+            def sub(body, where: str) -> None:
+                try:
+                    verify(body, pass_name)
+                except GraphVerificationError as e:
+                    fail(f"in the {where}: {e}", nid)
+
+            check_node(g, nid, fail, sub)
             continue
         if op not in OPS:
             fail(f"unknown op {op!r}", nid)

@@ -25,6 +25,7 @@ from .simplify import simplify  # noqa: E402
 from .fold import MAX_FOLD_ELEMENTS, fold  # noqa: E402
 from .cse import cse  # noqa: E402
 from .dce import dce  # noqa: E402
+from .loops import loops  # noqa: E402
 from .manager import PassManager, PassResult, optimize  # noqa: E402
 
 __all__ = [

@@ -7,6 +7,7 @@ import numpy as np
 from eager.interop import OPS
 
 from ..ir import Graph
+from ..ir.loops import STRUCT_OPS
 from .context import current
 from .registry import register_pass
 
@@ -22,7 +23,7 @@ def fold(g: Graph) -> bool:
         ctx.node = n
         d = g.nx.nodes[n]
         op = d["op"]
-        if op in ("input", "const") or not d["operands"]:
+        if op in ("input", "const") + STRUCT_OPS or not d["operands"]:
             continue
         if not all(g.nx.nodes[o]["op"] == "const" for o in d["operands"]):
             continue

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Optional
 
 from ..errors import GraphVerificationError
 from ..ir import Graph, describe, verify
+from ..ir.loops import sub_graphs
 from .context import PassError, enter, leave, pass_error
 from .registry import CHANGES, PASSES, PIPELINES, REGISTRY, PassInfo
 
@@ -162,6 +163,24 @@ class PassManager:
         self.snapshots: list = []  # (pass name, IR text): print_after passes, or every pass
 
     def run(self, g: Graph) -> Graph:
+        """Optimize ``g`` in place: its loops' bodies (each a copy, with the same pipeline),
+        then ``g`` to a fixed point, then the bodies again (the ``loops`` pass may have
+        moved code out of them)."""
+        self._run_bodies(g)
+        self._run_one(g)
+        self._run_bodies(g)
+        return g
+
+    def _run_bodies(self, g: Graph) -> None:
+        for nid in g.topo_order():
+            d = g.nx.nodes[nid]
+            for key, sub in sub_graphs(d):
+                new = sub.copy()
+                self._run_one(new)
+                self._run_bodies(new)
+                d["attrs"][key] = new
+
+    def _run_one(self, g: Graph) -> Graph:
         for rnd in range(1, self.max_rounds + 1):
             any_change = False
             for name in self.pipeline:

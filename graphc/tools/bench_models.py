@@ -155,3 +155,99 @@ def w8(quick: bool, median_time: Callable, optional: Callable) -> dict:
         median_time,
         optional,
     )
+
+
+# ---------------------------------------------------------------------------
+# W9: a recurrent network written with graphc.scan
+
+RNN_BATCH, RNN_IN, RNN_HIDDEN, RNN_STEPS = 8, 16, 32, 300
+
+
+def rnn_loss(Wx, Wh, b, xs, h0):
+    """W9's loss: a tanh RNN over ``xs`` (steps, batch, input) with ``graphc.scan``; the
+    mean square of every hidden state.  Eagerly the scan is a Python loop."""
+    from ..loops import scan
+
+    def step(h, x):
+        h = (x @ Wx + h @ Wh + b).tanh()
+        return h, h
+
+    _, hs = scan(step, h0, xs)
+    return (hs * hs).mean()
+
+
+def rnn_loss_loop(Wx, Wh, b, xs, h0):
+    """The same loss as a Python loop (what PyTorch eager runs, and what a trace unrolls)."""
+    h, total = h0, 0.0
+    for t in range(xs.shape[0]):
+        h = (xs[t] @ Wx + h @ Wh + b).tanh()
+        total = total + (h * h).sum()
+    return total / (xs.shape[0] * h0.shape[0] * h0.shape[1])
+
+
+def rnn_args(steps: int = RNN_STEPS, seed: int = 9) -> tuple:
+    """(Wx, Wh, b, xs, h0) as float32 numpy arrays."""
+    rng = np.random.default_rng(seed)
+    return (
+        (rng.standard_normal((RNN_IN, RNN_HIDDEN)) / np.sqrt(RNN_IN)).astype(F32),
+        (rng.standard_normal((RNN_HIDDEN, RNN_HIDDEN)) / np.sqrt(RNN_HIDDEN)).astype(F32),
+        np.zeros(RNN_HIDDEN, F32),
+        rng.standard_normal((steps, RNN_BATCH, RNN_IN)).astype(F32),
+        np.zeros((RNN_BATCH, RNN_HIDDEN), F32),
+    )
+
+
+def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
+    from ..transforms import value_and_grad
+
+    args = rnn_args()
+    first = {}
+    for steps in (30, RNN_STEPS):  # a fresh compiled function each: trace + grad + LLVM
+        a = rnn_args(steps)
+        vg = value_and_grad(rnn_loss, argnums=(0, 1, 2))
+        first[f"first call, {steps} steps"] = _first_call(lambda: vg(*a))
+    vg = value_and_grad(rnn_loss, argnums=(0, 1, 2))
+    cv, cg = vg(*args)
+    params = [eager.tensor(a, requires_grad=True) for a in args[:3]]
+    data = [eager.tensor(a) for a in args[3:]]
+
+    def e_step():
+        for p in params:
+            p.grad = None
+        loss = rnn_loss(*params, *data)
+        loss.backward()
+        return loss
+
+    ev = e_step().item()
+    if not np.isclose(float(cv), ev, rtol=1e-4):
+        raise AssertionError(f"W9: eager loss {ev} != compiled loss {float(cv)}")
+    for p, g in zip(params, cg):
+        if not np.allclose(p.grad.numpy(), g, rtol=1e-3, atol=1e-5):
+            raise AssertionError("W9: eager and compiled gradients differ")
+    rows = {"eager": median_time(e_step, quick), "compiled": median_time(lambda: vg(*args), quick)}
+    torch = optional("torch")
+    if torch is not None:
+        tp = [torch.tensor(a, requires_grad=True) for a in args[:3]]
+        td = [torch.tensor(a) for a in args[3:]]
+
+        def t_step():
+            for p in tp:
+                p.grad = None
+            loss = rnn_loss_loop(*tp, *td)
+            loss.backward()
+            return loss
+
+        if not np.isclose(t_step().item(), ev, rtol=1e-4):
+            raise AssertionError("W9: PyTorch loss differs from eager's")
+        rows["torch eager"] = median_time(t_step, quick)
+    rows.update(first)
+    return {
+        "id": "W9",
+        "what": f"tanh RNN value+grad with graphc.scan: {RNN_STEPS} steps, batch {RNN_BATCH}, "
+        f"input {RNN_IN}, hidden {RNN_HIDDEN}",
+        "times": rows,
+        "targets": {
+            "compiled": (">=t", 2.0),
+            f"first call, {RNN_STEPS} steps": ("<=first30", 1.2),
+        },
+    }

@@ -12,7 +12,7 @@ import numpy as np
 from eager.interop import GRAD_MODE as _GRAD
 from eager.interop import check_size
 
-from ..errors import TooBigError
+from ..errors import TooBigError, TracerError
 from ..ir import Graph
 from ..layout import c_layout
 from .source import user_src
@@ -52,6 +52,21 @@ class TraceContext:
         self.role = "forward"
         self.src: Optional[str] = None
         self.by = "trace"
+        # loop bodies (graphc.tracer.body) trace in contexts nested in this one: ``depth``
+        # counts the nesting, ``inner`` is the body being traced now (None if none); while
+        # one is, this trace's values may be read (captured) but not written
+        self.depth = 0
+        self.parent: Optional[TraceContext] = None
+        self.inner: Optional[TraceContext] = None
+        self.scan_saved: dict = {}  # scan node -> its saved carries (graphc.autodiff)
+
+    def capture(self, t: "Tracer", src: str) -> int:
+        """The node of this trace that stands for ``t``, a value of an enclosing trace.
+        A top-level trace has none: values of another trace cannot be used in it."""
+        raise TracerError(
+            f"at {src}: a value traced by another (outer) trace was used inside this trace of "
+            f"{self.fn_name}; pass it as an argument instead of closing over it"
+        )
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
         """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the

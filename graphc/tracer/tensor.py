@@ -91,17 +91,20 @@ class Tracer(TensorOps):
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tracer":
         ctx = self._ctx
         _check_live(self, op)
+        for o in operands:  # record in the innermost trace: a loop body's, when one is read
+            if o.__class__ is Tracer and o._ctx.depth > ctx.depth:
+                ctx = o._ctx
         ids = []
         src = ctx.src if ctx.src is not None else user_src(2)
         for o in operands:
             if o.__class__ is Tracer:
                 if o._ctx is not ctx:
                     _check_live(o, op)
-                    raise TracerError(
-                        f"{op} at {src}: a value traced by another (outer) trace was used inside "
-                        f"this trace of {ctx.fn_name}; pass it as an argument instead of closing "
-                        "over it"
-                    )
+                    try:
+                        ids.append(ctx.capture(o, src))
+                    except TracerError as e:
+                        raise TracerError(f"{op} {e}") from None
+                    continue
                 if o._ng is not None and _GRAD.enabled and ctx.role == "forward":
                     ids.append(_stop_gradient(o, src))
                 else:
@@ -404,6 +407,13 @@ class Tracer(TensorOps):
         if stor.ambiguous is not None:
             raise TracerError(stor.ambiguous.format(write=src))
         ctx = self._ctx
+        if ctx.inner is not None or (new.__class__ is Tracer and new._ctx is not ctx):
+            raise TracerError(
+                f"in-place write at {src} to a value from outside the loop body being traced "
+                f"({ctx.inner.fn_name if ctx.inner is not None else ctx.fn_name}): a loop body "
+                "cannot mutate captured state (it runs once per iteration in the compiled "
+                "loop). Return the new value as part of the carry instead."
+            )
         value = new.node
         t, v = self, value
         while t._view is not None:  # the new value of each base, up to the owner

@@ -56,10 +56,10 @@ def test_registration_orders_the_pipeline_and_is_undone(registered):
         """does nothing"""
         return False
 
-    assert P.PIPELINES[3] == ("simplify", "noop", "fold", "cse", "dce")
-    assert P.PIPELINES[2] == ("simplify", "fold", "cse", "dce")
+    assert P.PIPELINES[3] == ("simplify", "noop", "fold", "cse", "dce", "loops")
+    assert P.PIPELINES[2] == ("simplify", "fold", "cse", "dce", "loops")
     assert P.REGISTRY["noop"].doc == "does nothing"
-    assert P.PassManager(3).pipeline == ["simplify", "noop", "fold", "cse", "dce"]
+    assert P.PassManager(3).pipeline == ["simplify", "noop", "fold", "cse", "dce", "loops"]
     with pytest.raises(ValueError, match="already registered"):
         P.register_pass("noop", order=1)(noop)
     with pytest.raises(ValueError, match="unknown changes"):
@@ -67,7 +67,7 @@ def test_registration_orders_the_pipeline_and_is_undone(registered):
     assert {p.name: sorted(p.may) for p in P.REGISTRY.values() if p.name != "noop"} == {
         "simplify": ["add nodes", "redirect uses", "remove nodes", "rewrite nodes"],
         "fold": ["rewrite nodes"], "cse": ["redirect uses", "remove nodes"],
-        "dce": ["remove nodes"]}
+        "dce": ["remove nodes"], "loops": ["add nodes", "remove nodes", "rewrite nodes"]}
 
 
 def test_a_failing_pass_names_pass_node_op_and_source_line(registered):

@@ -247,9 +247,9 @@ def test_transposes_composing_to_the_identity_vanish_at_the_fixed_point():
     g = build(XM, SIMPLIFY_RULES["transpose(transpose x) composing to the identity"][1])
     out, pm = P.optimize(g, 2)
     assert str(out) == text(signature(g), [], "x")
-    assert [(r.name, r.round, r.changed) for r in pm.log][:5] == [
+    assert [(r.name, r.round, r.changed) for r in pm.log][:6] == [
         ("simplify", 1, True), ("fold", 1, False), ("cse", 1, False), ("dce", 1, False),
-        ("simplify", 2, True)]
+        ("loops", 1, False), ("simplify", 2, True)]
 
 
 def test_a_sum_of_broadcast_of_minus_zero_is_plus_zero_like_numpy():
@@ -588,9 +588,9 @@ def test_dce_removes_dead_code_in_compiled_functions():
 
 def test_pipelines_per_opt_level():
     assert P.PIPELINES[0] == ()
-    assert P.PIPELINES[1] == ("dce",)
-    assert P.PIPELINES[2] == P.PIPELINES[3] == ("simplify", "fold", "cse", "dce")
-    assert set(P.PASSES) == {"simplify", "fold", "cse", "dce"}
+    assert P.PIPELINES[1] == ("dce", "loops")
+    assert P.PIPELINES[2] == P.PIPELINES[3] == ("simplify", "fold", "cse", "dce", "loops")
+    assert set(P.PASSES) == {"simplify", "fold", "cse", "dce", "loops"}
     g = build(X, SIMPLIFY_RULES["x*1"][1])
     assert str(P.optimize(g, 0)[0]) == str(g)
     assert str(P.optimize(g, 1)[0]) == str(g)
@@ -599,8 +599,8 @@ def test_pipelines_per_opt_level():
 
 def test_disable_removes_a_pass_and_unknown_names_raise():
     pm = P.PassManager(2, disable=["cse"])
-    assert pm.pipeline == ["simplify", "fold", "dce"]
-    with pytest.raises(ValueError, match=r"unknown pass.*'nope'.*simplify, fold, cse, dce"):
+    assert pm.pipeline == ["simplify", "fold", "dce", "loops"]
+    with pytest.raises(ValueError, match=r"unknown pass.*'nope'.*simplify, fold, cse, dce, loops"):
         P.PassManager(2, disable=["nope"])
     with pytest.raises(ValueError, match="print_after names unknown pass"):
         P.PassManager(2, print_after=["nope"])
@@ -638,11 +638,11 @@ def test_report_has_per_pass_rounds_timings_and_changes():
     lines = rep.splitlines()
     assert lines[0].split() == ["pass", "round", "changed", "time(ms)", "nodes"]
     rows = [ln.split() for ln in lines[1:-1]]
-    assert [r[0] for r in rows] == ["simplify", "fold", "cse", "dce"] * 2
-    assert [r[1] for r in rows] == ["1"] * 4 + ["2"] * 4
+    assert [r[0] for r in rows] == ["simplify", "fold", "cse", "dce", "loops"] * 2
+    assert [r[1] for r in rows] == ["1"] * 5 + ["2"] * 5
     assert rows[0][2] == "True" and all(r[2] == "False" for r in rows[1:])
     assert all(float(r[3]) >= 0 for r in rows)
-    assert re.match(r"total +8 pass runs, \d+\.\d{3} ms", lines[-1])
+    assert re.match(r"total +10 pass runs, \d+\.\d{3} ms", lines[-1])
     assert all(r.seconds >= 0 for r in pm.log) and pm.log[0].nodes_after == 1
     assert "simplify (round 1): changed" in repr(pm.log[0])
 
@@ -895,7 +895,7 @@ def test_random_programs_cover_the_rules():
 
 
 CONFIGS = [dict(), dict(opt_level=0), dict(opt_level=1), dict(opt_level=3)] + \
-    [dict(disable_passes=[p]) for p in ("simplify", "fold", "cse", "dce")]
+    [dict(disable_passes=[p]) for p in ("simplify", "fold", "cse", "dce", "loops")]
 
 
 @pytest.mark.parametrize("seed", range(12))
