@@ -337,7 +337,8 @@ def _jacfwd(func: Callable, inputs, strict: bool, vectorize: bool):
                 for o, out in enumerate(outputs):
                     c = col[o]
                     cols[o][i].append(_zeros_like(out) if c is None else c.detach())
-    jac = []
+    # lists, as PyTorch's forward-mode path returns them
+    jac: list = []
     for o, out in enumerate(outputs):
         row = []
         for i, inp in enumerate(inputs):
@@ -346,8 +347,8 @@ def _jacfwd(func: Callable, inputs, strict: bool, vectorize: bool):
             else:
                 j = _zeros_like(out).reshape(*out.shape, 0)
             row.append(j.reshape(*out.shape, *inp.shape).detach())
-        jac.append(tuple(row))
-    return _tuple_postprocess(tuple(jac), (is_outputs_tuple, is_inputs_tuple))
+        jac.append(row)
+    return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
 
 
 def jacobian(
