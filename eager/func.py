@@ -27,6 +27,8 @@ import functools
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 import eager.factories as _F
 from eager.autograd.engine import grad as _engine_grad
 from eager.autograd.function import AccumulateGrad as _AccumulateGrad
@@ -794,6 +796,14 @@ def vmap(
     return wrapper
 
 
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    """Equal shapes, dtypes and values (NaN equal to NaN)."""
+    x, y = a.detach().numpy(), b.detach().numpy()
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+
+
 def _stack_outputs(results: list, batch: int, out_dims: Any, name: str) -> Any:
     out_leaves, out_spec = tree_flatten(results[0])
     if not (_is_dim(out_dims) or isinstance(out_dims, (tuple, list))):
@@ -826,10 +836,7 @@ def _stack_outputs(results: list, batch: int, out_dims: Any, name: str) -> Any:
             first = vals[0]
             for v in vals[1:]:
                 same = (
-                    isinstance(v, Tensor)
-                    and isinstance(first, Tensor)
-                    and tuple(v.shape) == tuple(first.shape)
-                    and bool((v == first).all())
+                    isinstance(v, Tensor) and isinstance(first, Tensor) and _same_values(v, first)
                 ) or (not isinstance(v, Tensor) and v == first)
                 if not same:
                     raise ValueError(
