@@ -237,16 +237,21 @@ class _Inside:
         self.ids.add(id(t))
         return t
 
-    def reaches_outside(self, t: Tensor) -> bool:
+    def reaches_outside(self, t: Tensor, safe: Optional[set] = None) -> bool:
+        """Whether ``t``'s history reaches a leaf requiring grad that this transform did
+        not create.  ``safe``: ids of nodes already known not to (shared by the calls of
+        one :meth:`finish`, so a pytree of results walks each node once)."""
         if not self.outer or not t.requires_grad:
             return False
         if t.grad_fn is None:
             return id(t) not in self.ids
-        seen = set()
+        if safe is None:
+            safe = set()
+        seen: set = set()
         todo = [t.grad_fn]
         while todo:
             node = todo.pop()
-            if node is None or id(node) in seen:
+            if node is None or id(node) in seen or id(node) in safe:
                 continue
             seen.add(id(node))
             if isinstance(node, _AccumulateGrad):
@@ -256,13 +261,15 @@ class _Inside:
                 continue
             for nxt, _ in node.next_functions:
                 todo.append(nxt)
+        safe |= seen  # the whole walk finished without reaching the outside
         return False
 
     def finish(self, tree: Any) -> Any:
         """``tree`` with every tensor that does not depend on the outside detached."""
+        safe: set = set()
 
         def fix(x: Any) -> Any:
-            if isinstance(x, Tensor) and x.requires_grad and not self.reaches_outside(x):
+            if isinstance(x, Tensor) and x.requires_grad and not self.reaches_outside(x, safe):
                 return x.detach()
             return x
 
