@@ -217,7 +217,7 @@ def __getattr__(name):
             "module 'eager' has no attribute 'bfloat16': numpy (so eager) has no bfloat16; "
             "use eager.float32 or eager.float16"
         )
-    if name in ("nn", "optim", "viz", "linalg", "utils", "testing"):
+    if name in ("nn", "optim", "viz", "linalg", "utils", "testing", "func"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -19,6 +19,7 @@ from .grad_mode import (
 # Imported eagerly: this rebinds the package attribute ``gradcheck`` (set to the submodule by the
 # import system) to the function, as in PyTorch.
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from . import functional
 
 
 def Variable(data, requires_grad: bool = False, volatile: bool = False):
@@ -64,4 +65,5 @@ __all__ = [
     "gradgradcheck",
     "GradcheckError",
     "grad_mode",
+    "functional",
 ]
