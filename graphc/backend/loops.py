@@ -8,7 +8,7 @@ is lowered once, by a Lowerer of its own into the same LLVM module, as a functio
 
 that runs the graph's kernels in order over raw pointers (``Lowerer.body_function``;
 its kernels are named ``k<i>_body_k<j>_<kind>``, so a loop inside a body nests its names
-the same way).  The loop kernel ``k<i>_scan`` / ``k<i>_while`` then:
+the same way).  The loop kernel ``k<i>_scan_loop`` / ``k<i>_while_loop`` then:
 
 * copies the initial carries into scratch buffer A (the carries ping-pong between two
   scratch buffers A and B in the outer arena, so a body output never overlaps a body
@@ -38,10 +38,10 @@ from ..errors import GraphcError, LoweringError, with_context
 from ..ir import describe, printable
 from . import irtext
 from .abi import I1, I32, I64, I8, PTR, RC_OK
-from .schedule import LOOP_OPS, Kernel
+from .schedule import LOOP_KINDS, Kernel
 from .strided import numel
 
-KINDS = LOOP_OPS
+KINDS = tuple(LOOP_KINDS.values())  # scan_loop, while_loop
 
 
 class _NoPool:

@@ -318,8 +318,8 @@ class Lowerer:
                 "gather",
                 "scatter",
                 "scatter_add",
-                "scan",
-                "while",
+                "scan_loop",
+                "while_loop",
             ):
                 nxt = fn.append_basic_block(f"after_k{i}")
                 if rc_slot is None:

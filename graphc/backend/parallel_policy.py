@@ -113,10 +113,10 @@ def work(plan: Schedule) -> int:
     its length; a while's trip count is unknown, so it counts as big."""
     total = 0
     for k in plan.kernels:
-        if k.kind == "scan":
+        if k.kind == "scan_loop":
             lp = plan.loops[k.node]
             total += lp.length * work(lp.body)
-        elif k.kind == "while":
+        elif k.kind == "while_loop":
             total += GIL_FREE_MIN + 1
         else:
             total += numel(k.space)

@@ -40,6 +40,8 @@ _VIEW_IF = {op: low.view_if for op, low in lowering.LOWERINGS.items() if low.vie
 # structured loops (docs: /work/notes/loops_spec.md): a node of its own kernel that runs its
 # body graph's code (scheduled as a Schedule of its own) once per iteration
 LOOP_OPS = ("scan", "while")
+# their kernels' kinds ("scan" is the kind of cumsum/cumprod's kernels)
+LOOP_KINDS = {"scan": "scan_loop", "while": "while_loop"}
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
 
@@ -48,7 +50,7 @@ class Kernel:
     """One unit of generated code, run in order by the entry point."""
 
     def __init__(self, kind: str, space: tuple = (), node: Optional[int] = None) -> None:
-        self.kind = kind  # loop | matmul | argreduce | getitem | ... | scan | while
+        self.kind = kind  # loop | matmul | argreduce | getitem | ... | scan_loop | while_loop
         self.space = tuple(space)
         self.node = node  # the node of a non-loop kernel
         self.stores: list = []  # [(node, dest buffer)] elementwise results stored over space
@@ -61,7 +63,7 @@ class Kernel:
         what = [f"store %{n}" for n, _ in self.stores] + [f"reduce %{n}" for n in self.reduces]
         if self.node is not None and not what:
             what = [f"%{self.node}"]
-        if self.kind in LOOP_OPS:
+        if self.kind in LOOP_KINDS.values():
             outs = ", ".join(f"%{b}" for b in sorted(self.writes, key=repr))
             return f"<{self.kind}: %{self.node} -> {outs or 'nothing'}>"
         return f"<{self.kind} {list(self.space)}: {', '.join(what)}>"
@@ -576,7 +578,7 @@ class Schedule:
         ]
         for i, k in enumerate(self.kernels):
             lines.append(f"  k{i}: {k!r}")
-            if k.kind in LOOP_OPS:
+            if k.kind in LOOP_KINDS.values():
                 lp = self.loops[k.node]
                 lines.append(f"    {lp.header()}")
                 for role, sp in lp.graphs():
@@ -747,7 +749,7 @@ class LoopPlan:
 
     def kernel(self) -> Kernel:
         """The loop's kernel: writes its loop_out buffers, scratch as the class says."""
-        k = Kernel(self.kind, (), self.n)
+        k = Kernel(LOOP_KINDS[self.kind], (), self.n)
         k.writes = set(self.outs.values())
         for j, (shp, dt) in enumerate(self.results[: len(self.carries)]):
             nbytes = numel(shp) * dt.itemsize

@@ -384,7 +384,7 @@ class NativeExecutable:
                 }
             lines.append(f"{mark} {ind}{prefix}k{i}_{k.kind}:")
             lines += [f"{mark} {ind}  {irtext.escape(describe(plan.g, n))}" for n in sorted(nodes)]
-            if k.kind in ("scan", "while"):
+            if k.kind in ("scan_loop", "while_loop"):
                 lp = plan.loops[k.node]
                 lines.append(f"{mark} {ind}  {irtext.escape(lp.header())}")
                 for role, sp in reversed(lp.graphs()):

@@ -407,7 +407,7 @@ def test_code_size_does_not_depend_on_length():
     assert num.sub("0", a) == num.sub("0", b)  # the same code, one constant apart
     assert abs(len(a) - len(b)) < 64
     assert num.sub("0", a_opt) == num.sub("0", b_opt)
-    assert "k0_body" in a and "k0_scan" in a
+    assert "k0_body" in a and "k0_scan_loop" in a
 
 
 def test_thousand_steps():
@@ -425,10 +425,10 @@ def test_inspection_shows_the_loop():
     g, _ = scan_graph(bd, [], [np.zeros(3)], [np.zeros((4, 3))], 4)
     plan = Schedule(g)
     text = plan.describe()
-    assert "<scan: %" in text and "scan length 4" in text and "body (function k0_body)" in text
+    assert "<scan_loop: %" in text and "scan length 4" in text and "body (function k0_body)" in text
     ex = compile_graph(g)
     legend = ex.legend()
-    assert "k0_scan:" in legend and "k0_body: graph" in legend and "k0_body_k0_loop:" in legend
+    assert "k0_scan_loop:" in legend and "k0_body: graph" in legend and "k0_body_k0_loop:" in legend
     assert "scan length 4" in ex.llvm_ir()
 
 
@@ -477,7 +477,7 @@ def test_nested_scan(reverse):
     plan = Schedule(g)
     assert "k0_body_k0_body" not in plan.describe()  # names nest by function prefix
     legend = compile_graph(g).legend()
-    assert "k0_body_k0_scan:" in legend and "k0_body_k0_body_k0_loop:" in legend
+    assert "k0_body_k0_scan_loop:" in legend and "k0_body_k0_body_k0_loop:" in legend
 
 
 # --- while --------------------------------------------------------------------------------
@@ -765,3 +765,51 @@ def test_poisoned_arena_finds_no_aliasing():
 
     run_scan(body, [_r(6)], [_r(6), _r(6)], [_r(5, 6)], poison=True, opt_level=0)
     run_scan(body, [_r(6)], [_r(6), _r(6)], [_r(5, 6)], poison=True, reverse=True, fuse=False)
+
+
+def test_same_node_as_carry_and_y_and_constant_operands():
+    """A body output listed twice (carry and y), and scan operands that are constants
+    of the outer graph (a 0-d one is copied into a buffer first)."""
+
+    def body(k, c, x):
+        nc = c + k * x
+        return nc, nc
+
+    bd = trace_body(body, [np.zeros(3), np.zeros(()), np.zeros(3)])
+    g = Graph("consts")
+    xs = g.add_input("xs", (4, 3), "float64")
+    k = g.add_const(np.arange(3.0))
+    c0 = g.add_const(np.array(1.5))
+    s = g.add_node(
+        "scan",
+        (k, c0, xs),
+        {"body": bd, "length": 4, "reverse": True, "num_consts": 1, "num_carry": 1},
+        shape=(),
+        dtype="bool",
+    )
+    # the carry is 0-d but the body's new carry broadcasts to (3,): refused
+    g.add_node("loop_out", (s,), {"index": 0}, shape=(), dtype="float64")
+    with pytest.raises(GraphVerificationError, match="output 0 of its body graph"):
+        Schedule(g)
+
+    bd = trace_body(body, [np.zeros(3), np.zeros(3), np.zeros(3)])
+    g = Graph("consts")
+    xs = g.add_input("xs", (4, 3), "float64")
+    k = g.add_const(np.arange(3.0))
+    c0 = g.add_node("expand", (g.add_const(np.array(1.5)),), {"shape": (3,)})
+    s = g.add_node(
+        "scan",
+        (k, c0, xs),
+        {"body": bd, "length": 4, "reverse": True, "num_consts": 1, "num_carry": 1},
+        shape=(),
+        dtype="bool",
+    )
+    g.outputs = [
+        g.add_node("loop_out", (s,), {"index": 1}, shape=(4, 3), dtype="float64"),
+        g.add_node("loop_out", (s,), {"index": 0}, shape=(3,), dtype="float64"),
+    ]
+    xv = _r(4, 3)
+    got = compile_graph(g).run((xv,))
+    carry, steps = ref_scan(body, [np.arange(3.0)], [np.full(3, 1.5)], [xv], 4, True)
+    _close(got[1], carry[0], "carry")
+    _close(got[0], np.stack([s_[0] for s_ in steps]), "ys")
