@@ -61,7 +61,9 @@ def loop_kernel(low: Any, i: int, kern: Kernel) -> tuple:
     (function, builder stand-in)."""
     plan = low.plan
     g = plan.g
-    lp = plan.loops[kern.node]
+    node = kern.node
+    assert node is not None  # a loop kernel is its loop node's
+    lp = plan.loops[node]
     bufs = low._kernel_bufs(kern)
     name = f"{low.prefix}k{i}_{kern.kind}"
     fn = ir.Function(
@@ -79,10 +81,10 @@ def loop_kernel(low: Any, i: int, kern: Kernel) -> tuple:
         scratch[key] = arg
     funcs = {}
     for role, sp in lp.graphs():
-        funcs[role] = _graph_function(low, i, kern.node, role, sp)
-    low.current_node = kern.node
+        funcs[role] = _graph_function(low, i, node, role, sp)
+    low.current_node = node
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    irtext.comment(b, describe(g, kern.node))
+    irtext.comment(b, describe(g, node))
     irtext.comment(b, lp.header())
     for role in funcs:
         irtext.comment(b, f"{role}: function {funcs[role].name} (graph {lp_graph_name(lp, role)})")
