@@ -745,6 +745,7 @@ class LoopPlan:
 
     # --- the kernel -----------------------------------------------------------------
     def num_ys(self) -> int:
+        """How many stacked ``ys`` a scan has (body outputs after the carries); 0 for a while."""
         return len(self.results) - len(self.carries)
 
     def kernel(self) -> Kernel:

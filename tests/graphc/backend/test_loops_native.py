@@ -813,3 +813,48 @@ def test_same_node_as_carry_and_y_and_constant_operands():
     carry, steps = ref_scan(body, [np.arange(3.0)], [np.full(3, 1.5)], [xv], 4, True)
     _close(got[1], carry[0], "carry")
     _close(got[0], np.stack([s_[0] for s_ in steps]), "ys")
+
+
+def test_self_referential_body_is_refused():
+    """A body graph holding a scan over itself would recurse forever: refused."""
+    b = Graph("selfish")
+    c = b.add_input("c", (3,), "float64")
+    s = b.add_node(
+        "scan",
+        (c,),
+        {"body": b, "length": 1, "reverse": False, "num_consts": 0, "num_carry": 1},
+        shape=(),
+        dtype="bool",
+    )
+    b.outputs = [b.add_node("loop_out", (s,), {"index": 0}, shape=(3,), dtype="float64")]
+    with pytest.raises(GraphVerificationError, match="nested more than"):
+        Schedule(b)
+
+
+def test_index_error_in_a_nested_body_propagates():
+    def inner(table, i, x):
+        return i + 1, table[i] + x
+
+    ib = trace_body(inner, [np.zeros(16), np.array(0), np.array(0.0)])
+    ob = Graph("outer_body")
+    table = ob.add_input("table", (16,), "float64")
+    i0 = ob.add_input("i", (), "int64")
+    row = ob.add_input("row", (3,), "float64")
+    s = ob.add_node(
+        "scan",
+        (table, i0, row),
+        {"body": ib, "length": 3, "reverse": False, "num_consts": 1, "num_carry": 1},
+        shape=(),
+        dtype="bool",
+    )
+    i1 = ob.add_node("loop_out", (s,), {"index": 0}, shape=(), dtype="int64")
+    ys = ob.add_node("loop_out", (s,), {"index": 1}, shape=(3,), dtype="float64")
+    ob.outputs = [i1, ys]
+    g, _ = scan_graph(ob, [np.zeros(16)], [np.array(0)], [np.zeros((3, 3))], 3)
+    ex = compile_graph(g)
+    tv, xv = np.arange(16.0), np.ones((3, 3))
+    with pytest.raises(IndexError):
+        ex.run((tv, np.array(10), xv))  # i reaches 16 in the second outer step
+    got = ex.run((tv, np.array(-9), xv))  # -9 .. -1: in range
+    assert got[0] == 0
+    np.testing.assert_array_equal(got[1], (np.arange(-9, 0) % 16 + 1.0).reshape(3, 3))
