@@ -38,7 +38,7 @@ from llvmlite import ir
 from ..errors import GraphcError, LoweringError, UnsupportedOpError, with_context
 from ..ir import Graph, describe, printable
 
-from . import irtext, lowering
+from . import irtext, loops, lowering
 from .abi import (
     CHUNKS_PER_THREAD,
     CHUNK_FN,
@@ -76,10 +76,15 @@ from .schedule import Kernel, Schedule, numel
 class Lowerer:
     """Builds the LLVM module for a Schedule."""
 
-    def __init__(self, plan: Schedule, name: str) -> None:
+    def __init__(
+        self, plan: Schedule, name: str, module: Optional[ir.Module] = None, prefix: str = ""
+    ) -> None:
         self.plan = plan
         self.g: Graph = plan.g
-        self.module = irtext.module(name)
+        # a loop's body is lowered by a Lowerer of its own into the same module, its
+        # functions' names prefixed by the loop kernel's (``k3_body_k0_loop``)
+        self.module = irtext.module(name) if module is None else module
+        self.prefix = prefix
         self.globals: dict = {}
         self._malloc = None
         self._free = None
@@ -218,11 +223,7 @@ class Lowerer:
             b.comment("release the GIL while the kernels run")
             tstate = b.call(self._py_fn("graphc_PyEval_SaveThread"), [], name="tstate")
         self._tstate = tstate
-        if any(kb.par is not None for kb in self.builders.values()):
-            gv = self.module.globals.get(NUM_THREADS)
-            if gv is None:
-                gv = ir.GlobalVariable(self.module, I32, name=NUM_THREADS)
-            self.nthreads = b.load_atomic(gv, "monotonic", 4, typ=I32, name="nthreads")
+        self._load_threads(b)
         arena = None
         if plan.arena_bytes:
             arena = b.call(self._get_malloc(), [ir.Constant(I64, plan.arena_bytes)], name="arena")
@@ -233,6 +234,52 @@ class Lowerer:
             self._fail(b, result, ir.Constant(I32, RC_NOMEM))
             b.position_at_end(go)
         return tstate, arena
+
+    def _load_threads(self, b) -> None:
+        """Read the thread count once, if a kernel of this function runs in parallel."""
+        if any(kb.par is not None for kb in self.builders.values()):
+            gv = self.module.globals.get(NUM_THREADS)
+            if gv is None:
+                gv = ir.GlobalVariable(self.module, I32, name=NUM_THREADS)
+            self.nthreads = b.load_atomic(gv, "monotonic", 4, typ=I32, name="nthreads")
+
+    def body_function(self, name: str) -> ir.Function:
+        """``i32 name(ptr in0, ..., ptr out0, ..., ptr arena)``: the graph of a loop body
+        (or condition) run once -- its kernels in order, as the entry point runs them --
+        over raw pointers: C-contiguous inputs, outputs that overlap no input, and an
+        arena of ``plan.arena_bytes``.  Returns 0, or a failing kernel's rc."""
+        plan = self.plan
+        self.builders = {}
+        self.epilogues = epilogues(plan)
+        self._tstate = None
+        kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
+        fnty = ir.FunctionType(I32, [PTR] * (self.n_in + self.n_out + 1))
+        fn = ir.Function(self.module, fnty, name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for k, arg in enumerate(fn.args):
+            arg.name = (
+                f"in{k}"
+                if k < self.n_in
+                else f"out{k - self.n_in}"
+                if k < self.n_in + self.n_out
+                else "arena"
+            )
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        irtext.comment(
+            b,
+            f"loop graph {self.g.name}: {self.n_in} inputs, {self.n_out} outputs, "
+            f"{len(plan.kernels)} kernels, arena {plan.arena_bytes} bytes",
+        )
+        self._load_threads(b)
+        data = list(fn.args[: self.n_in + self.n_out])
+        arena = fn.args[-1] if plan.arena_bytes else None
+        fail = fn.append_basic_block("kernel_failed")
+        rc_slot = self._run_kernels(b, fn, kfns, data, arena, fail)
+        b.ret(ir.Constant(I32, 0))
+        b.position_at_end(fail)
+        b.ret(b.load(rc_slot, typ=I32) if rc_slot is not None else ir.Constant(I32, RC_INDEX))
+        return fn
 
     def _run_kernels(self, b, fn, kfns: list, data: list, arena, fail):
         """Call the kernels in order (parallel ones through the pool, an epilogue inside
@@ -246,6 +293,9 @@ class Lowerer:
             if i in fused:
                 continue  # run inside its product's shares (see epilogues)
             args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]
+            for key, _ in kern.scratch:  # a loop kernel's scratch, in the arena
+                off = ir.Constant(I64, plan.buffers[key][1])
+                args.append(b.gep(arena, [off], source_etype=I8, name=f"k{i}_scratch"))
             if self.builders[i].par is not None:
                 j = self.epilogues.get(i)
                 then = None
@@ -268,6 +318,8 @@ class Lowerer:
                 "gather",
                 "scatter",
                 "scatter_add",
+                "scan_loop",
+                "while_loop",
             ):
                 nxt = fn.append_basic_block(f"after_k{i}")
                 if rc_slot is None:
@@ -446,7 +498,7 @@ class Lowerer:
         ``nchunks`` near-equal ranges of ``[0, size)``) into partial slot c; then, with
         ``epi`` = (epilogue kernel, index of its first argument, its elements per row of
         kernel i), the epilogue over the same rows."""
-        f = ir.Function(self.module, CHUNK_FN, name=f"k{i}_chunk")
+        f = ir.Function(self.module, CHUNK_FN, name=f"{self.prefix}k{i}_chunk")
         f.linkage = "internal"
         f.attributes.add("nounwind")
         ctx, c = f.args
@@ -513,7 +565,9 @@ class Lowerer:
 
     def _get_malloc(self):
         if self._malloc is None:
-            self._malloc = ir.Function(self.module, ir.FunctionType(PTR, [I64]), name="malloc")
+            self._malloc = self.module.globals.get("malloc") or ir.Function(
+                self.module, ir.FunctionType(PTR, [I64]), name="malloc"
+            )
         return self._malloc
 
     def _poison(self, b, buf, arena) -> None:
@@ -534,7 +588,7 @@ class Lowerer:
 
     def _get_free(self):
         if self._free is None:
-            self._free = ir.Function(
+            self._free = self.module.globals.get("free") or ir.Function(
                 self.module, ir.FunctionType(ir.VoidType(), [PTR]), name="free"
             )
         return self._free
@@ -562,7 +616,7 @@ class Lowerer:
             v = np.ascontiguousarray(self.g.nx.nodes[n]["attrs"]["value"])
             raw = bytearray(v.astype(v.dtype.newbyteorder("="), copy=False).tobytes())
             ty = ir.ArrayType(I8, max(len(raw), 1))
-            gv = ir.GlobalVariable(self.module, ty, name=f"const_n{n}")
+            gv = ir.GlobalVariable(self.module, ty, name=f"{self.prefix}const_n{n}")
             gv.initializer = ir.Constant(ty, raw if raw else bytearray(1))
             gv.global_constant = True
             gv.linkage = "internal"
@@ -587,11 +641,16 @@ class Lowerer:
     def _kernel_function(self, i: int, kern: Kernel) -> ir.Function:
         first = [kern.node] + [n for n, _ in kern.stores] + list(kern.reduces)
         self.current_node = next((n for n in first if n is not None), None)
+        if kern.kind in loops.KINDS:  # a scan/while: its own loop over its body's function
+            fn, self.builders[i] = loops.loop_kernel(self, i, kern)
+            return fn
         bufs = self._kernel_bufs(kern)
         par = self._parallel_ok(kern)
         extra = [I64, I64, PTR] if par else []
         fn = ir.Function(
-            self.module, ir.FunctionType(I32, [PTR] * len(bufs) + extra), name=f"k{i}_{kern.kind}"
+            self.module,
+            ir.FunctionType(I32, [PTR] * len(bufs) + extra),
+            name=f"{self.prefix}k{i}_{kern.kind}",
         )
         fn.linkage = "internal"
         fn.attributes.add("nounwind")

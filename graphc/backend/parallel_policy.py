@@ -103,11 +103,28 @@ def epilogues(plan: Schedule) -> dict:
 def needs_pool(plan: Schedule) -> bool:
     """Does the code for ``plan`` call the worker pool (``POOL_RUN``)?  Then the pool must
     be registered (``graphc.runtime.pool.ensure()``) before the code is loaded."""
-    return any(parallel_ok(plan, k) for k in plan.kernels)
+    return any(parallel_ok(plan, k) for k in plan.kernels) or any(
+        needs_pool(sp) for lp in plan.loops.values() for _, sp in lp.graphs()
+    )
+
+
+def work(plan: Schedule) -> int:
+    """Loop elements the kernels of ``plan`` cover in one run: a scan's body's work times
+    its length; a while's trip count is unknown, so it counts as big."""
+    total = 0
+    for k in plan.kernels:
+        if k.kind == "scan_loop":
+            lp = plan.loops[k.node]
+            total += lp.length * work(lp.body)
+        elif k.kind == "while_loop":
+            total += GIL_FREE_MIN + 1
+        else:
+            total += numel(k.space)
+    return total
 
 
 def releases_gil(plan: Schedule) -> bool:
     """Does the entry point release the GIL while its kernels run?  Only for graphs whose
     kernels cover more than ``GIL_FREE_MIN`` elements: for small ones, releasing and
     taking it back again costs more than it lets other threads do."""
-    return sum(numel(k.space) for k in plan.kernels) > GIL_FREE_MIN
+    return work(plan) > GIL_FREE_MIN

@@ -18,7 +18,7 @@ import numpy as np
 
 from eager.interop import MAX_BYTES, check_size, ops_of
 
-from ..errors import GraphcError, TooBigError, UnsupportedOpError
+from ..errors import GraphcError, GraphVerificationError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable
 from . import lowering
 from .strided import View, as_matrix, blas_layout, cstrides, numel
@@ -37,6 +37,11 @@ OWN_KERNEL = {
     if low.kernel is not None and op not in MATMUL
 }
 _VIEW_IF = {op: low.view_if for op, low in lowering.LOWERINGS.items() if low.view_if}
+# structured loops (docs: /work/notes/loops_spec.md): a node of its own kernel that runs its
+# body graph's code (scheduled as a Schedule of its own) once per iteration
+LOOP_OPS = ("scan", "while")
+# their kernels' kinds ("scan" is the kind of cumsum/cumprod's kernels)
+LOOP_KINDS = {"scan": "scan_loop", "while": "while_loop"}
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
 
@@ -45,20 +50,22 @@ class Kernel:
     """One unit of generated code, run in order by the entry point."""
 
     def __init__(self, kind: str, space: tuple = (), node: Optional[int] = None) -> None:
-        self.kind = (
-            kind  # loop | matmul | argreduce | getitem | getitem_grad | setitem | philox | copy
-        )
+        self.kind = kind  # loop | matmul | argreduce | getitem | ... | scan_loop | while_loop
         self.space = tuple(space)
         self.node = node  # the node of a non-loop kernel
         self.stores: list = []  # [(node, dest buffer)] elementwise results stored over space
         self.reduces: list = []  # reduce nodes accumulated over space
         self.reads: set = set()  # buffers read
         self.writes: set = set()  # buffers written
+        self.scratch: list = []  # [(key, nbytes)]: arena scratch of a scan/while kernel
 
     def __repr__(self) -> str:
         what = [f"store %{n}" for n, _ in self.stores] + [f"reduce %{n}" for n in self.reduces]
         if self.node is not None and not what:
             what = [f"%{self.node}"]
+        if self.kind in LOOP_KINDS.values():
+            outs = ", ".join(f"%{b}" for b in sorted(self.writes, key=repr))
+            return f"<{self.kind}: %{self.node} -> {outs or 'nothing'}>"
         return f"<{self.kind} {list(self.space)}: {', '.join(what)}>"
 
 
@@ -66,9 +73,15 @@ class Schedule:
     """The complete schedule of a graph: kernels in order, views, buffers and arena offsets."""
 
     def __init__(
-        self, g: Graph, fuse: bool = True, poison: bool = False, inplace: Optional[dict] = None
+        self,
+        g: Graph,
+        fuse: bool = True,
+        poison: bool = False,
+        inplace: Optional[dict] = None,
+        _nesting: int = 0,
     ) -> None:
         self.g = g
+        self.nesting = _nesting  # how many loops' bodies this graph is inside
         self.inplace_requested = dict(inplace or {})  # output index -> input index
         self.inplace: dict = {}  # the pairs found safe: output k written over input i
         self.alias_kernels: set = set()  # kernels whose buffer args may alias
@@ -85,6 +98,7 @@ class Schedule:
         self.kernels: list = []
         self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
         self.arena_bytes = 0
+        self.loops: dict = {}  # scan/while node -> LoopPlan (its graphs' own schedules)
         self._check_dtypes()
         self._classify()
         self._choose_fusion()
@@ -172,6 +186,18 @@ class Schedule:
                 self.views[n] = nv
             elif op in ELEMENTWISE:
                 pass
+            elif op in LOOP_OPS:
+                self._classify_loop(n)
+            elif op == "loop_out":
+                if len(d["operands"]) != 1 or d["operands"][0] not in self.loops:
+                    raise GraphVerificationError(
+                        f"{describe(self.g, n)}: loop_out reads the token of a scan or while"
+                    )
+                first = self.loops[d["operands"][0]].outs[a["index"]]
+                if first == n:
+                    self._materialize(n)
+                else:  # a second loop_out of the same result: the first one's buffer
+                    self.views[n] = View(first, 0, cstrides(d["shape"]), d["shape"])
             elif op in REDUCE:
                 if not self.fuse:
                     self._buffer_view(d["operands"][0])
@@ -194,6 +220,17 @@ class Schedule:
                 raise UnsupportedOpError(f"{describe(self.g, n)}: op {op!r} has no native lowering")
         for o in self.g.outputs:
             self._materialize(o)
+
+    def _classify_loop(self, n: int) -> None:
+        """A scan/while node: check it against the loop contract (a malformed node is
+        refused before any code trusts its sizes), schedule its graphs, and give the
+        operands contiguous buffers (the body reads them through plain pointers)."""
+        lp = LoopPlan(self, n)
+        self.loops[n] = lp
+        for o in self.nd(n)["operands"]:
+            v = self._buffer_view(o)
+            if not v.contiguous():
+                self._force_copy(o)
 
     def _apply_view(self, op: str, v: View, a: dict, n: int) -> Optional[View]:
         return lowering.get(op, describe(self.g, n)).view(v, a)
@@ -260,7 +297,14 @@ class Schedule:
                 done_out.add(k)
         self.out_buffer = first_out
         for n in self.order:
-            if n not in self.materialized:
+            if n in self.loops:
+                kern = self.loops[n].kernel()
+                kern.reads = self._reads(kern)
+                self.kernels.append(kern)
+                for b in kern.writes:
+                    produced_by[b] = len(self.kernels) - 1
+                continue
+            if n not in self.materialized or self.nd(n)["op"] == "loop_out":
                 continue
             d = self.nd(n)
             op = d["op"]
@@ -383,10 +427,12 @@ class Schedule:
                     continue
                 nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
+            for key, nbytes in k.scratch:  # a loop kernel's carries and its graphs' arenas
+                intervals.append((ki, ki, key, nbytes))
         free: list = []  # (offset, size) blocks available
         live: list = []  # (end kernel, offset, size)
         top = 0
-        for start, end, b, nbytes in sorted(intervals, key=lambda t: (t[0], t[2])):
+        for start, end, b, nbytes in sorted(intervals, key=_interval_key):
             still = []
             for e, off, size in live:
                 if e < start:
@@ -410,7 +456,7 @@ class Schedule:
                 top += size
             self.buffers[b] = ("arena", slot, nbytes)
             live.append((end, slot, size))
-            if self.poison and end < len(self.kernels):  # not the bases of output views
+            if self.poison and end < len(self.kernels) and not isinstance(b, tuple):
                 self.poison_after.setdefault(end, []).append(b)
         if top > MAX_BYTES:
             raise TooBigError(
@@ -513,15 +559,227 @@ class Schedule:
             "materialized": len(self.materialized),
         }
 
+    def all_kernels(self) -> list:
+        """Every kernel of the plan and of its loops' graphs' plans (nested loops too)."""
+        out, stack = [], [self]
+        while stack:
+            p = stack.pop()
+            out += p.kernels
+            for lp in p.loops.values():
+                stack += [sp for _, sp in lp.graphs()]
+        return out
+
     def describe(self) -> str:
+        """The kernels in order; a scan/while kernel is followed by its graphs' plans,
+        indented (the LLVM functions are named ``k<i>_body`` / ``k<i>_cond``)."""
         lines = [
             f"plan for {printable(self.g.name)}: {len(self.kernels)} kernels, arena "
             f"{self.arena_bytes} bytes"
         ]
         for i, k in enumerate(self.kernels):
             lines.append(f"  k{i}: {k!r}")
+            if k.kind in LOOP_KINDS.values():
+                lp = self.loops[k.node]
+                lines.append(f"    {lp.header()}")
+                for role, sp in lp.graphs():
+                    lines.append(f"    {role} (function k{i}_{role}):")
+                    lines += ["      " + line for line in sp.describe().split("\n")]
         return "\n".join(lines)
 
 
 def _gemm_ok(v: View, side: int) -> bool:
     return blas_layout(as_matrix(v, side)) is not None
+
+
+def _interval_key(t: tuple) -> tuple:
+    """Allocation order: by first kernel, then node buffers by id, then loop scratch."""
+    return (t[0], 0, t[2], "") if isinstance(t[2], int) else (t[0], 1, 0, repr(t[2]))
+
+
+MAX_LOOP_NESTING = 64
+
+
+class LoopPlan:
+    """A ``scan``/``while`` node checked against the loop contract, with the schedules of
+    its graphs (``body``, and ``cond`` for a while) and what its kernel writes: the
+    buffers of its ``loop_out`` nodes, plus arena scratch for two ping-pong copies of the
+    carries (a body output never aliases a body input), the ``y`` slices nothing reads,
+    the while's condition byte and each graph's own arena."""
+
+    def __init__(self, plan: Schedule, n: int) -> None:
+        self.plan = plan
+        self.n = n
+        g = plan.g
+        d = plan.nd(n)
+        self.kind = d["op"]
+        self.where = describe(g, n)
+        a = d["attrs"]
+        ops = list(d["operands"])
+        self.length = 0
+        self.reverse = False
+        self.cond_graph: Optional[Graph] = None
+        if self.kind == "scan":
+            self.length = self._int(a, "length")
+            rev = a.get("reverse")
+            if not isinstance(rev, (bool, np.bool_)):
+                self._fail(f"attr reverse must be a bool, got {rev!r}")
+            self.reverse = bool(rev)
+            nc, k = self._int(a, "num_consts"), self._int(a, "num_carry")
+            if nc + k > len(ops):
+                self._fail(f"num_consts {nc} + num_carry {k} exceed its {len(ops)} operands")
+            self.consts, self.carries, self.xs = ops[:nc], ops[nc : nc + k], ops[nc + k :]
+            self.cond_consts: list = []
+        else:
+            ncc = self._int(a, "num_cond_consts")
+            nbc = self._int(a, "num_body_consts")
+            k = self._int(a, "num_carry")
+            if ncc + nbc + k != len(ops):
+                self._fail(
+                    f"num_cond_consts {ncc} + num_body_consts {nbc} + num_carry {k} != its "
+                    f"{len(ops)} operands"
+                )
+            self.cond_consts = ops[:ncc]
+            self.consts, self.carries, self.xs = ops[ncc : ncc + nbc], ops[ncc + nbc :], []
+            self.cond_graph = self._graph(a, "cond")
+        self.body_graph = self._graph(a, "body")
+        carry_t = [self._type(o) for o in self.carries]
+        x_t = []
+        for j, o in enumerate(self.xs):
+            shp, dt = self._type(o)
+            if not shp or shp[0] != self.length:
+                self._fail(
+                    f"xs {j} (%{o}) has shape {list(shp)}, which does not have the scan's "
+                    f"length {self.length} as its leading dimension"
+                )
+            x_t.append((shp[1:], dt))
+        body_in = [self._type(o) for o in self.consts] + carry_t + x_t
+        self._check_io("body", self.body_graph.inputs, body_in, "input")
+        outs = self.body_graph.outputs
+        if len(outs) < len(carry_t) or (self.kind == "while" and len(outs) != len(carry_t)):
+            self._fail(
+                f"its body has {len(outs)} outputs for {len(carry_t)} carries"
+                + (" and no y" if self.kind == "while" else "")
+            )
+        self._check_io("body", outs[: len(carry_t)], carry_t, "output")
+        self.results = list(carry_t)
+        for j, o in enumerate(outs[len(carry_t) :]):
+            bd = self.body_graph.nx.nodes[o]
+            shp = (self.length,) + tuple(bd["shape"])
+            # length * slice size must be addressable before any offset is computed from it
+            check_size(shp, bd["dtype"], f"{self.where}: ys {j}", error=TooBigError)
+            self.results.append((shp, np.dtype(bd["dtype"])))
+        if self.cond_graph is not None:
+            cin = [self._type(o) for o in self.cond_consts] + carry_t
+            self._check_io("cond", self.cond_graph.inputs, cin, "input")
+            self._check_io(
+                "cond", self.cond_graph.outputs, [((), np.dtype("bool"))], "output", count=True
+            )
+        # the results, read through loop_out nodes (a second one of a result reads the first)
+        if n in g.outputs:
+            self._fail("a loop node is a token: read its results through loop_out nodes")
+        self.outs: dict = {}  # result index -> the (first) loop_out node reading it
+        for u in g.users(n):
+            ud = plan.nd(u)
+            if ud["op"] != "loop_out" or tuple(ud["operands"]) != (n,):
+                self._fail(f"its token is used by {describe(g, u)}; only loop_out may read it")
+            j = ud["attrs"].get("index")
+            if type(j) is not int or not 0 <= j < len(self.results):
+                self._fail(f"{describe(g, u)}: index {j!r} is not one of its results")
+            shp, dt = self.results[j]
+            if tuple(ud["shape"]) != shp or np.dtype(ud["dtype"]) != dt:
+                self._fail(
+                    f"{describe(g, u)}: result {j} is {dt.name}{list(shp)}, the node says "
+                    f"{ud['dtype']}{list(ud['shape'])}"
+                )
+            self.outs[j] = min(self.outs.get(j, u), u)
+        depth = plan.nesting + 1
+        if depth > MAX_LOOP_NESTING:
+            self._fail(f"loops nested more than {MAX_LOOP_NESTING} deep")
+        self.cond: Optional[Schedule] = None
+        if self.cond_graph is not None:
+            self.cond = self._schedule(self.cond_graph, "cond", depth)
+        self.body = self._schedule(self.body_graph, "body", depth)
+
+    # --- checks -------------------------------------------------------------------
+    def _fail(self, msg: str) -> None:
+        raise GraphVerificationError(f"{self.where}: {msg}")
+
+    def _int(self, a: dict, key: str) -> int:
+        v = a.get(key)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            self._fail(f"attr {key} must be an int >= 0, got {v!r}")
+        return int(v)
+
+    def _graph(self, a: dict, key: str) -> Graph:
+        v = a.get(key)
+        if not isinstance(v, Graph):
+            self._fail(f"attr {key} must be a graphc Graph, got {type(v).__name__}")
+        return v
+
+    def _type(self, o: int) -> tuple:
+        d = self.plan.nd(o)
+        return tuple(d["shape"]), np.dtype(d["dtype"])
+
+    def _check_io(self, role: str, nodes: list, want: list, what: str, count: bool = True) -> None:
+        graph = self.body_graph if role == "body" else self.cond_graph
+        assert graph is not None
+        if count and len(nodes) != len(want):
+            self._fail(f"its {role} graph has {len(nodes)} {what}s, the contract {len(want)}")
+        for j, (o, (shp, dt)) in enumerate(zip(nodes, want)):
+            d = graph.nx.nodes[o]
+            if tuple(d["shape"]) != shp or np.dtype(d["dtype"]) != dt:
+                self._fail(
+                    f"{what} {j} of its {role} graph is {d['dtype']}{list(d['shape'])}, "
+                    f"the contract says {dt.name}{list(shp)}"
+                )
+
+    def _schedule(self, graph: Graph, role: str, depth: int) -> Schedule:
+        try:
+            return Schedule(graph, fuse=self.plan.fuse, poison=self.plan.poison, _nesting=depth)
+        except GraphcError as e:
+            try:
+                err = type(e)(f"{self.where}: in its {role} graph: {e}")
+            except TypeError:  # an error type with another constructor: as it is
+                raise e from None
+            raise err from e
+
+    # --- the kernel -----------------------------------------------------------------
+    def num_ys(self) -> int:
+        """How many stacked ``ys`` a scan has (body outputs after the carries); 0 for a while."""
+        return len(self.results) - len(self.carries)
+
+    def kernel(self) -> Kernel:
+        """The loop's kernel: writes its loop_out buffers, scratch as the class says."""
+        k = Kernel(LOOP_KINDS[self.kind], (), self.n)
+        k.writes = set(self.outs.values())
+        for j, (shp, dt) in enumerate(self.results[: len(self.carries)]):
+            nbytes = numel(shp) * dt.itemsize
+            k.scratch += [(("carry", self.n, j, s), nbytes) for s in (0, 1)]
+        for j in range(self.num_ys()):
+            if len(self.carries) + j not in self.outs:  # computed, never stacked
+                shp, dt = self.results[len(self.carries) + j]
+                k.scratch.append((("y", self.n, j), numel(shp[1:]) * dt.itemsize))
+        if self.cond is not None:
+            k.scratch.append((("flag", self.n), 1))
+        for role, sp in self.graphs():
+            if sp.arena_bytes:
+                k.scratch.append((("arena", self.n, role), sp.arena_bytes))
+        return k
+
+    def graphs(self) -> list:
+        """[(role, Schedule)]: ("cond", ...) first for a while, then ("body", ...)."""
+        return ([("cond", self.cond)] if self.cond is not None else []) + [("body", self.body)]
+
+    def header(self) -> str:
+        """One line: what the loop runs (for describe() and the IR comments)."""
+        if self.kind == "scan":
+            return (
+                f"scan length {self.length}{' reversed' if self.reverse else ''}: "
+                f"{len(self.consts)} consts, {len(self.carries)} carries, {len(self.xs)} xs "
+                f"-> {len(self.carries)} carries, {self.num_ys()} ys "
+                f"(results read: {sorted(self.outs)})"
+            )
+        return (
+            f"while: {len(self.cond_consts)} cond consts, {len(self.consts)} body consts, "
+            f"{len(self.carries)} carries (results read: {sorted(self.outs)})"
+        )

@@ -210,7 +210,7 @@ class NativeExecutable:
             self.plan
         ):  # its code calls graphc_pool_run: register it first
             pool.ensure()
-        if any(k.kind in _CALLS_BLAS for k in self.plan.kernels):  # its code may call gemm
+        if any(k.kind in _CALLS_BLAS for k in self.plan.all_kernels()):  # may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk
         key = None
@@ -360,19 +360,39 @@ class NativeExecutable:
             f"kernel(s), arena {self.plan.arena_bytes} bytes; kernels k<i>_<kind> may be "
             f"inlined into {abi.ENTRY}"
         ]
-        for i, k in enumerate(self.plan.kernels):
+        # (plan, function name prefix, indent, next kernel) or a line: a loop's graphs
+        # right after its kernel, nested (iteratively, depth first)
+        stack: list = [(self.plan, "", "  ", 0)]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                lines.append(item)
+                continue
+            plan, prefix, ind, i = item
+            if i >= len(plan.kernels):
+                continue
+            k = plan.kernels[i]
+            stack.append((plan, prefix, ind, i + 1))
             nodes = {n for n, _ in k.stores} | set(k.reduces)
             if k.node is not None:
                 nodes.add(k.node)
             if k.kind == "loop":  # the elementwise nodes fused into the loop, too
                 nodes |= {
                     n
-                    for n in self.plan.expr_nodes(self.plan.kernel_roots(k))
-                    if self.graph.nx.nodes[n]["op"] not in ("input", "const")
+                    for n in plan.expr_nodes(plan.kernel_roots(k))
+                    if plan.g.nx.nodes[n]["op"] not in ("input", "const")
                 }
-            nodes = sorted(nodes)
-            lines.append(f"{mark}   k{i}_{k.kind}:")
-            lines += [f"{mark}     {irtext.escape(describe(self.graph, n))}" for n in nodes]
+            lines.append(f"{mark} {ind}{prefix}k{i}_{k.kind}:")
+            lines += [f"{mark} {ind}  {irtext.escape(describe(plan.g, n))}" for n in sorted(nodes)]
+            if k.kind in ("scan_loop", "while_loop"):
+                lp = plan.loops[k.node]
+                lines.append(f"{mark} {ind}  {irtext.escape(lp.header())}")
+                for role, sp in reversed(lp.graphs()):
+                    stack.append((sp, f"{prefix}k{i}_{role}_", ind + "    ", 0))
+                    stack.append(
+                        f"{mark} {ind}  {prefix}k{i}_{role}: graph {irtext.escape(sp.g.name)}, "
+                        f"{len(sp.kernels)} kernel(s), arena {sp.arena_bytes} bytes"
+                    )
         return "\n".join(lines) + "\n"
 
     def llvm_ir(self, optimized: bool = False) -> str:
