@@ -24,24 +24,6 @@ from graphc.errors import GraphVerificationError, TooBigError
 from graphc.ir import Graph
 from graphc.runtime import native
 
-LOOP_OPS = ("scan", "while", "loop_out")
-
-
-def _verify_if_known(g, pass_name=None) -> None:
-    """The IR verifier, while it does not know the loop ops yet (the front end adds them):
-    a graph it rejects only for an unknown loop op goes to the backend unverified."""
-    try:
-        graphc.verify(g, pass_name) if hasattr(graphc, "verify") else g.verify(pass_name)
-    except GraphVerificationError as e:
-        if not any(f"unknown op {op!r}" in str(e) for op in LOOP_OPS):
-            raise
-
-
-@pytest.fixture(autouse=True)
-def _verifier(monkeypatch):
-    monkeypatch.setattr(native, "verify", _verify_if_known)
-
-
 def compile_graph(g: Graph, opt_level: int = 2, **kw) -> native.NativeExecutable:
     return native.NativeExecutable(g, opt_level=opt_level, **kw)
 
