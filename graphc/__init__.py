@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
-from .transforms import grad, value_and_grad, vjp
+from .transforms import grad, value_and_grad, vjp, vmap
 from .errors import (
     ConcretizationTypeError,
     GraphcError,
@@ -34,6 +34,7 @@ __all__ = [
     "grad",
     "value_and_grad",
     "vjp",
+    "vmap",
     "compile",
     "compare",
     "ComparisonReport",
