@@ -246,8 +246,9 @@ def _scaled_sum_rule(B, xs, bs, attrs, out):
 
 
 def _cat_rule(B, xs, bs, attrs, out):
-    if any(cat_skipped(tuple(x.shape[1:]) if b else tuple(x.shape)) for x, b in zip(xs, bs)):
-        return None  # PyTorch's legacy skip of 1-D empty operands: loop
+    shapes = [tuple(x.shape[1:]) if b else tuple(x.shape) for x, b in zip(xs, bs)]
+    if any(cat_skipped(s) or not s for s in shapes):
+        return None  # PyTorch's legacy skip of 1-D empty operands, 0-d operands: loop
     return _op("cat", *_all_batched(B, xs, bs), dim=attrs["dim"] + 1), True
 
 
@@ -485,17 +486,19 @@ def batch_replay(
     """
     env = {nid: (t, bool(b)) for nid, t, b in zip(graph.inputs, inputs, batched)}
     need = _needed(graph)
+    order = [nid for nid in graph.topo_order() if nid in need and nid not in env]
+    for nid in order:  # refusals first, before anything is emitted
+        d = graph.nx.nodes[nid]
+        rule = BATCHING.get(d["op"])
+        if rule is not None and rule.kind == "refused":
+            where = d.get("src", "") or "unknown source"
+            raise rule.error(f"vmap: op {d['op']!r} at {where}: {rule.reason}")
     prev_src, prev_role = ctx.src, ctx.role
     try:
-        for nid in graph.topo_order():
-            if nid not in need or nid in env:
-                continue
+        for nid in order:
             d = graph.nx.nodes[nid]
             op = d["op"]
             src = d.get("src", "")
-            rule = BATCHING.get(op)
-            if rule is not None and rule.kind == "refused":
-                raise rule.error(f"vmap: op {op!r} at {src or 'unknown source'}: {rule.reason}")
             if op == "const":
                 v = d["attrs"]["value"]
                 env[nid] = (Tracer(ctx, ctx.const(v, src), v.shape, v.dtype), False)
