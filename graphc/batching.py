@@ -24,9 +24,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from eager.interop import OPS, Meta
-from eager.ops.joining import cat_skipped
-from eager.ops.registry import norm_axes
+from eager.interop import OPS, Meta, norm_axes
 
 from .errors import GraphcError
 from .ir import Graph
@@ -245,9 +243,14 @@ def _scaled_sum_rule(B, xs, bs, attrs, out):
     return _elementwise("add")(B, [add, prod], [bi, bp], {}, out)
 
 
+def _cat_skipped(shape: tuple) -> bool:
+    """PyTorch's legacy rule (eager.ops.joining.cat_skipped): cat skips 1-D empty operands."""
+    return tuple(shape) == (0,)
+
+
 def _cat_rule(B, xs, bs, attrs, out):
     shapes = [tuple(x.shape[1:]) if b else tuple(x.shape) for x, b in zip(xs, bs)]
-    if any(cat_skipped(s) or not s for s in shapes):
+    if any(_cat_skipped(s) or not s for s in shapes):
         return None  # PyTorch's legacy skip of 1-D empty operands, 0-d operands: loop
     return _op("cat", *_all_batched(B, xs, bs), dim=attrs["dim"] + 1), True
 

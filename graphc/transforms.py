@@ -17,7 +17,7 @@ from eager.interop import data_of
 
 from eager.interop import TRACING
 
-from . import batching as _batching
+from .batching import batch_replay, moveaxis, to_batched
 from .api import compile as _compile
 from .autodiff import _diff_leaves, _find_ctx, _value_and_grad_traced, backprop
 from .ir import Graph
@@ -195,17 +195,11 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
             continue
         nd = len(x.shape) if hasattr(x, "shape") else np.ndim(x)
         if not _is_array(x) or nd == 0 or not -nd <= ax < nd:
-            if nd == 0 or not _is_array(x):
-                raise ValueError(
-                    f"vmap was requested to map its argument along axis {ax}, which implies "
-                    f"that its rank should be at least {ax + 1 if ax >= 0 else -ax}, but is "
-                    f"only {nd} (its shape is {tuple(np.shape(x)) if not hasattr(x, 'shape') else tuple(x.shape)}); "
-                    f"argument {paths[k]}"
-                )
+            shape = tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
             raise ValueError(
                 f"vmap was requested to map its argument along axis {ax}, which implies that "
                 f"its rank should be at least {ax + 1 if ax >= 0 else -ax}, but is only {nd} "
-                f"(its shape is {tuple(x.shape)}); argument {paths[k]}"
+                f"(its shape is {shape}); argument {paths[k]}"
             )
         axes[k] = ax % nd
         sizes.append((int(x.shape[axes[k]]), k))
@@ -238,7 +232,7 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
             arr = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
             x = Tracer(ctx, ctx.const(arr), arr.shape, arr.dtype)
         if ax is not None:
-            x = _batching.moveaxis(x, ax, 0)
+            x = moveaxis(x, ax, 0)
         shape = tuple(x.shape[1:]) if ax is not None else tuple(x.shape)
         nid = inner.add_input(_ident(paths[k]) or f"in{k}", shape, x._npdtype)
         ictx.input_paths[nid] = paths[k]
@@ -258,7 +252,9 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
         out = fn(*call_args)
     finally:
         TRACING.tracer = prev
-    for t, b, p in zip(in_tracers, before, [p for p, x in zip(paths, call_leaves) if isinstance(x, Tracer)]):
+    for t, b, p in zip(
+        in_tracers, before, [p for p, x in zip(paths, call_leaves) if isinstance(x, Tracer)]
+    ):
         if t.node != b:
             ictx.active = False
             raise NotImplementedError(
@@ -286,26 +282,24 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
             )
     inner.outputs = out_ids
     ictx.active = False
-    res = _batching.batch_replay(inner, ctx, outer_in, batched, B)
+    res = batch_replay(inner, ctx, outer_in, batched, B)
     oaxes = _prefix_axes(out_axes, out_td, "out_axes", out_axes)
     final = []
     for k, ((t, b), oa) in enumerate(zip(res, oaxes)):
         if oa is None:
             if b:
-                raise ValueError(
-                    f"vmap has mapped output (output {k}) but out_axes is None"
-                )
+                raise ValueError(f"vmap has mapped output (output {k}) but out_axes is None")
             final.append(t)
             continue
         if not b:
-            t = _batching.to_batched(t, B)
+            t = to_batched(t, B)
         nd = t.ndim
         if not -nd <= oa < nd:
             raise ValueError(
                 f"vmap out_axes {oa} is out of bounds for output {k} of rank {nd - 1} "
                 f"(batched rank {nd})"
             )
-        final.append(_batching.moveaxis(t, 0, oa % nd))
+        final.append(moveaxis(t, 0, oa % nd))
     return unflatten(out_td, final)
 
 

@@ -91,7 +91,9 @@ def test_op_rule_matches_a_loop(name, k):
         (got,) = _run(graphc.vmap(_op_fn(name, attrs), in_axes=plan), args)
         assert got.shape == want.shape, (plan, got.shape, want.shape)
         assert got.dtype == want.dtype, (plan, got.dtype, want.dtype)
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=str(plan))
+        np.testing.assert_allclose(
+            got, want, rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=str(plan)
+        )
 
 
 def test_every_op_has_a_rule_or_a_reason():
