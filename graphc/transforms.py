@@ -167,8 +167,19 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (Tracer, eager.Tensor, np.ndarray, np.generic))
 
 
-def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
+def _current_ctx(args: tuple):
+    """The innermost trace in progress: the arguments' or, inside a vmapped function,
+    the per-example trace (whose function may be handed values of enclosing traces)."""
     ctx = _find_ctx(args)
+    cur = TRACING.tracer
+    if isinstance(cur, TraceContext) and cur.active:
+        if ctx is None or cur is ctx or cur.nested_in(ctx):
+            return cur
+    return ctx
+
+
+def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
+    ctx = _current_ctx(args)
     n = len(args)
     names = arg_names(fn, n)
     if isinstance(in_axes, list):  # a top-level list is taken as the tuple (as JAX does)
@@ -224,6 +235,24 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
     inner = Graph(_ident(fname) or "vmap")
     ictx = TraceContext(inner, inner.name)
     outer_in, batched, call_leaves = [], [], []
+    lifted: dict = {}
+
+    def lift(o: Tracer) -> Tracer:
+        # a value of an enclosing trace the function closes over: an unbatched input
+        hit = lifted.get(id(o))
+        if hit is not None and hit[0] is o:
+            return hit[1]
+        v = o if o._ctx is ctx else ctx.lift_outer(o)
+        nid = inner.add_input(f"closed{len(lifted)}", tuple(v.shape), v._npdtype)
+        ictx.input_paths[nid] = "a value the function closes over"
+        t = Tracer(ictx, nid, tuple(v.shape), v._npdtype)
+        outer_in.append(v)
+        batched.append(False)
+        lifted[id(o)] = (o, t)
+        return t
+
+    ictx.outer = ctx
+    ictx.lift_outer = lift
     for k, (x, ax) in enumerate(zip(leaves, axes)):
         if not _is_array(x):
             call_leaves.append(x)  # static: Python numbers and other objects pass through
@@ -231,6 +260,8 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
         if not isinstance(x, Tracer):
             arr = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
             x = Tracer(ctx, ctx.const(arr), arr.shape, arr.dtype)
+        elif x._ctx is not ctx and ctx.lift_outer is not None and ctx.nested_in(x._ctx):
+            x = ctx.lift_outer(x)  # a value of an enclosing trace, passed in
         if ax is not None:
             x = moveaxis(x, ax, 0)
         shape = tuple(x.shape[1:]) if ax is not None else tuple(x.shape)
@@ -250,6 +281,9 @@ def _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname):
     try:
         TRACING.tracer = ictx  # eager's factories (eager.zeros & co.) give values of it
         out = fn(*call_args)
+    except BaseException:
+        ictx.active = False
+        raise
     finally:
         TRACING.tracer = prev
     for t, b, p in zip(
@@ -322,4 +356,15 @@ def vmap(fn: Callable, in_axes=0, out_axes=0, axis_size=None) -> Callable:
     def traced(*args):
         return _vmap_traced(fn, args, in_axes, out_axes, axis_size, fname)
 
-    return _dual(traced, fname)
+    wrapper = _dual(traced, fname)
+    compiled = wrapper
+
+    def vmapped(*args):
+        if _current_ctx(args) is not None:
+            return traced(*args)
+        return compiled(*args)  # compiled once per input signature
+
+    vmapped.__name__ = vmapped.__qualname__ = wrapper.__name__
+    vmapped.__doc__ = getattr(fn, "__doc__", None)
+    vmapped._graphc_traced = traced  # type: ignore[attr-defined]
+    return vmapped

@@ -52,6 +52,20 @@ class TraceContext:
         self.role = "forward"
         self.src: Optional[str] = None
         self.by = "trace"
+        # a trace nested in another (graphc.vmap traces the per-example function in its
+        # own graph): the enclosing trace, and how a value of an enclosing trace that the
+        # function closes over becomes a value (an input) of this one
+        self.outer: Optional["TraceContext"] = None
+        self.lift_outer: Optional[Any] = None
+
+    def nested_in(self, other: "TraceContext") -> bool:
+        """Whether this trace runs inside ``other`` (directly or through nested traces)."""
+        c = self.outer
+        while c is not None:
+            if c is other:
+                return True
+            c = c.outer
+        return False
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
         """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the

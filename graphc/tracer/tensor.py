@@ -91,6 +91,11 @@ class Tracer(TensorOps):
     def _apply(self, op: str, gname: str, operands: tuple, attrs: dict) -> "Tracer":
         ctx = self._ctx
         _check_live(self, op)
+        for o in operands:  # a nested trace (vmap's) reading a value of its outer trace:
+            if o.__class__ is Tracer and o._ctx is not ctx and o._ctx.nested_in(ctx):
+                ctx = o._ctx  # the op belongs to the nested trace
+        if ctx.lift_outer is not None:  # outer values become inputs of the nested trace
+            operands = tuple(_lift_outer(ctx, o, op) for o in operands)
         ids = []
         src = ctx.src if ctx.src is not None else user_src(2)
         for o in operands:
@@ -580,6 +585,14 @@ def _stop_gradient(t: Tracer, src: str) -> int:
 
 def _input_index(ctx, t: Tracer) -> Optional[int]:
     return ctx._input_of.get(id(t))
+
+
+def _lift_outer(ctx, o: Any, op: str) -> Any:
+    """``o`` as a value of the nested trace ``ctx`` if it belongs to a trace enclosing it."""
+    if o.__class__ is Tracer and o._ctx is not ctx and ctx.nested_in(o._ctx):
+        _check_live(o, op)
+        return ctx.lift_outer(o)
+    return o
 
 
 def _check_live(t: Tracer, what: str) -> None:

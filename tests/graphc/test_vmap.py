@@ -364,3 +364,38 @@ def test_public_functions_have_docstrings():
     assert inspect.getdoc(graphc.vmap)
     for name in ("batch_replay", "apply_rule", "to_batched", "moveaxis"):
         assert inspect.getdoc(getattr(gb, name)), name
+
+
+def test_closing_over_values_of_enclosing_traces():
+    rng = np.random.default_rng(7)
+    W, X = rng.normal(size=(3, 4)), rng.normal(size=(5, 3))
+
+    @graphc.compile
+    def f(W, X):
+        return graphc.vmap(lambda x: (W.t() @ x).tanh() * W.sum())(X)
+
+    np.testing.assert_allclose(np.asarray(f(W, X)), np.tanh(X @ W) * W.sum(), rtol=1e-12)
+
+    @graphc.compile
+    def g(Wt, X):  # the inner vmap closes over the outer one's example
+        return graphc.vmap(lambda x: graphc.vmap(lambda w: (w * x).sum())(Wt))(X)
+
+    np.testing.assert_allclose(np.asarray(g(W.T.copy(), X)), X @ W, rtol=1e-12)
+
+    def loss(W, X):  # grad through a closed-over differentiated argument
+        return graphc.vmap(lambda x: (x @ W).sin().sum())(X).sum()
+
+    np.testing.assert_allclose(np.asarray(graphc.grad(loss)(W, X)), X.T @ np.cos(X @ W), rtol=1e-12)
+
+
+def test_modules_and_closed_over_eager_tensors():
+    eager.manual_seed(0)
+    m = eager.nn.Sequential(eager.nn.Linear(3, 4), eager.nn.Tanh(), eager.nn.Linear(4, 2))
+    m = m.double()
+    X = eager.tensor(np.random.default_rng(8).normal(size=(5, 3)))
+    want = m(X).detach().numpy()
+    np.testing.assert_allclose(np.asarray(graphc.vmap(m)(X).detach()), want, rtol=1e-12)
+    c = eager.tensor([1.0, 2.0, 3.0], dtype=eager.float64)
+    np.testing.assert_allclose(
+        np.asarray(graphc.vmap(lambda x: x * c)(X)), X.numpy() * [1, 2, 3], rtol=1e-12
+    )
