@@ -212,7 +212,12 @@ def _matmul_core(B, a, ba, b, bb, out_shape):
         m, k = a.shape[1], a.shape[2]
         r = _op("matmul", _reshape(a, (B * m, k)), b)
         return _reshape(r, (B,) + tuple(out_shape))
-    r = _op("matmul", a, b)
+    if a.shape[-1] == 1 and a._npdtype == b._npdtype and a._npdtype.kind == "f":
+        # a contraction over one element (per-example outer products, as the gradient of
+        # x @ w for a single row x): an elementwise product, fused, instead of B products
+        r = _op("mul", a, b)
+    else:
+        r = _op("matmul", a, b)
     return _reshape(r, (B,) + tuple(out_shape))
 
 
