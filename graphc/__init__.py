@@ -7,7 +7,7 @@ from __future__ import annotations
 from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
 from .loops import fori_loop, scan, while_loop
-from .transforms import grad, value_and_grad, vjp
+from .transforms import grad, value_and_grad, vjp, vmap
 from .errors import (
     ConcretizationTypeError,
     GraphcError,
@@ -35,6 +35,7 @@ __all__ = [
     "grad",
     "value_and_grad",
     "vjp",
+    "vmap",
     "compile",
     "compare",
     "ComparisonReport",

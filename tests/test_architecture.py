@@ -15,7 +15,7 @@ ROOMS = [
     ("base", ("graphc.errors", "graphc.pytree", "graphc.aliasing", "graphc._version")),
     ("ir", ("graphc.ir", "graphc.interpreter")),
     ("tracer", ("graphc.layout", "graphc.capture", "graphc.tracer")),
-    ("autodiff", ("graphc.autodiff",)),
+    ("autodiff", ("graphc.autodiff", "graphc.batching")),
     ("passes", ("graphc.passes",)),
     ("backend", ("graphc.backend",)),
     ("runtime", ("graphc.runtime",)),

@@ -22,14 +22,18 @@ from ..errors import TracerError
 from ..ir import Graph
 from ..layout import c_layout
 from .context import TraceContext
+from .source import user_src
 from .tensor import Tracer
 
 
 class BodyContext(TraceContext):
     """The trace of a loop body, nested in ``parent``."""
 
-    def __init__(self, graph: Graph, fn_name: str, parent: TraceContext) -> None:
+    def __init__(
+        self, graph: Graph, fn_name: str, parent: TraceContext, what: str = "the loop body"
+    ) -> None:
         super().__init__(graph, fn_name)
+        self.what = what  # for messages: "the loop body", "the function vmap maps"
         self.parent = parent
         self.depth = parent.depth + 1
         self.grad_on = parent.grad_on
@@ -59,9 +63,10 @@ class BodyContext(TraceContext):
 
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> Tracer:
         raise TracerError(
-            f"random draw ({kind}) inside the loop body {self.fn_name}: a compiled loop would "
-            "repeat or reorder the draws eager makes. Draw the numbers before the loop (one "
-            "slice per step) and pass them in as xs."
+            f"random draw ({kind}) inside {self.what} {self.fn_name} (at {user_src(3)}): "
+            "graphc traces it once, so the draws eager makes per iteration or per example "
+            "cannot be reproduced. Draw the numbers outside (one slice per step or example) "
+            "and pass them in (as xs, or as a mapped argument)."
         )
 
 

@@ -68,6 +68,15 @@ class TraceContext:
             f"{self.fn_name}; pass it as an argument instead of closing over it"
         )
 
+    def nested_in(self, other: "TraceContext") -> bool:
+        """Whether this trace runs inside ``other`` (directly or through nested traces)."""
+        c = self.parent
+        while c is not None:
+            if c is other:
+                return True
+            c = c.parent
+        return False
+
     def random(self, kind: str, shape: tuple, dtype: Any, params: dict) -> "Tracer":
         """A random draw inside the trace: a ``philox`` node (eager/ops/random.py) of the
         call's generator state, an input the call fills from graphc's stream
