@@ -222,7 +222,7 @@ def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
     if not np.isclose(float(cv), ev, rtol=1e-4):
         raise AssertionError(f"W9: eager loss {ev} != compiled loss {float(cv)}")
     for p, g in zip(params, cg):
-        if not np.allclose(p.grad.numpy(), g, rtol=1e-3, atol=1e-5):
+        if p.grad is None or not np.allclose(p.grad.numpy(), g, rtol=1e-3, atol=1e-5):
             raise AssertionError("W9: eager and compiled gradients differ")
     rows = {"eager": median_time(e_step, quick), "compiled": median_time(lambda: vg(*args), quick)}
     torch = optional("torch")
