@@ -52,13 +52,24 @@ def backprop(
     Node ids of a traced graph increase along every edge, so descending ids is a
     reverse topological order; the walk is iterative.
     """
-    g = ctx.graph.nx
     if cotangent is None:
         cotangent = out._wrap_const(np.ones(out._meta_shape, dtype=out._meta_dtype))
+    return backprop_many(ctx, [(out, cotangent)], wrt)
+
+
+def backprop_many(
+    ctx: TraceContext, pairs: Sequence[tuple], wrt: Sequence[Tracer], by: str = "grad"
+) -> list:
+    """``backprop`` of several outputs at once: the gradient of ``sum((out * ct).sum())``
+    over the ``(out, ct)`` pairs w.r.t. each tracer in ``wrt`` (None where no ``out``
+    depends on it).  An output may appear more than once (its cotangents add up) and may
+    itself be in ``wrt``.  Forward mode (graphc.forward) transposes with it."""
+    g = ctx.graph.nx
     wrt_nodes = {w.node for w in wrt}
-    # nodes between the wrt set and the output: ancestors of out that descend from wrt
-    anc = {out.node}
-    stack = [out.node]
+    # nodes between the wrt set and the outputs: ancestors of the outputs that descend
+    # from wrt
+    anc = {out.node for out, _ in pairs}
+    stack = list(anc)
     while stack:
         n = stack.pop()
         for p in g.predecessors(n):
@@ -76,12 +87,14 @@ def backprop(
                 stack.append(s)
     ct: dict = {}
     results: dict = {}
-    if out.node in relevant:
-        ct[out.node] = cotangent
     prev_role, prev_src, prev_by = ctx.role, ctx.src, ctx.by
-    ctx.role, ctx.by = "backward", "grad"
+    ctx.role, ctx.by = "backward", by
     try:
         with eager.no_grad():
+            for out, cotangent in pairs:
+                n = out.node
+                if n in relevant:
+                    ct[n] = cotangent if n not in ct else ct[n] + cotangent
             for nid in sorted(relevant, reverse=True):
                 gout = ct.pop(nid, None)
                 if gout is None:
@@ -206,6 +219,16 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
             new.append(x)
         args[i] = unflatten(td, new)
         info.append((i, td, new))
+    leaves = [x for _, _, new in info for x in new]
+    if len({x.node for x in leaves}) < len(leaves) or any(
+        ctx.graph[x.node]["op"] not in ("input", "const") for x in leaves
+    ):
+        # each differentiated leaf must be a root of its own: the same value passed twice,
+        # or one computed from another (grad of f(x, 2 * x) inside a trace), would share
+        # gradients (totals instead of partials); a copy of each is a fresh root
+        info = [(i, td, [x.clone() for x in new]) for i, td, new in info]
+        for i, td, new in info:
+            args[i] = unflatten(td, new)
     return tuple(args), info
 
 
