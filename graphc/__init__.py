@@ -7,6 +7,7 @@ from __future__ import annotations
 from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
 from .transforms import grad, value_and_grad, vjp
+from .forward import hessian, jacfwd, jacobian, jacrev, jvp, linearize
 from .errors import (
     ConcretizationTypeError,
     GraphcError,
@@ -34,6 +35,12 @@ __all__ = [
     "grad",
     "value_and_grad",
     "vjp",
+    "jvp",
+    "linearize",
+    "jacfwd",
+    "jacrev",
+    "jacobian",
+    "hessian",
     "compile",
     "compare",
     "ComparisonReport",
