@@ -239,7 +239,7 @@ def _leaf_meta(x: Any) -> Optional[tuple]:
     """(shape, dtype) of an array-like leaf; None for a Python number."""
     if isinstance(x, Tracer):
         return x._meta_shape, x._npdtype
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, (bool, int, float, complex)):
         return None
     a = np.asarray(data_of(x) if isinstance(x, eager.Tensor) else x)
     return a.shape, a.dtype
@@ -254,7 +254,12 @@ def _check_primals(fn: Callable, primals: tuple, fname: str) -> list:
         paths = leaf_paths(td, names[i])
         for x, path in zip(leaves, paths):
             m = _leaf_meta(x)
-            if m is not None and m[1].kind != "f":
+            if m is None:
+                raise TypeError(
+                    f"{fname}: argument {i} ({path}) is a Python number, which graphc treats "
+                    "as static; pass a float array to differentiate it"
+                )
+            if m[1].kind != "f":
                 raise TypeError(
                     f"{fname}: primal argument {i} ({path}) has dtype {m[1].name}; graphc "
                     "differentiates only floating-point inputs (JAX would need a float0 "
@@ -393,6 +398,7 @@ def jvp(fn: Callable, primals: Any, tangents: Any, has_aux: bool = False) -> tup
     """
     fname = _name("jvp", fn)
     _check_pair(primals, tangents, fname)
+    _check_primals(fn, tuple(primals), fname)
     if _find_ctx((tuple(primals), tuple(tangents))) is not None:
         return _jvp_traced(fn, tuple(primals), tuple(tangents), has_aux, fname)
 
@@ -417,6 +423,7 @@ def linearize(fn: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     ``f_jvp`` would not linearize at the returned ``out``).
     """
     fname = _name("linearize", fn)
+    _check_primals(fn, primals, fname)
     if _find_ctx(primals) is not None:
         out, push, aux = _linearize_traced(fn, primals, has_aux, fname)
 
