@@ -20,7 +20,7 @@ ROOMS = [
     ("backend", ("graphc.backend",)),
     ("runtime", ("graphc.runtime",)),
     ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.transforms",
-             "graphc.api", "graphc.entry", "graphc.inspection")),
+             "graphc.api", "graphc.entry", "graphc.inspection", "graphc.forward")),
     ("tools", ("graphc.tools",)),
     ("top", ("graphc.__main__", "graphc")),
 ]
