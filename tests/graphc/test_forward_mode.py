@@ -559,3 +559,29 @@ def test_against_torch_func():
     for i in range(2):
         for j in range(2):
             close(H[i][j], Ht[i][j].numpy(), 1e-9, f"hessian[{i}][{j}]")
+
+
+def test_jvp_edge_values_detach_repeated_and_constant_outputs():
+    x, t = np.array([0.5, 1.5]), np.array([1.0, 2.0])
+    # detach stops the tangent (JAX's stop_gradient)
+    close(graphc.jvp(lambda y: y.detach() * y, (x,), (t,))[1], x * t, 1e-12)
+    # the same output twice, the input itself, an output that does not depend on it
+    ty = graphc.jvp(lambda y: (y, y, 2 * y, np.ones(2)), (x,), (t,))[1]
+    for a, b in zip(ty, (t, t, 2 * t, np.zeros(2))):
+        close(a, b, 1e-12)
+    J = graphc.jacfwd(lambda y: (y.sum(), np.ones(2)))(x)
+    close(J[0], np.ones(2), 1e-12)
+    close(J[1], np.zeros((2, 2)), 1e-12)
+    # a data-dependent choice: the tangent of the selected branch
+    ty = graphc.jvp(lambda y: graphc.where(y > 1, y.exp(), y * y), (x,), (t,))[1]
+    close(ty, [2 * 0.5 * 1.0, np.exp(1.5) * 2.0], 1e-12)
+
+
+def test_grad_through_a_tangent_that_depends_on_the_primal():
+    """d/dx sum(J(x) x) for y = x**3: J x = 3 x**3, so the gradient is 9 x**2."""
+    x = np.array([0.5, 1.5, -2.0])
+    g = graphc.grad(lambda x: graphc.jvp(lambda y: y**3, (x,), (x,))[1].sum())(x)
+    close(g, 9 * x**2, 1e-12)
+    H, aux = graphc.hessian(lambda y: ((y**3).sum(), y.sum()), has_aux=True)(x)
+    close(H, np.diag(6 * x), 1e-12)
+    close(aux, x.sum(), 1e-12)
