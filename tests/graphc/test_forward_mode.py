@@ -585,3 +585,29 @@ def test_grad_through_a_tangent_that_depends_on_the_primal():
     H, aux = graphc.hessian(lambda y: ((y**3).sum(), y.sum()), has_aux=True)(x)
     close(H, np.diag(6 * x), 1e-12)
     close(aux, x.sum(), 1e-12)
+
+
+def test_a_vjp_rule_that_cannot_be_transposed_is_refused_not_silently_zero(monkeypatch):
+    """Forward mode differentiates the VJP rules w.r.t. their cotangent: a rule that
+    detaches it, or is not linear in it, would give a wrong tangent; graphc refuses."""
+    import dataclasses
+
+    sin = OPS["sin"]
+    x, t = np.array([0.3, 0.4]), np.ones(2)
+
+    def traced_jvp():
+        return graphc.trace(lambda x, t: graphc.jvp(lambda y: y.sin(), (x,), (t,)), x, t)
+
+    monkeypatch.setitem(
+        OPS, "sin", dataclasses.replace(sin, vjp=(lambda g, out, x: g.detach() * x.cos(),))
+    )
+    with pytest.raises(graphc.GraphcError, match="applies 'detach' to its cotangent"):
+        traced_jvp()
+    monkeypatch.setitem(
+        OPS, "sin", dataclasses.replace(sin, vjp=(lambda g, out, x: g * g * x.cos(),))
+    )
+    with pytest.raises(graphc.GraphcError, match="not linear in its cotangent"):
+        traced_jvp()
+    monkeypatch.setitem(OPS, "sin", sin)
+    y, ty = graphc.interpret(traced_jvp(), x, t)
+    close(ty, np.cos(x), 1e-12)
