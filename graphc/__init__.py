@@ -8,6 +8,7 @@ from .api import CacheInfo, CompiledFunction, compile
 from .cond import cond, where
 from .loops import fori_loop, scan, while_loop
 from .transforms import grad, value_and_grad, vjp, vmap
+from .forward import hessian, jacfwd, jacobian, jacrev, jvp, linearize
 from .errors import (
     ConcretizationTypeError,
     GraphcError,
@@ -36,6 +37,12 @@ __all__ = [
     "value_and_grad",
     "vjp",
     "vmap",
+    "jvp",
+    "linearize",
+    "jacfwd",
+    "jacrev",
+    "jacobian",
+    "hessian",
     "compile",
     "compare",
     "ComparisonReport",

@@ -57,10 +57,14 @@ def backprop(
     return backprop_many(ctx, [(out, cotangent)], wrt)
 
 
-def backprop_many(ctx: TraceContext, seeds: Sequence[tuple], wrt: Sequence[Tracer]) -> list:
-    """The vector-Jacobian product of several outputs at once: ``seeds`` pairs each output
-    tracer with its cotangent; returns d(sum of <output, cotangent>)/d each of ``wrt``
-    (None where nothing depends on it).
+def backprop_many(
+    ctx: TraceContext, pairs: Sequence[tuple], wrt: Sequence[Tracer], by: str = "grad"
+) -> list:
+    """``backprop`` of several outputs at once: the gradient of ``sum((out * ct).sum())``
+    over the ``(out, ct)`` pairs w.r.t. each tracer in ``wrt`` (None where no ``out``
+    depends on it).  An output may appear more than once (its cotangents add up) and may
+    itself be in ``wrt``.  Forward mode (graphc.forward) and the reverse loop of a
+    ``scan`` (``_scan_vjp``) use it.
 
     Node ids of a traced graph increase along every edge, so descending ids is a
     reverse topological order; the walk is iterative.  A loop's results reach it through
@@ -68,8 +72,9 @@ def backprop_many(ctx: TraceContext, seeds: Sequence[tuple], wrt: Sequence[Trace
     """
     g = ctx.graph.nx
     wrt_nodes = {w.node for w in wrt}
-    # nodes between the wrt set and the outputs: ancestors of an output that descend from wrt
-    anc = {o.node for o, _ in seeds}
+    # nodes between the wrt set and the outputs: ancestors of the outputs that descend
+    # from wrt
+    anc = {out.node for out, _ in pairs}
     stack = list(anc)
     while stack:
         n = stack.pop()
@@ -88,14 +93,15 @@ def backprop_many(ctx: TraceContext, seeds: Sequence[tuple], wrt: Sequence[Trace
                 stack.append(s)
     ct: dict = {}
     results: dict = {}
-    for o, c in seeds:
-        if o.node in relevant:
-            ct[o.node] = c if o.node not in ct else ct[o.node] + c
     loop_cts: dict = {}  # loop node -> {result index: cotangent}
     prev_role, prev_src, prev_by = ctx.role, ctx.src, ctx.by
-    ctx.role, ctx.by = "backward", "grad"
+    ctx.role, ctx.by = "backward", by
     try:
         with eager.no_grad():
+            for out, cotangent in pairs:
+                n = out.node
+                if n in relevant:
+                    ct[n] = cotangent if n not in ct else ct[n] + cotangent
             for nid in sorted(relevant, reverse=True):
                 gout = ct.pop(nid, None)
                 if gout is None:
@@ -394,6 +400,16 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
             new.append(x)
         args[i] = unflatten(td, new)
         info.append((i, td, new))
+    leaves = [x for _, _, new in info for x in new]
+    if len({x.node for x in leaves}) < len(leaves) or any(
+        ctx.graph[x.node]["op"] not in ("input", "const") for x in leaves
+    ):
+        # each differentiated leaf must be a root of its own: the same value passed twice,
+        # or one computed from another (grad of f(x, 2 * x) inside a trace), would share
+        # gradients (totals instead of partials); a copy of each is a fresh root
+        info = [(i, td, [x.clone() for x in new]) for i, td, new in info]
+        for i, td, new in info:
+            args[i] = unflatten(td, new)
     return tuple(args), info
 
 

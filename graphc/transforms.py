@@ -76,6 +76,7 @@ def _dual(traced: Callable, fname: str) -> Callable:
     wrapper.__name__ = _ident(fname)
     wrapper.__qualname__ = wrapper.__name__
     wrapper._graphc_traced = traced
+    wrapper._graphc_compiled = compiled  # [CompiledFunction or None] (graphc.forward)
     return wrapper
 
 

@@ -19,8 +19,9 @@ ROOMS = [
     ("passes", ("graphc.passes",)),
     ("backend", ("graphc.backend",)),
     ("runtime", ("graphc.runtime",)),
-    ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.loops", "graphc.transforms",
-             "graphc.api", "graphc.entry", "graphc.inspection")),
+    ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.loops",
+             "graphc.transforms", "graphc.api", "graphc.entry", "graphc.inspection",
+             "graphc.forward")),
     ("tools", ("graphc.tools",)),
     ("top", ("graphc.__main__", "graphc")),
 ]
