@@ -109,13 +109,21 @@ def _pushforward(ctx: TraceContext, outs: list, ins: list, fname: str) -> Callab
 
 
 def _reaches(ctx: TraceContext, starts: list, targets: set) -> bool:
-    """Does any node in ``starts`` depend on a node of ``targets``? (iterative walk)"""
+    """Does any node in ``starts`` depend on a node of ``targets``? (iterative walk)
+
+    The walk does not enter a ``scan``: transposing a reverse loop makes a loop whose
+    operands include the first pass's carries (values that depend on the placeholder, but
+    that a linear transpose multiplies by nothing), so the dependency is structural only.
+    Through a loop the check trusts the body's VJP rules, which the registry's tests
+    check to second order."""
     g = ctx.graph.nx
     seen, stack = set(starts), list(starts)
     while stack:
         n = stack.pop()
         if n in targets:
             return True
+        if g.nodes[n]["op"] == "scan":
+            continue
         for p in g.predecessors(n):
             if p not in seen:
                 seen.add(p)
@@ -152,6 +160,24 @@ def _check_transposable(ctx: TraceContext, u_nodes: set, grads: list, fname: str
                 stack.append(s)
     for s in sorted(path - u_nodes):
         d = g.nodes[s]
+        if d["op"] in ("scan", "loop_out"):  # reverse mode through a scan is a scan
+            ok = d["op"] == "scan" or np.dtype(d["dtype"]).kind == "f"
+            if not ok or any(
+                np.dtype(g.nodes[o]["dtype"]).kind != "f"
+                for o in d["operands"]
+                if o in path and d["op"] == "scan"
+            ):
+                raise GraphcError(
+                    f"{fname}: forward mode through the loop at {d.get('src') or '?'} needs "
+                    "floating-point values on the differentiated path"
+                )
+            continue
+        if d["op"] == "while":
+            raise GraphcError(
+                f"{fname}: forward mode is derived from reverse mode, which graphc.while_loop "
+                f"(at {d.get('src') or '?'}) does not have; use graphc.fori_loop with static "
+                "bounds or graphc.scan"
+            )
         op = OPS[d["op"]]
         for i, o in enumerate(d["operands"]):
             if o not in path:

@@ -516,3 +516,42 @@ def test_compare_runs_eager_and_compiled_side_by_side():
     args = _rnn_args()
     rep = graphc.compare(rnn, *args)
     assert rep.all_agree and rep.compiled_error is None and rep.mode == "value and gradients"
+
+
+# ---------------------------------------------------------------------------
+# forward mode and Jacobians through loops (derived from the reverse loop)
+
+
+def test_jvp_through_scan_matches_finite_differences():
+    args = _rnn_args()
+    tans = tuple(RNG.standard_normal(a.shape) for a in args)
+    _, tan = graphc.jvp(rnn, args, tans)
+    eps = 1e-6
+    plus = interp(rnn, *[a + eps * t for a, t in zip(args, tans)])
+    minus = interp(rnn, *[a - eps * t for a, t in zip(args, tans)])
+    np.testing.assert_allclose(tan, (plus - minus) / (2 * eps), rtol=1e-6)
+
+
+def test_hessian_through_scan_matches_eager():
+    h0, xs, W, U = _rnn_args(3)
+    H = graphc.hessian(lambda W: rnn(h0, xs, W, U))(W)
+    He = eager.autograd.functional.hessian(
+        lambda W: rnn(eager.tensor(h0), eager.tensor(xs), W, eager.tensor(U)), eager.tensor(W)
+    )
+    np.testing.assert_allclose(H, He.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_forward_mode_through_while_refuses():
+    def f(x):
+        return graphc.while_loop(lambda c: c.sum() < 10.0, lambda c: c * 2, x)
+
+    with pytest.raises(GraphcError, match="while_loop"):
+        graphc.jvp(f, (np.ones(2),), (np.ones(2),))
+
+
+def test_vmap_of_a_loop_is_refused_clearly():
+    def f(x):
+        return graphc.scan(lambda c, x: (c + x, None), x[0] * 0, x)[0]
+
+    with pytest.raises(NotImplementedError, match="scan"):
+        graphc.vmap(f)(np.ones((2, 3, 4)))
