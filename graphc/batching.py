@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -50,10 +50,11 @@ BATCHING: dict[str, BatchRule] = {}
 
 #: IR-only ops that vmap does not batch yet (graphc.ir.graph.IR_OPS beyond input/const)
 IR_REFUSED = {
-    "scan": "vmap of a graph holding a scan loop is not supported yet",
-    "while": "vmap of a graph holding a while loop is not supported yet",
-    "loop_out": "vmap of a graph holding a loop (scan/while) is not supported yet",
+    "while": "vmap of a graph holding a while loop is not supported yet (each example "
+    "could need its own trip count); use graphc.fori_loop with static bounds or scan",
 }
+#: IR-only ops batch_replay batches itself (a scan becomes a scan of the batched body)
+IR_WRITTEN = ("scan", "loop_out")
 
 
 def _register(op: str, kind: str, fn: Optional[Callable] = None, reason: str = "", **kw) -> None:
@@ -416,6 +417,8 @@ def _build() -> None:
             _register(name, "refused", None, reason, error=err)
     for name, reason in IR_REFUSED.items():
         _register(name, "refused", None, reason)
+    for name in IR_WRITTEN:  # batch_replay handles them: see _batch_scan
+        _register(name, "written", None)
 
 
 _build()
@@ -492,7 +495,7 @@ def batch_replay(
     ``inputs`` are tracers of ``ctx`` for ``graph.inputs``; those flagged in ``batched``
     carry the batch axis at position 0.  Returns ``(tracer, batched)`` per output.
     """
-    env = {nid: (t, bool(b)) for nid, t, b in zip(graph.inputs, inputs, batched)}
+    env: dict = {nid: (t, bool(b)) for nid, t, b in zip(graph.inputs, inputs, batched)}
     need = _needed(graph)
     order = [nid for nid in graph.topo_order() if nid in need and nid not in env]
     for nid in order:  # refusals first, before anything is emitted
@@ -518,6 +521,12 @@ def batch_replay(
             xs = [env[o][0] for o in d["operands"]]
             bs = [env[o][1] for o in d["operands"]]
             attrs = dict(d["attrs"])
+            if op == "loop_out":  # one result of a loop batched just before
+                env[nid] = env[d["operands"][0]][0][attrs["index"]]
+                continue
+            if op == "scan":
+                env[nid] = (_batch_scan(ctx, d, xs, bs, B), any(bs))
+                continue
             if not any(bs):
                 env[nid] = (xs[0]._apply(op, "", tuple(xs), attrs), False)
             else:
@@ -526,3 +535,105 @@ def batch_replay(
     finally:
         ctx.src, ctx.role = prev_src, prev_role
     return [env[o] for o in graph.outputs]
+
+
+# ---------------------------------------------------------------------------
+# loops: a scan of the batched body
+
+
+def _batched_flags(body: Graph, flags: list) -> list:
+    """Which outputs of ``body`` depend on a batched input (an iterative walk; a loop
+    nested in the body counts as batched when any operand is)."""
+    env = dict(zip(body.inputs, flags))
+    for nid in body.topo_order():
+        if nid not in env:
+            env[nid] = any(env[o] for o in body.nx.nodes[nid]["operands"])
+    return [env[o] for o in body.outputs]
+
+
+def _batch_scan(ctx: TraceContext, d: dict, xs: list, bs: list, B: int) -> list:
+    """A scan with batched operands: the same loop over the body batched with the same
+    rules (batch axis 0 of every batched carry and slice; batched xs/ys keep their
+    time axis first inside the loop).  Carries become batched when the body makes them
+    so (a fixed point).  Returns ``(tracer, batched)`` per result."""
+    from .tracer.body import trace_body
+    from .ir.loops import operand_groups
+
+    a = d["attrs"]
+    body, k = a["body"], a["num_carry"]
+    groups = operand_groups(d)
+    ci, ki, xi = list(groups["consts"]), list(groups["carries"]), list(groups["xs"])
+    cflags = [bs[i] for i in ki]
+    while True:  # carries a batched body output flows into are batched
+        out = _batched_flags(body, [bs[i] for i in ci] + cflags + [bs[i] for i in xi])
+        new = [c or o for c, o in zip(cflags, out[:k])]
+        if new == cflags:
+            break
+        cflags = new
+    carries = [to_batched(xs[i], B) if f and not bs[i] else xs[i] for i, f in zip(ki, cflags)]
+    seqs = [moveaxis(xs[i], 0, 1) if bs[i] else xs[i] for i in xi]  # time axis first
+    consts = [xs[i] for i in ci]
+    specs = [(f"carry{j}", tuple(c.shape), c._npdtype, False) for j, c in enumerate(carries)]
+    specs += [(f"x{m}", tuple(x.shape[1:]), x._npdtype, False) for m, x in enumerate(seqs)]
+    y_flags: list = []
+    src = d.get("src", "")
+
+    def fn(ins: list):
+        from eager.interop import TRACING
+
+        bctx: Any = TRACING.tracer  # the body's trace (trace_body sets it)
+        local = [_tracer_in(bctx, t, src) for t in consts]
+        flags = [bs[i] for i in ci] + cflags + [bs[i] for i in xi]
+        res = batch_replay(body, bctx, local + list(ins), flags, B)
+        outs = []
+        for j, (t, b) in enumerate(res):
+            if j < k:
+                outs.append(to_batched(t, B) if cflags[j] and not b else t)
+            else:
+                y_flags.append(b)
+                outs.append(t)
+        return outs
+
+    g, captured, _ = trace_body(ctx, f"{body.name}_vmap", fn, specs, list, role=d["role"])
+    loop = ctx.graph.add_node(
+        "scan",
+        [t.node for t in captured] + [t.node for t in carries + seqs],
+        {
+            "body": g,
+            "length": a["length"],
+            "reverse": a["reverse"],
+            "num_consts": len(captured),
+            "num_carry": k,
+        },
+        src=src,
+        role=d["role"],
+        by="vmap",
+    )
+    results = []
+    for j, o in enumerate(g.outputs):
+        m = g.nx.nodes[o]
+        shape = tuple(m["shape"]) if j < k else (a["length"],) + tuple(m["shape"])
+        nid = ctx.graph.add_node(
+            "loop_out",
+            (loop,),
+            {"index": j},
+            shape=shape,
+            dtype=m["dtype"],
+            src=src,
+            role=d["role"],
+            by="vmap",
+        )
+        t = Tracer(ctx, nid, shape, m["dtype"])
+        if j < k:
+            results.append((t, cflags[j]))
+        elif y_flags[j - k]:
+            results.append((moveaxis(t, 1, 0), True))  # (length, B, ...) -> (B, length, ...)
+        else:
+            results.append((t, False))
+    return results
+
+
+def _tracer_in(ctx: TraceContext, t: Tracer, src: str) -> Tracer:
+    nid = t.node if t._ctx is ctx else ctx.capture(t, src)
+    d = ctx.graph.nx.nodes[nid]
+    return Tracer(ctx, nid, d["shape"], d["dtype"])
