@@ -481,13 +481,14 @@ def format_tables(results: dict) -> str:
         if "times" in w:
             times = w["times"]
             base = times.get("numpy")
-            lines.append(f"  {'implementation':<16} {'median':>11}  {'vs numpy':>9}  note")
+            wn = max([16] + [len(n) for n in times])
+            lines.append(f"  {'implementation':<{wn}} {'median':>11}  {'vs numpy':>9}  note")
             for name, t in times.items():
                 ref = times.get("numpy fwd") if name.endswith("fwd") else base
                 ratio = f"{t / ref:8.2f}x" if ref else "         "
                 tgt = w.get("targets", {}).get(name)
                 note = _verdict(tgt[0], tgt[1], times, name) if tgt else ""
-                lines.append(f"  {name:<16} {_fmt_time(t)}  {ratio}  {note}")
+                lines.append(f"  {name:<{wn}} {_fmt_time(t)}  {ratio}  {note}")
             if "recompiles_on_repeated_signature" in w:
                 lines.append(
                     f"  recompiles on a repeated signature: {w['recompiles_on_repeated_signature']}"
