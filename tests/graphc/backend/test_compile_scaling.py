@@ -51,7 +51,11 @@ def _kernel(module, name, const, arg_names=("a", "b")):
         a.name = nm
     b = ir.IRBuilder(f.append_basic_block("entry"))
     b.comment(f"kernel {name}")
-    v = b.load(b.gep(f.args[0], [ir.Constant(ir.IntType(64), const)], source_etype=ir.DoubleType()), typ=ir.DoubleType(), name=f"x_{name}")
+    v = b.load(
+        b.gep(f.args[0], [ir.Constant(ir.IntType(64), const)], source_etype=ir.DoubleType()),
+        typ=ir.DoubleType(),
+        name=f"x_{name}",
+    )
     b.store(b.fadd(v, v, name=f"y_{name}"), f.args[1])
     nxt = f.append_basic_block(f"exit_{name}")
     b.branch(nxt)
@@ -75,7 +79,10 @@ def test_canonical_text_keeps_argument_order():
     f1 = _kernel(m, "k1", 0)
     f2 = ir.Function(m, f1.ftype, name="k2")  # the same body with the arguments swapped
     b = ir.IRBuilder(f2.append_basic_block("entry"))
-    v = b.load(b.gep(f2.args[1], [ir.Constant(ir.IntType(64), 0)], source_etype=ir.DoubleType()), typ=ir.DoubleType())
+    v = b.load(
+        b.gep(f2.args[1], [ir.Constant(ir.IntType(64), 0)], source_etype=ir.DoubleType()),
+        typ=ir.DoubleType(),
+    )
     b.store(b.fadd(v, v), f2.args[0])
     nxt = f2.append_basic_block("exit")
     b.branch(nxt)
@@ -133,17 +140,15 @@ def test_distinct_kernel_functions_grow_slower_than_kernels():
 def test_parts_bound_every_function(monkeypatch):
     monkeypatch.setattr(parts, "SPLIT_ABOVE", 10)
     monkeypatch.setattr(parts, "PART_KERNELS", 8)
-    exe = _lowered_module(
-        graphc.value_and_grad(rnn_loss, argnums=(1, 2, 3)), *rnn_inputs(6)
-    )
+    exe = _lowered_module(graphc.value_and_grad(rnn_loss, argnums=(1, 2, 3)), *rnn_inputs(6))
     n = len(exe.plan.kernels)
     text = exe.llvm_ir()
-    nparts = text.count("define internal i32 @\"graphc_part")
+    nparts = text.count('define internal i32 @"graphc_part')
     assert nparts == -(-n // 8)
-    entry = text[text.index("@\"graphc_entry\"") :]
+    entry = text[text.index('@"graphc_entry"') :]
     entry = entry[: entry.index("\n}\n")]
-    assert entry.count("call i32 @\"graphc_part") == nparts
-    assert "@\"k" not in entry  # no kernel called from the entry itself
+    assert entry.count('call i32 @"graphc_part') == nparts
+    assert '@"k' not in entry  # no kernel called from the entry itself
     # shared kernel functions are compiled once, not inlined per call site
     assert "noinline" in text
 
@@ -168,7 +173,9 @@ def test_failing_kernel_inside_a_part_raises_and_the_function_recovers(monkeypat
         f(x, np.array([4]))
     good = np.array([1, 3])
     want = fn(eager.from_numpy(x), eager.from_numpy(good)).numpy()
-    np.testing.assert_allclose(f(x, good), want.detach().numpy() if hasattr(want, "detach") else want, rtol=1e-12)
+    np.testing.assert_allclose(
+        f(x, good), want.detach().numpy() if hasattr(want, "detach") else want, rtol=1e-12
+    )
 
 
 def test_parallel_kernels_inside_parts(monkeypatch):
@@ -315,8 +322,15 @@ def test_gc_pause_is_reentrant_and_survives_errors():
 def test_compile_scaling_tool_reports_every_stage():
     r = measure(3)
     assert r["steps"] == 3 and r["nodes"] > r["kernels"] > 0
-    for stage in ("trace", "autodiff", "passes", "schedule", "llvm ir build", "llvm optimize",
-                  "llvm codegen"):
+    for stage in (
+        "trace",
+        "autodiff",
+        "passes",
+        "schedule",
+        "llvm ir build",
+        "llvm optimize",
+        "llvm codegen",
+    ):
         assert stage in r["stages"]
     assert set(r["passes"]) >= {"cse", "dce", "fold", "simplify"}
     table = format_table([r])
