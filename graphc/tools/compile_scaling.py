@@ -77,7 +77,8 @@ class _Clock:
 @contextlib.contextmanager
 def _patched(clock: _Clock) -> Iterator[None]:
     """Time the stages by wrapping the functions each stage calls (restored after)."""
-    from .. import api, autodiff
+    import graphc.api as api
+    import graphc.autodiff as autodiff
     from ..backend import lower
     from ..passes import PASSES
     from ..runtime import native
