@@ -335,3 +335,27 @@ def test_compile_scaling_tool_reports_every_stage():
     assert set(r["passes"]) >= {"cse", "dce", "fold", "simplify"}
     table = format_table([r])
     assert "nodes traced" in table and "llvm codegen" in table
+
+
+def test_passes_on_the_unrolled_rnn_never_need_the_general_topological_walk(monkeypatch):
+    """Structural: every topological order of the RNN's compile (tracing, the four
+    passes, the schedule) takes the sorted-ids path, so each walk is O(n log n)."""
+    import graphc.ir.graph as graph_mod
+
+    calls = []
+    real = graph_mod.nx.lexicographical_topological_sort
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(graph_mod.nx, "lexicographical_topological_sort", counting)
+    walks = []
+    real_topo = graph_mod.Graph.topo_order
+    monkeypatch.setattr(
+        graph_mod.Graph, "topo_order", lambda self: walks.append(1) or real_topo(self)
+    )
+    graphc.compile(graphc.value_and_grad(rnn_loss, argnums=(1, 2, 3)), disk_cache=False)(
+        *rnn_inputs(5)
+    )
+    assert walks and not calls
