@@ -32,6 +32,7 @@ from .entry import _Entry, _foreign_byte_order, _inplace_pairs, _native_order
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
 from .interpreter import Program
 from .runtime import cache as _engine_cache
+from .runtime.gcpause import paused as _gc_paused
 from .ir import verify
 from .signature import describe_key_item, diff_item, same_kind
 from .tracer import Tracer, arg_names, classify_leaf, static_key, trace_flat
@@ -330,6 +331,11 @@ class CompiledFunction(Inspection):
             return entry
 
     def _build(self, args: tuple, key: tuple, aliases: tuple = ()) -> _Entry:
+        # no cyclic-GC passes over the compile's many live objects (runtime/gcpause.py)
+        with _gc_paused():
+            return self._build_entry(args, key, aliases)
+
+    def _build_entry(self, args: tuple, key: tuple, aliases: tuple) -> _Entry:
         self._traces += 1
         res = trace_flat(
             self.__wrapped__, args, self.static_argnums, name=self.__name__, aliases=aliases

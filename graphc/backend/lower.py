@@ -39,6 +39,8 @@ from ..errors import GraphcError, LoweringError, UnsupportedOpError, with_contex
 from ..ir import Graph, describe, printable
 
 from . import irtext, loops, lowering
+from .dedup import share_identical
+from .parts import run_in_parts, split as split_into_parts
 from .abi import (
     CHUNKS_PER_THREAD,
     CHUNK_FN,
@@ -99,6 +101,7 @@ class Lowerer:
         self.builders: dict = {}
         self.epilogues = epilogues(plan)
         kfns = [self._kernel_function(i, k) for i, k in enumerate(plan.kernels)]
+        kfns = share_identical(self.module, kfns)  # one function per distinct body
         fnty = ir.FunctionType(PTR, [PTR, PTR])
         fn = ir.Function(self.module, fnty, name=ENTRY)
         self_arg, args_tuple = fn.args
@@ -123,7 +126,8 @@ class Lowerer:
         data = data + out_data
         tstate, arena = self._prepare_run(b, fn, result)
         fail = fn.append_basic_block("kernel_failed")
-        rc_slot = self._run_kernels(b, fn, kfns, data, arena, fail)
+        run = run_in_parts if split_into_parts(plan) else Lowerer._run_kernels  # parts.py
+        rc_slot = run(self, b, fn, kfns, data, arena, fail)
         if arena is not None:
             b.call(self._get_free(), [arena])
         if tstate is not None:
@@ -281,15 +285,17 @@ class Lowerer:
         b.ret(b.load(rc_slot, typ=I32) if rc_slot is not None else ir.Constant(I32, RC_INDEX))
         return fn
 
-    def _run_kernels(self, b, fn, kfns: list, data: list, arena, fail):
+    def _run_kernels(self, b, fn, kfns: list, data: list, arena, fail, indices=None):
         """Call the kernels in order (parallel ones through the pool, an epilogue inside
         its product's call); an indexing kernel's nonzero rc branches to ``fail``.
-        Returns the slot holding that rc, or None when no kernel can fail."""
+        Returns the slot holding that rc, or None when no kernel can fail.  ``indices``:
+        only those kernels (a part function of a big plan, graphc.backend.parts)."""
         plan = self.plan
         rc_slot = None
         self._data, self._arena_ptr = data, arena
         fused = set(self.epilogues.values())
-        for i, (kern, kfn) in enumerate(zip(plan.kernels, kfns)):
+        for i in range(len(plan.kernels)) if indices is None else indices:
+            kern, kfn = plan.kernels[i], kfns[i]
             if i in fused:
                 continue  # run inside its product's shares (see epilogues)
             args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]

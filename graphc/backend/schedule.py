@@ -12,6 +12,8 @@ Intermediate buffers live in one arena, reused by liveness.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from typing import Optional
 
 import numpy as np
@@ -429,19 +431,14 @@ class Schedule:
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
             for key, nbytes in k.scratch:  # a loop kernel's carries and its graphs' arenas
                 intervals.append((ki, ki, key, nbytes))
-        free: list = []  # (offset, size) blocks available
-        live: list = []  # (end kernel, offset, size)
+        free: list = []  # (offset, size) blocks available, sorted by offset
+        live: list = []  # heap of (end kernel, offset, size): O(log n) per buffer, not O(n)
         top = 0
         for start, end, b, nbytes in sorted(intervals, key=_interval_key):
-            still = []
-            for e, off, size in live:
-                if e < start:
-                    free.append((off, size))
-                else:
-                    still.append((e, off, size))
-            live = still
+            while live and live[0][0] < start:
+                _, off, size = heapq.heappop(live)
+                bisect.insort(free, (off, size))
             size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
-            free.sort()
             slot = None
             for i, (off, fsize) in enumerate(free):
                 if fsize >= size:
@@ -455,7 +452,7 @@ class Schedule:
                 slot = top
                 top += size
             self.buffers[b] = ("arena", slot, nbytes)
-            live.append((end, slot, size))
+            heapq.heappush(live, (end, slot, size))
             if self.poison and end < len(self.kernels) and not isinstance(b, tuple):
                 self.poison_after.setdefault(end, []).append(b)
         if top > MAX_BYTES:

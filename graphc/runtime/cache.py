@@ -605,6 +605,7 @@ def load_or_compile(
     if disk is not None and key is not None and code is not None and disk.store(key, code, name):
         how = "disk-stored"
     if SLIM_ENGINES and code is not None:
+        t0 = time.thread_time()
         try:
             slim = llvm_engine.load_object_code(
                 code,
@@ -616,6 +617,7 @@ def load_or_compile(
         except llvm_engine.JitError:  # keep the big engine: correct, only larger
             return mod, how
         slim.opt_level = opt_level  # asm() regenerates code at the level it was built with
+        slim.stage_seconds = dict(mod.stage_seconds, load=time.thread_time() - t0)
         mod.close()
         mod = slim
     return mod, how

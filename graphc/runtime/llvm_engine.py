@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -217,6 +218,9 @@ class JitModule:
         self._ir_after = ir_after
         self._asm: str | None = None
         self._addresses: dict[str, int] = {}
+        # seconds per compile stage ("ir text", "llvm parse", "llvm optimize", "llvm
+        # codegen", and "load" for a reload from object code): graphc.tools.compile_scaling
+        self.stage_seconds: dict[str, float] = {}
         # The context must outlive the engine.  If this object dies inside a reference
         # cycle, the garbage collector finalizes everything unreachable in arbitrary
         # order, and llvmlite's own finalizers would dispose the context before the
@@ -323,6 +327,7 @@ def compile_module(
     newlines (``irtext.check``: how injected IR would get in).
     """
     _check_opt_level(opt_level)
+    t0 = time.thread_time()
     text = str(llvm_ir)
     if name is None:
         name = llvm_ir.name if isinstance(llvm_ir, ir.Module) else "<llvm ir>"
@@ -331,10 +336,12 @@ def compile_module(
     except ValueError as exc:
         raise JitError(f"refusing to compile module {name!r}: {exc}") from None
     _ensure_initialized()
+    seconds = {"ir text": time.thread_time() - t0}
     with LLVM_LOCK:
         context = llvm.create_context()
         module = engine = None
         try:
+            t0 = time.thread_time()
             try:
                 module = llvm.parse_assembly(text, context=context)
             except RuntimeError as exc:
@@ -345,20 +352,25 @@ def compile_module(
                 module.verify()
             except RuntimeError as exc:
                 raise JitError(f"LLVM IR of module {name!r} is invalid: {exc}") from None
+            seconds["llvm parse"] = time.thread_time() - t0
             tm = _target_machine(opt_level)
             try:
                 module.triple = tm.triple
                 module.data_layout = str(tm.target_data)
+                t0 = time.thread_time()
                 _optimize(module, tm, opt_level)
+                seconds["llvm optimize"] = time.thread_time() - t0
             finally:
                 tm.close()
             ir_after = str(module)
             functions = tuple(f.name for f in module.functions if not f.is_declaration)
+            t0 = time.thread_time()
             engine, captured = _new_engine(module, opt_level)  # engine owns module now
             try:
                 engine.finalize_object()
             except RuntimeError as exc:
                 raise JitError(f"code generation failed for module {name!r}: {exc}") from None
+            seconds["llvm codegen"] = time.thread_time() - t0
         except BaseException:
             # dispose in dependency order: engine (owns module) or module, then context
             if engine is not None:
@@ -367,7 +379,7 @@ def compile_module(
                 module.close()
             context.close()
             raise
-    return JitModule(
+    mod = JitModule(
         name=name,
         opt_level=opt_level,
         engine=engine,
@@ -377,6 +389,8 @@ def compile_module(
         ir_after=ir_after,
         function_names=functions,
     )
+    mod.stage_seconds = seconds
+    return mod
 
 
 def load_object_code(

@@ -7,6 +7,7 @@ importable -- they are never dependencies.
     graphc bench            # full run (about a minute)
     graphc bench --quick    # fewer repeats
     graphc bench --json
+    graphc bench --only COMPILE   # compile time vs graph size (minutes; not in the full run)
 """
 
 from __future__ import annotations
@@ -364,6 +365,15 @@ WORKLOADS = {
     "W9": _model_workload(bench_models.w9),
 }
 
+# run only when asked for by name (``--only COMPILE``): they take minutes
+OPT_IN = {"COMPILE": lambda quick: _compile_scaling(quick)}
+
+
+def _compile_scaling(quick: bool) -> dict:
+    from . import compile_scaling
+
+    return compile_scaling.workload(quick)
+
 
 def environment() -> dict:
     from ..backend import blas
@@ -413,8 +423,8 @@ def run(
     progress: Optional[Callable[[str], None]] = None,
 ) -> dict:
     results = {"environment": environment(), "workloads": []}
-    for wid, fn in WORKLOADS.items():
-        if only and wid not in only:
+    for wid, fn in list(WORKLOADS.items()) + list(OPT_IN.items()):
+        if (only and wid not in only) or (not only and wid in OPT_IN):
             continue
         if progress:
             progress(f"running {wid}...")
@@ -493,6 +503,10 @@ def format_tables(results: dict) -> str:
                 lines.append(
                     f"  recompiles on a repeated signature: {w['recompiles_on_repeated_signature']}"
                 )
+        if "compile_scaling" in w:
+            from .compile_scaling import format_table as _scaling_table
+
+            lines += ["  " + line for line in _scaling_table(w["compile_scaling"]).splitlines()]
         if "bytes" in w:
             by = w["bytes"]
             e = by["eager (tracemalloc peak)"]

@@ -581,3 +581,25 @@ def test_vmap_of_while_is_refused_clearly():
 
     with pytest.raises(NotImplementedError, match="while"):
         graphc.vmap(f)(np.ones((2, 3)))
+
+
+def test_loops_in_a_plan_big_enough_for_part_functions():
+    """An unrolled Python loop beside a scan: the plan has more kernels than one entry
+    function runs (graphc.backend.parts), and the loop kernels run from part functions."""
+    from graphc.backend import parts
+
+    def f(h0, xs, W):
+        h = h0
+        for t in range(40):
+            h = (h @ W + xs[t]).tanh()
+        h2, ys = graphc.scan(lambda c, x: ((c @ W + x).sin(), c.sum()), h, xs)
+        return (h2 * h2).sum() + ys.sum()
+
+    a = (RNG.standard_normal((2, 3)), RNG.standard_normal((40, 2, 3)), RNG.standard_normal((3, 3)) * 0.5)
+    vg = graphc.value_and_grad(f, argnums=(0, 1, 2))
+    cf = graphc.compile(vg)
+    out = cf(*a)
+    assert cf.stats(*a)["kernels"] > parts.SPLIT_ABOVE
+    want = graphc.interpret(graphc.trace(lambda *x: vg(*x), *a), *a)
+    for got, w in zip([out[0]] + list(out[1]), want):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
