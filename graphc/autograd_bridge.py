@@ -220,7 +220,10 @@ def _make_autograd_function():
         if tr.mutated_inputs:
             _write_back(tr, tensors, outs)
         ctx.cf, ctx.entry = cf, entry
-        ctx.save_for_backward(*saved)
+        # numpy arguments beside requires-grad tensors (or captured parameters) are saved as tensors
+        ctx.save_for_backward(
+            *[t if isinstance(t, Tensor) else tensor_from_array(np.asarray(t)) for t in saved]
+        )
         n_user = len(outs) - len(tr.mutated_inputs)
         res = tuple(tensor_from_array(o) for o in outs[:n_user])
         # an output eager gives no gradient history to has none here either

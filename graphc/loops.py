@@ -56,7 +56,9 @@ def _as_array(x: Any, what: str, dtype: Any = None) -> Any:
         return data_of(x)
     if isinstance(x, np.ndarray):
         return x
-    if isinstance(x, (bool, int, float, np.generic)):
+    if isinstance(x, np.generic):  # a numpy scalar keeps its own dtype (np.int64(0) is no float)
+        return np.asarray(x)
+    if isinstance(x, (bool, int, float)):
         if dtype is None:
             dtype = (
                 np.bool_
