@@ -45,10 +45,11 @@ def _block(x):
 
 
 def run(unrolled_steps: int = RNN_STEPS) -> list:
-    import graphc
+    from ..transforms import grad, value_and_grad, vmap
+    from ..api import compile as graphc_compile
 
     rows = []
-    graphc.compile(lambda x: (x * 2).sum())(np.ones(3, np.float32))
+    graphc_compile(lambda x: (x * 2).sum())(np.ones(3, np.float32))
     try:
         import jax
         import jax.numpy as jnp
@@ -59,7 +60,7 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
     args = rnn_args()
 
     # --- W9: scan ---------------------------------------------------------------------
-    vg = graphc.value_and_grad(rnn_loss, argnums=(0, 1, 2))
+    vg = value_and_grad(rnn_loss, argnums=(0, 1, 2))
     f = _first(lambda: vg(*args))
     rows.append(("RNN scan 300 steps, graphc", f, _median(lambda: vg(*args))))
     if jax is not None:
@@ -86,7 +87,7 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
 
     # --- the same RNN unrolled by a Python loop -----------------------------------------------
     ua = rnn_args(unrolled_steps)
-    uvg = graphc.value_and_grad(rnn_loss_loop, argnums=(0, 1, 2))
+    uvg = value_and_grad(rnn_loss_loop, argnums=(0, 1, 2))
     f = _first(lambda: uvg(*ua))
     rows.append((f"RNN unrolled {unrolled_steps} steps, graphc", f, _median(lambda: uvg(*ua), 10)))
     if jax is not None:
@@ -119,7 +120,7 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
     def loss(x, y, w1, w2):
         return ((x @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
 
-    pe = graphc.vmap(graphc.grad(loss, argnums=(2, 3)), in_axes=(0, 0, None, None))
+    pe = vmap(grad(loss, argnums=(2, 3)), in_axes=(0, 0, None, None))
     f = _first(lambda: pe(x, y, w1, w2))
     rows.append(
         ("per-example grads (64), graphc vmap(grad)", f, _median(lambda: pe(x, y, w1, w2), 20))
