@@ -317,6 +317,14 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
     """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves."""
     ctx = loss._ctx
     _check_live(loss, "backward")
+    if ctx.parent is not None:
+        raise TracerError(
+            f"backward() inside {getattr(ctx, 'what', 'a nested trace')} {ctx.fn_name}: "
+            "it runs once per iteration (or example) eagerly, accumulating into .grad each "
+            "time, which the traced body cannot do. Return the loss from the loop (as a y "
+            "or in the carry) and call backward() on its total outside, or use "
+            "graphc.grad / eager.autograd.grad inside the body."
+        )
     ctx.grads_used = True
     if gradient is None:
         if loss.numel() != 1:
@@ -356,6 +364,49 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
             if gr is None:
                 continue
             set_grad(t, gr if grad_of(t) is None else grad_of(t) + gr)
+
+
+def traced_grad(outs: tuple, ins: tuple, grad_outputs: tuple, allow_unused, materialize):
+    """``eager.autograd.grad(outputs, inputs, ...)`` on traced values: the gradients as
+    graph nodes (differentiable again, so ``create_graph`` is always in effect)."""
+    for t in outs + ins:
+        if not isinstance(t, Tracer):
+            raise TypeError(
+                "autograd.grad inside a traced function: outputs and inputs must all be "
+                f"values of the trace, got {type(t).__name__}"
+            )
+    ctx = max((t._ctx for t in outs + ins), key=lambda c: c.depth)  # the innermost trace
+    for t in ins:
+        if not requires_grad_of(t):
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    # values of an enclosing trace (a weight a loop body reads) enter as the body's inputs
+    outs = tuple(t if t._ctx is ctx else _tracer_for(ctx, ctx.capture(t, "")) for t in outs)
+    ins = tuple(t if t._ctx is ctx else _tracer_for(ctx, ctx.capture(t, "")) for t in ins)
+    pairs = []
+    for i, out in enumerate(outs):
+        g = grad_outputs[i] if i < len(grad_outputs) else None
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = out._wrap_const(np.ones(out._meta_shape, dtype=out._meta_dtype))
+        elif not isinstance(g, Tracer):
+            arr = np.asarray(data_of(g) if isinstance(g, eager.Tensor) else g)
+            g = out._wrap_const(arr.astype(out._meta_dtype))
+        pairs.append((out, g))
+    grads = backprop_many(ctx, pairs, list(ins))
+    res = []
+    for t, g in zip(ins, grads):
+        if g is None:
+            if materialize:
+                with eager.no_grad():
+                    g = t.zeros_like_()
+            elif not allow_unused:
+                raise RuntimeError(
+                    "One of the differentiated Tensors appears to not have been used in the "
+                    "graph. Set allow_unused=True if this is the desired behavior."
+                )
+        res.append(g)
+    return tuple(res)
 
 
 # ---------------------------------------------------------------------------
@@ -540,3 +591,4 @@ def grad_graph(graph: Graph, wrt: Optional[Sequence[int]] = None, output: int = 
 # tracer sit below autodiff and cannot import it
 Graph._grad_graph = staticmethod(grad_graph)
 Tracer._traced_backward = staticmethod(traced_backward)
+Tracer._traced_grad = staticmethod(traced_grad)

@@ -136,6 +136,10 @@ def _any_rg(leaves: list) -> bool:
     )
 
 
+def _rg(x: Any) -> bool:
+    return bool(GRAD_MODE.enabled and isinstance(x, Tracer) and requires_grad_of(x))
+
+
 def _src() -> str:
     from .tracer import user_src
 
@@ -179,8 +183,9 @@ def scan(
     x_vals = [_as_array(x, f"scan: xs {p}") for x, p in zip(x_leaves, x_paths)]
     c_metas = [_meta(x) for x in c_vals]
     x_metas = [_meta(x) for x in x_vals]
-    specs = [(p, s, d, False) for p, (s, d) in zip(c_paths, c_metas)]
-    specs += [(p + "[i]", s[1:], d, False) for p, (s, d) in zip(x_paths, x_metas)]
+    # a carry (x slice) requires grad where its initial value (xs) does, as eagerly
+    specs = [(p, s, d, _rg(x)) for p, (s, d), x in zip(c_paths, c_metas, c_vals)]
+    specs += [(p + "[i]", s[1:], d, _rg(x)) for p, (s, d), x in zip(x_paths, x_metas, x_vals)]
     k = len(c_vals)
     y_info: dict = {}
 

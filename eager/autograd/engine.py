@@ -156,6 +156,12 @@ def grad(
     ins = _as_tuple(inputs)
     if allow_unused is None:
         allow_unused = materialize_grads
+    for t in outs + ins:  # a compiler's symbolic tensors: its own implementation, if any
+        if _Tensor is not None and not isinstance(t, _Tensor):
+            traced = getattr(type(t), "_traced_grad", None)
+            if traced is None:
+                raise TypeError(f"autograd.grad: expected Tensors, got {type(t).__name__}")
+            return traced(outs, ins, _as_tuple(grad_outputs), allow_unused, materialize_grads)
     for t in ins:
         if not t._rg:
             raise RuntimeError("One of the differentiated Tensors does not require grad")

@@ -38,6 +38,7 @@ class BodyContext(TraceContext):
         self.depth = parent.depth + 1
         self.grad_on = parent.grad_on
         self.captured: list = []  # the enclosing trace's tracers, one per capture input
+        self.declared: set = set()  # ids of the input tracers of the declared leaves
         self._capture_of: dict = {}  # node of the parent trace -> input node here
 
     def capture(self, t: Tracer, src: str) -> int:
@@ -105,6 +106,7 @@ def trace_body(
         if rg:
             set_requires_grad_flag(t, True)
         ins.append(t)
+        ctx.declared.add(id(t))
     prev_inner, prev_tracer = parent.inner, FACTORY_TRACING.tracer
     parent.inner = ctx
     FACTORY_TRACING.tracer = ctx  # type: ignore[assignment]  # eager types it as None

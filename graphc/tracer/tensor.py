@@ -55,6 +55,8 @@ class Tracer(TensorOps):
     # above) provides: it installs its ``traced_backward`` here when it is imported, as
     # graphc's package import always does
     _traced_backward: Optional[Callable] = None
+    # ``eager.autograd.grad`` on traced values: graphc.autodiff installs it too
+    _traced_grad: Optional[Callable] = None
 
     def __init__(
         self, ctx, node: int, shape: tuple, dtype: np.dtype, lay: Optional[Layout] = None
@@ -407,6 +409,16 @@ class Tracer(TensorOps):
         if stor.ambiguous is not None:
             raise TracerError(stor.ambiguous.format(write=src))
         ctx = self._ctx
+        root = self
+        while root._view is not None:
+            root = root._view[0]
+        if id(root) in getattr(ctx, "declared", ()):
+            raise TracerError(
+                f"in-place write at {src} to a carry or x slice of {ctx.what} {ctx.fn_name}: "
+                "eagerly it would write into the caller's tensor (the initial carry, or xs), "
+                "which the traced loop cannot do. Use an out-of-place op (c = c + x) or "
+                "write into a clone (c = c.clone(); c.add_(x))."
+            )
         if ctx.inner is not None or (new.__class__ is Tracer and new._ctx is not ctx):
             raise TracerError(
                 f"in-place write at {src} to a value from outside the loop body being traced "

@@ -603,3 +603,58 @@ def test_loops_in_a_plan_big_enough_for_part_functions():
     want = graphc.interpret(graphc.trace(lambda *x: vg(*x), *a), *a)
     for got, w in zip([out[0]] + list(out[1]), want):
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
+def test_inplace_write_to_a_carry_or_x_slice_refuses():
+    with pytest.raises(TracerError, match="carry or x slice"):
+        graphc.trace(lambda x: graphc.scan(lambda c, x: (c.add_(x), None), x[0] * 1, x), np.ones((3, 2)))
+    with pytest.raises(TracerError, match="carry or x slice"):
+        graphc.trace(lambda x: graphc.scan(lambda c, x: (c + x.mul_(2), None), x[0] * 1, x), np.ones((3, 2)))
+    # a clone is the body's own: fine, and equal to eager
+    def f(x):
+        return graphc.scan(lambda c, x: (c.clone().add_(x), None), x[0] * 1, x)[0]
+
+    x = RNG.standard_normal((3, 2))
+    np.testing.assert_allclose(graphc.compile(f)(x), f(eager.tensor(x)).numpy())
+
+
+def test_backward_inside_a_body_refuses():
+    lin = eager.nn.Linear(2, 2).double()
+
+    def f(xs):
+        def body(c, x):
+            lin(x).sum().backward()
+            return c, None
+
+        return graphc.scan(body, xs[0], xs)[0]
+
+    with pytest.raises(TracerError, match=r"backward\(\) inside the loop body"):
+        graphc.trace(f, np.ones((3, 2)))
+
+
+def test_eager_autograd_grad_inside_compiled_functions():
+    """torch.autograd.grad inside a traced function (a gradient penalty), in a body too."""
+
+    def penalty(w, x):
+        y = (x @ w).tanh().sum()
+        (g,) = eager.autograd.grad(y, [w], create_graph=True)
+        return y + (g * g).sum()
+
+    w, x = RNG.standard_normal((3, 2)), RNG.standard_normal((4, 3))
+    want = penalty(eager.tensor(w, requires_grad=True), eager.tensor(x))
+    got = graphc.compile(penalty)(eager.tensor(w, requires_grad=True), eager.tensor(x))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+
+    def in_body(w, xs):
+        def body(c, x):
+            (g,) = eager.autograd.grad((x @ w).sin().sum(), [w])
+            return c + g.sum(), None
+
+        return graphc.scan(body, (w * 0).sum(), xs)[0]
+
+    xs = RNG.standard_normal((5, 4, 3))
+    want = in_body(eager.tensor(w, requires_grad=True), eager.tensor(xs))
+    got = graphc.compile(in_body)(eager.tensor(w, requires_grad=True), eager.tensor(xs))
+    np.testing.assert_allclose(np.asarray(got.detach().numpy()), want.detach().numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        graphc.trace(lambda w: eager.autograd.grad((w * 2).sum(), [w]), w)
