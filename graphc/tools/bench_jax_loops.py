@@ -63,16 +63,9 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
     f = _first(lambda: vg(*args))
     rows.append(("RNN scan 300 steps, graphc", f, _median(lambda: vg(*args))))
     if jax is not None:
+        from .bench_jax import rnn_loss as jax_rnn_loss
 
-        def jloss(Wx, Wh, b, xs, h0):
-            def step(h, x):
-                h = jnp.tanh(x @ Wx + h @ Wh + b)
-                return h, h
-
-            _, hs = jax.lax.scan(step, h0, xs)
-            return (hs * hs).mean()
-
-        jvg = jax.jit(jax.value_and_grad(jloss, argnums=(0, 1, 2)))
+        jvg = jax.jit(jax.value_and_grad(jax_rnn_loss(jax), argnums=(0, 1, 2)))
         jargs = [jnp.asarray(a) for a in args]
         f = _first(lambda: _block(jvg(*jargs)))
         rows.append(
