@@ -45,8 +45,16 @@ def _block(x):
 
 
 def run(unrolled_steps: int = RNN_STEPS) -> list:
-    import graphc
+    from types import SimpleNamespace
 
+    from ..api import compile as graphc_compile
+    from ..transforms import grad, value_and_grad, vmap
+
+    # the top-level names this tool uses, imported from their layers (tools sits below
+    # the package's top level)
+    graphc = SimpleNamespace(
+        compile=graphc_compile, value_and_grad=value_and_grad, grad=grad, vmap=vmap
+    )
     rows = []
     graphc.compile(lambda x: (x * 2).sum())(np.ones(3, np.float32))
     try:
