@@ -1,12 +1,13 @@
 """Benchmarks W6-W8 (docs/benchmarks.md): real models' training steps, written once as
-PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch when importable.
+PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch and JAX (jit; the same steps
+written in :mod:`.bench_jax`) when importable.
 
 A step is what a training loop runs: ``opt.zero_grad()``, the loss, ``loss.backward()``
 and ``opt.step()``.  The compiled row compiles the loss function with ``graphc.compile``
 (forward and backward in native code); the optimizer step stays an eager call, as
 docs/models.md describes.  Every implementation starts from the same weights, and
 before anything is timed their losses over three steps must agree (eager vs compiled
-to float32 rounding; PyTorch, whose initial weights are copied in, likewise).
+to float32 rounding; PyTorch and JAX, whose initial weights are copied in, likewise).
 """
 
 from __future__ import annotations
