@@ -45,11 +45,18 @@ def _block(x):
 
 
 def run(unrolled_steps: int = RNN_STEPS) -> list:
-    from ..transforms import grad, value_and_grad, vmap
-    from ..api import compile as graphc_compile
+    from types import SimpleNamespace
 
+    from ..api import compile as graphc_compile
+    from ..transforms import grad, value_and_grad, vmap
+
+    # the top-level names this tool uses, imported from their layers (tools sits below
+    # the package's top level)
+    graphc = SimpleNamespace(
+        compile=graphc_compile, value_and_grad=value_and_grad, grad=grad, vmap=vmap
+    )
     rows = []
-    graphc_compile(lambda x: (x * 2).sum())(np.ones(3, np.float32))
+    graphc.compile(lambda x: (x * 2).sum())(np.ones(3, np.float32))
     try:
         import jax
         import jax.numpy as jnp
@@ -60,20 +67,13 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
     args = rnn_args()
 
     # --- W9: scan ---------------------------------------------------------------------
-    vg = value_and_grad(rnn_loss, argnums=(0, 1, 2))
+    vg = graphc.value_and_grad(rnn_loss, argnums=(0, 1, 2))
     f = _first(lambda: vg(*args))
     rows.append(("RNN scan 300 steps, graphc", f, _median(lambda: vg(*args))))
     if jax is not None:
+        from .bench_jax import rnn_loss as jax_rnn_loss
 
-        def jloss(Wx, Wh, b, xs, h0):
-            def step(h, x):
-                h = jnp.tanh(x @ Wx + h @ Wh + b)
-                return h, h
-
-            _, hs = jax.lax.scan(step, h0, xs)
-            return (hs * hs).mean()
-
-        jvg = jax.jit(jax.value_and_grad(jloss, argnums=(0, 1, 2)))
+        jvg = jax.jit(jax.value_and_grad(jax_rnn_loss(jax), argnums=(0, 1, 2)))
         jargs = [jnp.asarray(a) for a in args]
         f = _first(lambda: _block(jvg(*jargs)))
         rows.append(
@@ -87,7 +87,7 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
 
     # --- the same RNN unrolled by a Python loop -----------------------------------------------
     ua = rnn_args(unrolled_steps)
-    uvg = value_and_grad(rnn_loss_loop, argnums=(0, 1, 2))
+    uvg = graphc.value_and_grad(rnn_loss_loop, argnums=(0, 1, 2))
     f = _first(lambda: uvg(*ua))
     rows.append((f"RNN unrolled {unrolled_steps} steps, graphc", f, _median(lambda: uvg(*ua), 10)))
     if jax is not None:
@@ -120,7 +120,7 @@ def run(unrolled_steps: int = RNN_STEPS) -> list:
     def loss(x, y, w1, w2):
         return ((x @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
 
-    pe = vmap(grad(loss, argnums=(2, 3)), in_axes=(0, 0, None, None))
+    pe = graphc.vmap(graphc.grad(loss, argnums=(2, 3)), in_axes=(0, 0, None, None))
     f = _first(lambda: pe(x, y, w1, w2))
     rows.append(
         ("per-example grads (64), graphc vmap(grad)", f, _median(lambda: pe(x, y, w1, w2), 20))

@@ -1,12 +1,13 @@
 """Benchmarks W6-W8 (docs/benchmarks.md): real models' training steps, written once as
-PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch when importable.
+PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch and JAX (jit; the same steps
+written in :mod:`.bench_jax`) when importable.
 
 A step is what a training loop runs: ``opt.zero_grad()``, the loss, ``loss.backward()``
 and ``opt.step()``.  The compiled row compiles the loss function with ``graphc.compile``
 (forward and backward in native code); the optimizer step stays an eager call, as
 docs/models.md describes.  Every implementation starts from the same weights, and
 before anything is timed their losses over three steps must agree (eager vs compiled
-to float32 rounding; PyTorch, whose initial weights are copied in, likewise).
+to float32 rounding; PyTorch and JAX, whose initial weights are copied in, likewise).
 """
 
 from __future__ import annotations
@@ -97,13 +98,50 @@ def _workload(
             if not np.isclose(lt, lr, rtol=1e-3, atol=1e-4):
                 raise AssertionError(f"{wid}: PyTorch loss {lt} != eager loss {lr}")
         rows["torch eager"] = median_time(t_step, quick)
+    jax = optional("jax")
+    if jax is not None:
+        eager.manual_seed(0)
+        jref = make(M)
+        j_rows, j_first = _jax_rows(wid, jax, jref, make_opt(eager, jref), loss_fn, batch_np)
+        rows["jax jit"] = median_time(j_rows, quick)
+        first["jax first call"] = j_first
     rows.update(first)
     return {
         "id": wid,
         "what": what,
         "times": rows,
-        "targets": {"eager": ("<=t", 1.5), "compiled": (">=t", 2.0)},
+        "targets": {
+            "eager": ("<=t", 1.5),
+            "compiled": [(">=t", 2.0), ("<=j", JAX_TARGETS[wid])],
+            "compiled first call": ("<=jfirst", 1.0),
+        },
     }
+
+
+# the issue's targets: the compiled warm step against JAX jit's warm step
+JAX_TARGETS = {"W6": 1.0, "W7": 1.3, "W8": 1.0, "W9": 1.0}
+
+
+def _jax_rows(wid: str, jax, ref, ref_opt, loss_fn: Callable, batch_np: tuple) -> tuple:
+    """(warm step callable, first-call seconds) of JAX's jitted step of ``wid``, which
+    starts from the eager model ``ref``'s weights; its first three losses must equal
+    those of ``ref`` trained eagerly with ``ref_opt`` before anything is timed."""
+    from . import bench_jax
+
+    step, params, opt_state = bench_jax.build_step(jax, wid, bench_jax.params_from(ref))
+    jbatch = tuple(jax.numpy.asarray(a) for a in batch_np)
+    ebatch = tuple(eager.tensor(a) for a in batch_np)
+    r_step = _step_fn(lambda *b: loss_fn(ref, *b), ref_opt, ebatch)
+    state = [params, opt_state, None]
+
+    def j_step():
+        state[:] = jax.block_until_ready(step(state[0], state[1], jbatch))
+        return state[2]
+
+    first = _first_call(j_step)
+    losses = [float(state[2])] + [float(j_step()) for _ in range(2)]
+    bench_jax.check_losses(wid, losses, [r_step().item() for _ in range(3)])
+    return j_step, first
 
 
 def w6(quick: bool, median_time: Callable, optional: Callable) -> dict:
@@ -240,6 +278,25 @@ def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
         if not np.isclose(t_step().item(), ev, rtol=1e-4):
             raise AssertionError("W9: PyTorch loss differs from eager's")
         rows["torch eager"] = median_time(t_step, quick)
+    jax = optional("jax")
+    if jax is not None:
+        from . import bench_jax
+
+        jvg = jax.jit(jax.value_and_grad(bench_jax.rnn_loss(jax), argnums=(0, 1, 2)))
+        jargs = [jax.numpy.asarray(a) for a in args]
+        out: list = [None]
+
+        def j_step():
+            out[0] = jax.block_until_ready(jvg(*jargs))
+            return out[0]
+
+        first["jax first call"] = _first_call(j_step)
+        jv, jg = out[0]
+        bench_jax.check_losses("W9", [float(jv)], [ev])
+        for g, c in zip(jg, cg):
+            if not np.allclose(np.asarray(g), c, rtol=1e-3, atol=1e-5):
+                raise AssertionError("W9: JAX and compiled gradients differ")
+        rows["jax jit"] = median_time(j_step, quick)
     rows.update(first)
     return {
         "id": "W9",
@@ -247,7 +304,7 @@ def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
         f"input {RNN_IN}, hidden {RNN_HIDDEN}",
         "times": rows,
         "targets": {
-            "compiled": (">=t", 2.0),
+            "compiled": [(">=t", 2.0), ("<=j", JAX_TARGETS["W9"])],
             f"first call, {RNN_STEPS} steps": ("<=first30", 1.2),
         },
     }
