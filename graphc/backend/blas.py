@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -101,6 +102,26 @@ def _find(lib: ctypes.CDLL, name: str) -> tuple[str, ctypes._CFuncPtr] | None:
 
 
 def _library_file() -> str:
+    """Path of scipy-openblas32's shared library.
+
+    Found without importing the package where its layout is the known one
+    (``<package>/lib/libscipy_openblas*``, as ``get_library(fullname=True)`` picks
+    it): importing it reads its version through ``importlib.metadata``, ~10 ms
+    of a fresh process's first compile.  Anything else asks the package itself.
+    """
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec("scipy_openblas32")  # locates, never executes it
+    if spec is None:
+        raise ImportError("no module named 'scipy_openblas32'")
+    if sys.platform != "win32" and spec.submodule_search_locations:
+        lib_dir = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+        try:
+            libs = [x for x in os.listdir(lib_dir) if x.startswith("libscipy_openblas")]
+        except OSError:
+            libs = []
+        if libs:
+            return os.path.join(lib_dir, libs[0])
     import scipy_openblas32  # noqa: PLC0415 - optional dependency, imported on first use
 
     lib_dir = scipy_openblas32.get_lib_dir()

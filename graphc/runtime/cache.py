@@ -386,6 +386,27 @@ class DiskCache:
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
+    def runtime_key(self, name: str, **codegen: Any) -> str:
+        """sha256 hex for one of graphc's own process-wide modules (the worker pool).
+
+        Like :meth:`key` without a graph: the module's ``name``, the format,
+        graphc's version, the backend's source hash (``pool.py`` is part of it),
+        the host CPU / triple / LLVM / llvmlite key, and ``codegen`` (JSON-able
+        facts of the host the module's code depends on).
+        """
+        from . import llvm_engine
+        from .._version import __version__
+
+        parts = {
+            "format": FORMAT_VERSION,
+            "runtime_module": str(name),
+            "codegen": {k: codegen[k] for k in sorted(codegen)},
+            "graphc": __version__,
+            "backend_source": _backend_source_hash(),
+            "host": llvm_engine.host_cpu_key(),
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
     def file_for(self, key: str) -> str:
         return os.path.join(self.path, key + SUFFIX)
 

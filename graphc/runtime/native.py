@@ -209,7 +209,7 @@ class NativeExecutable:
         if parallel_policy.needs_pool(
             self.plan
         ):  # its code calls graphc_pool_run: register it first
-            pool.ensure()
+            pool.ensure(disk_cache)  # its object code comes from the disk cache when on
         if any(k.kind in _CALLS_BLAS for k in self.plan.all_kernels()):  # may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk

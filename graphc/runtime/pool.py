@@ -501,21 +501,80 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
-def ensure() -> None:
+#: how the pool's code was obtained in this process: None (not yet), "compiled",
+#: "disk-stored" (compiled, then written to the disk cache) or "disk-hit"
+status = None
+
+#: the pool's exported functions (what a module loaded from object code can look up)
+EXPORTS = (
+    "graphc_pool_init",
+    RUN_SYMBOL,
+    "graphc_pool_set_spin_ns",
+    "graphc_pool_set_worker_limit",
+    "graphc_pool_started",
+)
+
+
+def _host_facts() -> dict:
+    """What the pool's code depends on beyond the host key and pool.py's source."""
+    return {
+        "sched_getcpu": _has_symbol("sched_getcpu"),
+        "clock_monotonic": int(time.CLOCK_MONOTONIC),
+        "sig_block": int(signal.SIG_BLOCK),
+    }
+
+
+def _load_or_compile(disk) -> tuple:
+    """(JitModule, how): the pool's object code from ``disk`` (a DiskCache or None) when
+    a verified entry for this host and graphc is there, else compiled (and stored)."""
+    key = None
+    if disk is not None:
+        try:
+            key = disk.runtime_key("graphc_pool", **_host_facts())
+            payload = disk.load(key)
+        except Exception:  # a cache problem never stops the pool: compile it
+            key = payload = None
+        if payload is not None:
+            try:
+                mod = llvm_engine.load_object_code(
+                    payload, name="graphc_pool", function_names=EXPORTS
+                )
+                for name in EXPORTS:  # an entry without them is not our pool
+                    mod.address(name)
+                return mod, "disk-hit"
+            except llvm_engine.JitError as e:
+                disk._reject(disk.file_for(key), str(e))
+    # O0: nothing in the pool is hot enough to need LLVM's optimizer (the chunks
+    # are the generated code's), and it compiles in ~10 ms instead of ~40 ms
+    mod = llvm_engine.compile_module(build_module(), opt_level=0, name="graphc_pool")
+    how = "compiled"
+    if disk is not None and key is not None:
+        try:
+            if disk.store(key, mod.object_code(), "graphc_pool"):
+                how = "disk-stored"
+        except llvm_engine.JitError:
+            pass
+    return mod, how
+
+
+def ensure(disk_cache=None) -> None:
     """Compile the pool once per process and register ``graphc_pool_run`` for JIT code.
 
     Must run before any module that calls the pool is finalized (the native
-    backend calls it for plans with parallel loops).
+    backend calls it for plans with parallel loops, passing the compiling
+    function's disk cache).  ``disk_cache`` is a ``graphc.runtime.cache.DiskCache``
+    or None; with one, the pool's object code is loaded from it (keyed like any
+    entry: graphc version, backend source, host CPU / LLVM / llvmlite) or stored
+    there after compiling.  Worker threads are not started here: the first
+    parallel loop starts them.
     """
-    global _jit
+    global _jit, status
     if _jit is not None:
         return
     with _lock:
         if _jit is not None:
             return
-        # O0: nothing in the pool is hot enough to need LLVM's optimizer (the chunks
-        # are the generated code's), and it compiles in ~10 ms instead of ~40 ms
-        mod = llvm_engine.compile_module(build_module(), opt_level=0, name="graphc_pool")
+        mod, how = _load_or_compile(disk_cache)
         # Never freed: sleeping workers return into this code, even during
         # interpreter shutdown.  The extra reference keeps the module (and its
         # engine and context) alive for the life of the process.
@@ -535,6 +594,7 @@ def ensure() -> None:
             os.register_at_fork(after_in_child=init)
         with llvm_engine.LLVM_LOCK:
             llvm.add_symbol(RUN_SYMBOL, mod.address(RUN_SYMBOL))
+        status = how
         _jit = mod
 
 
@@ -543,9 +603,16 @@ def workers_started() -> int:
     return int(_hooks["started"]()) if _jit is not None else 0
 
 
+def _process_disk_cache():
+    """The process-wide disk cache (``GRAPHC_CACHE_DIR`` / ``enable_disk_cache``) or None."""
+    from . import cache
+
+    return cache.resolve_disk_cache(None)
+
+
 def set_spin_ns(ns: int) -> int:
     """Set how long idle workers spin before sleeping; returns the previous value."""
-    ensure()
+    ensure(_process_disk_cache())
     return int(_hooks["spin"](int(ns)))
 
 
@@ -553,5 +620,5 @@ def set_worker_limit(n: int) -> int:
     """Start and use at most ``n`` workers from now on (0: callers run every chunk
     themselves, as when no thread can be started); returns the previous limit.
     For tests."""
-    ensure()
+    ensure(_process_disk_cache())
     return int(_hooks["limit"](max(0, min(int(n), MAX_WORKERS))))

@@ -1,0 +1,233 @@
+"""Cold start: the worker pool's object code in the disk cache, lazy pool threads,
+and ``import graphc`` not loading llvmlite (docs/benchmarks.md "Cold start")."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+from graphc.runtime import cache, llvm_engine, pool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _run(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter (this checkout first on the path); its stdout."""
+    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("GRAPHC_CACHE_DIR", None)
+    e.update(env)
+    p = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=e,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture
+def disk(tmp_path):
+    d = tmp_path / "cache"
+    return cache.DiskCache(str(d))
+
+
+def _pool_entries(dc: cache.DiskCache) -> list:
+    key = dc.runtime_key("graphc_pool", **pool._host_facts())
+    return [p for p in dc.entries() if os.path.basename(p).startswith(key)]
+
+
+def _works(mod) -> None:
+    """The loaded pool's own code runs: a fresh copy has started no workers."""
+    ctypes.CFUNCTYPE(None)(mod.address("graphc_pool_init"))()
+    assert ctypes.CFUNCTYPE(ctypes.c_int64)(mod.address("graphc_pool_started"))() == 0
+
+
+# --- the pool's object code in the disk cache --------------------------------------------
+
+
+def test_pool_miss_stores_then_hit_loads(disk):
+    mod, how = pool._load_or_compile(disk)
+    assert how == "disk-stored" and disk.stores == 1 and disk.misses == 1
+    assert len(_pool_entries(disk)) == 1
+    mod2, how2 = pool._load_or_compile(disk)
+    assert how2 == "disk-hit" and disk.hits == 1
+    assert mod2.object_code() == mod.object_code()
+    _works(mod2)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage-payload"])
+def test_pool_corrupted_entry_is_rejected_and_recompiled(disk, damage):
+    pool._load_or_compile(disk)
+    (fname,) = _pool_entries(disk)
+    blob = open(fname, "rb").read()
+    if damage == "flip":
+        blob = blob[:-100] + bytes([blob[-100] ^ 0xFF]) + blob[-99:]
+    elif damage == "truncate":
+        blob = blob[: len(blob) // 2]
+    elif damage == "empty":
+        blob = b""
+    else:  # a well-formed entry whose payload is not an object file
+        key = os.path.basename(fname)[: -len(cache.SUFFIX)]
+        os.unlink(fname)
+        disk.store(key, b"not an object file" * 10, "graphc_pool")
+        blob = open(fname, "rb").read()
+    with open(fname, "wb") as fh:
+        fh.write(blob)
+    with pytest.warns(cache.DiskCacheWarning, match="ignoring disk cache entry"):
+        mod, how = pool._load_or_compile(disk)
+    assert how == "disk-stored"  # compiled again, and a good entry written in its place
+    assert disk.rejected == 1
+    _works(mod)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pool._load_or_compile(disk)[1] == "disk-hit"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("host", lambda mp: mp.setattr(llvm_engine, "host_cpu_key", lambda: "other-cpu|llvm-0")),
+        ("version", lambda mp: mp.setattr("graphc._version.__version__", "0.0.0-other")),
+        ("source", lambda mp: mp.setattr(cache, "_backend_hash", "0" * 64)),
+        ("libc", lambda mp: mp.setattr(pool, "_has_symbol", lambda name: False)),
+    ],
+    ids=lambda c: c[0],
+)
+def test_pool_entry_of_another_cpu_llvm_or_graphc_is_not_used(disk, monkeypatch, change):
+    pool._load_or_compile(disk)
+    assert pool._load_or_compile(disk)[1] == "disk-hit"
+    with monkeypatch.context() as mp:
+        change[1](mp)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a different key: a plain miss, no warning
+            mod, how = pool._load_or_compile(disk)
+        assert how == "disk-stored"
+    assert len(disk.entries()) == 2  # the first entry is left for its own host/version
+    assert pool._load_or_compile(disk)[1] == "disk-hit"
+
+
+def test_pool_key_names_the_host_llvm_llvmlite_and_graphc(disk, monkeypatch):
+    import llvmlite
+
+    seen = {}
+    real = cache.hashlib.sha256
+
+    def spy(data=b""):
+        seen["text"] = data.decode()
+        return real(data)
+
+    monkeypatch.setattr(cache.hashlib, "sha256", spy)
+    disk.runtime_key("graphc_pool", **pool._host_facts())
+    text = seen["text"]
+    from graphc._version import __version__
+
+    for part in (llvm_engine.host_cpu_key(), llvmlite.__version__, __version__, "graphc_pool"):
+        assert part in text
+    assert llvm_engine.host_cpu_name() in llvm_engine.host_cpu_key()
+
+
+def test_pool_without_a_disk_cache_is_compiled_and_nothing_written(tmp_path):
+    mod, how = pool._load_or_compile(None)
+    assert how == "compiled"
+    assert cache.resolve_disk_cache(False) is None
+    _works(mod)
+
+
+def test_unusable_directory_means_compile(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir(mode=0o777)
+    os.chmod(d, 0o777)  # writable by others: the cache refuses it
+    dc = cache.DiskCache(str(d))
+    with pytest.warns(cache.DiskCacheWarning, match="disk cache disabled"):
+        mod, how = pool._load_or_compile(dc)
+    assert how == "compiled" and os.listdir(d) == []
+
+
+# --- fresh processes ----------------------------------------------------------------------
+
+_PARALLEL = """
+import os, threading
+import numpy as np
+import graphc
+from graphc.runtime import pool
+
+def tasks():
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+
+def w2(x, w, b):
+    return (x * w + b).tanh().pow(2).sum()
+
+x = np.random.default_rng(0).standard_normal(1 << 19)
+w, b = np.array(0.7), np.array(-0.3)
+before = tasks()
+small = graphc.compile(lambda a: (a * 2.0).sum())
+small(np.ones(8))
+print("after-small", pool._jit is not None, pool.workers_started(), tasks() == before)
+f = graphc.compile(w2)
+ref = float(f(x, w, b))
+print("after-parallel", pool.status, pool.workers_started() >= 1)
+r, wfd = os.pipe()
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pid = os.fork()
+if pid == 0:
+    ok = all(float(f(x, w, b)) == ref for _ in range(5))
+    os.write(wfd, b"1" if ok and pool.workers_started() >= 1 else b"0")
+    os._exit(0)
+os.close(wfd)
+print("child", os.read(r, 1).decode())
+os.waitpid(pid, 0)
+print("value", repr(ref))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fresh_processes_store_then_load_the_pool_and_fork_works(tmp_path):
+    d = tmp_path / "c"
+    env = dict(GRAPHC_CACHE_DIR=str(d), GRAPHC_NUM_THREADS="2")
+    first = _run(_PARALLEL, **env).split("\n")
+    second = _run(_PARALLEL, **env).split("\n")
+    # a small graph needs no pool: nothing compiled, no thread started
+    assert first[0] == "after-small False 0 True"
+    assert first[1] == "after-parallel disk-stored True"
+    assert second[1] == "after-parallel disk-hit True"
+    assert first[2] == second[2] == "child 1"  # forked child: new workers, same numbers
+    assert first[3] == second[3]  # the pool loaded from disk gives the same result
+    off = _run(_PARALLEL, GRAPHC_NUM_THREADS="2").split("\n")
+    assert off[1] == "after-parallel compiled True" and off[3] == first[3]
+
+
+def test_pool_threads_start_at_the_first_parallel_loop_not_at_compile():
+    out = _run(
+        """
+        import numpy as np, graphc
+        from graphc.runtime import pool
+        f = graphc.compile(lambda x: (x * 2.0 + 1.0).tanh().sum())
+        x = np.ones(1 << 19)
+        graphc.set_num_threads(1)   # compiled with the pool, run on one thread
+        f(x)
+        print(pool._jit is not None, pool.workers_started())
+        graphc.set_num_threads(2)
+        f(x)
+        print(pool.workers_started())
+        """
+    ).split()
+    assert out == ["True", "0", "1"]
+
+
+def test_import_graphc_does_not_load_llvmlite():
+    out = _run(
+        "import graphc, eager, sys; print('llvmlite' in sys.modules, "
+        "'graphc.runtime.native' in sys.modules, 'graphc.runtime.pool' in sys.modules)"
+    )
+    assert out.split() == ["False", "False", "False"]
