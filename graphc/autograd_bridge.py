@@ -164,8 +164,22 @@ def _run_differentiable(cf, entry, dyn: list) -> Any:
     return res
 
 
+def _grad_positions(tr) -> list:
+    """The inputs the gradient function differentiates: float leaves that required grad
+    when the call was traced (the cache key holds requires_grad, so this is fixed per
+    signature).  Eager drops a gradient returned for an input that does not require it,
+    so computing one (a data batch's, through the first layer) only cost time and
+    arena memory."""
+    return [
+        i
+        for i, spec in enumerate(tr.in_specs)
+        if spec.requires_grad and spec.dtype is not None and np.dtype(spec.dtype).kind == "f"
+    ]
+
+
 def _vjp_function(cf, entry):
-    """Compiled (primals..., cotangents...) -> gradients for the float primals."""
+    """Compiled (primals..., cotangents...) -> gradients for the primals that require
+    grad (:func:`_grad_positions`)."""
     vjp_cf = entry.stages.get("_vjp_fn")
     if vjp_cf is not None:
         return vjp_cf
@@ -182,7 +196,7 @@ def _vjp_function(cf, entry):
         from .autodiff import replay
 
         outs = replay(res_graph, ctx, _graph_inputs(tr, primals))
-        want = [p for p in primals if p._npdtype.kind == "f"]
+        want = [primals[i] for i in _grad_positions(tr)]
         acc = {}
         for o, c in zip(outs, cts):
             if o._npdtype.kind != "f":
@@ -234,10 +248,9 @@ def _make_autograd_function():
     def backward(ctx, *gouts):
         tensors = ctx.saved_tensors
         vjp_cf = _vjp_function(ctx.cf, ctx.entry)
-        float_idx = [i for i, t in enumerate(tensors) if data_of(t).dtype.kind == "f"]
         res = vjp_cf(*tensors, *gouts)
         grads = [None] * len(tensors)
-        for k, i in enumerate(float_idx):
+        for k, i in enumerate(_grad_positions(ctx.entry.trace)):
             grads[i] = res[k]
         return (None, None, *grads)
 

@@ -20,6 +20,19 @@ from .schedule import Kernel
 from .strided import cstrides, numel
 
 
+# Loop nests emitted with ``loop(..., unroll=False)`` (the loop kernels' elementwise ops and
+# reductions, and the copies of indexing and concatenation) are marked
+# ``llvm.loop.unroll.disable``.  The loop vectorizer still vectorizes and interleaves them;
+# unrolling them again (vector body, remainder, small outer loops) doubled the optimized
+# code of the W6-W8 models, and LLVM's optimize + codegen time with it, for no measurable
+# speed.  Hand-written loop nests (conv, pooling, matmul fallbacks) keep LLVM's unroller:
+# their small constant inner loops gain from it (docs/backend.md, "Compile time of the
+# LLVM pipeline").  ``UNROLL_ALL = True`` lets LLVM unroll every loop again (the code
+# before this change, for measurements).
+UNROLL_ALL = False
+_NO_UNROLL = "llvm.loop.unroll.disable"
+
+
 class KernelBuilder:
     """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
 
@@ -58,9 +71,27 @@ class KernelBuilder:
         with self.b.goto_entry_block():
             return self.b.alloca(ty, name=name)
 
-    def loop(self, sizes: list, body, name: str = "i", outer_range=None) -> None:
+    def no_unroll_loop_id(self) -> ir.values.MDValue:
+        """The module's ``!llvm.loop`` node that tells LLVM's unroller to leave a loop alone
+        (``llvm.loop.unroll.disable``); one node per module, so the latches of identical
+        kernels print the same text (graphc.backend.dedup)."""
+        md = getattr(self.module, "_graphc_no_unroll", None)
+        if md is None:
+            disable = self.module.add_metadata([ir.MetaDataString(self.module, _NO_UNROLL)])
+            # a loop id's first operand is the node itself (LangRef, "llvm.loop")
+            md = ir.values.MDValue(self.module, [], name=str(len(self.module.metadata)))
+            md.operands = (md, disable)
+            self.module._graphc_no_unroll = md
+        return md
+
+    def loop(
+        self, sizes: list, body, name: str = "i", outer_range=None, unroll: bool = True
+    ) -> None:
         """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body.
-        ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk)."""
+        ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk).
+        ``unroll=False`` marks every loop of the nest ``llvm.loop.unroll.disable`` (the loop
+        vectorizer still vectorizes and interleaves it; docs/backend.md, "Compile time of
+        the LLVM pipeline")."""
         b = self.b
         idx = []
         exits = []
@@ -81,9 +112,12 @@ class KernelBuilder:
             idx.append(i)
             exits.append((slot, cond, done, i))
         body(idx)
+        loop_id = None if unroll or UNROLL_ALL else self.no_unroll_loop_id()
         for slot, cond, done, i in reversed(exits):
             b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), slot)
-            b.branch(cond)
+            latch = b.branch(cond)
+            if loop_id is not None:
+                latch.set_metadata("llvm.loop", loop_id)
             b.position_at_end(done)
 
     def offset(self, base: int, strides, idx) -> ir.Value:
@@ -285,11 +319,11 @@ class KernelBuilder:
 
         if self.par is not None:
             self.outer_size = sizes[0]
-            self.loop(sizes, body, outer_range=(self.par[0], self.par[1]))
+            self.loop(sizes, body, outer_range=(self.par[0], self.par[1]), unroll=False)
             self._store_partials(kern, accs)
             self.kern = kern
             return
-        self.loop(sizes, body)
+        self.loop(sizes, body, unroll=False)
         self._reduction_epilogues(kern, accs, full)
 
     def _access_strides(self, kern: Kernel, roots: list, computed_roots: list) -> tuple:

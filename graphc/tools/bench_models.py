@@ -12,7 +12,9 @@ to float32 rounding; PyTorch and JAX, whose initial weights are copied in, likew
 
 from __future__ import annotations
 
+import gc
 import time
+import tracemalloc
 from typing import Any, Callable
 
 import numpy as np
@@ -80,6 +82,7 @@ def _workload(
         if not np.isclose(le, lc, rtol=1e-4, atol=1e-5):
             raise AssertionError(f"{wid}: eager loss {le} != compiled loss {lc}")
     rows = {"eager": median_time(e_step, quick), "compiled": median_time(c_step, quick)}
+    nbytes = step_memory(e_step, c_loss, batch)
     torch = optional("torch")
     if torch is not None:
         Mt = build(torch)
@@ -115,6 +118,36 @@ def _workload(
             "compiled": [(">=t", 2.0), ("<=j", JAX_TARGETS[wid])],
             "compiled first call": ("<=jfirst", 1.0),
         },
+        "bytes": nbytes,
+        "bytes_target": 0.5,
+    }
+
+
+def step_memory(e_step: Callable, c_loss: Any, batch: tuple) -> dict:
+    """Peak bytes of a step's intermediates, as W5 measures them for W2: eager's
+    tracemalloc peak during one whole step (zero_grad, loss, backward, optimizer), and
+    the compiled step's planned arenas.  The compiled loss runs its forward and then its
+    gradient function (two native calls, each with its own arena, freed before it
+    returns), so the compiled figure is the larger of the two arenas."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        e_step()
+        _, eager_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    fwd = c_loss.stats(*batch).get("arena_bytes", 0)
+    bwd = 0
+    for entry in list(c_loss._cache.values()):
+        vjp = entry.stages.get("_vjp_fn")
+        for ventry in list(getattr(vjp, "_cache", {}).values()):
+            plan = getattr(ventry.stages.get("_executable"), "plan", None)
+            bwd = max(bwd, getattr(plan, "arena_bytes", 0))
+    return {
+        "eager (tracemalloc peak)": eager_peak,
+        "compiled (planned arena)": max(fwd, bwd),
+        "  forward arena": fwd,
+        "  backward arena": bwd,
     }
 
 

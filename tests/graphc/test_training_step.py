@@ -469,3 +469,33 @@ def test_an_in_place_write_to_a_non_leaf_argument_is_refused_by_its_name():
     with pytest.raises(graphc.TracerError, match="to argument h, which requires grad and has "
                                                  "a grad_fn.*clone"):
         graphc.compile(f)(w * 1, w)
+
+
+@pytest.mark.parametrize("x_rg", [False, True])
+def test_backward_differentiates_only_inputs_that_require_grad(x_rg):
+    """The gradient function behind CompiledFunctionBackward computes no gradient for a
+    float input that does not require grad (a data batch): eager would drop it."""
+    rng = np.random.default_rng(5)
+    xa, wa = rng.standard_normal((6, 4)), rng.standard_normal((4, 3))
+
+    def loss(x, w):
+        return ((x @ w).tanh() * x.sum(1, keepdim=True)).sum()
+
+    f = graphc.compile(loss, disk_cache=False)
+    res = {}
+    for name, fn in (("eager", loss), ("compiled", f)):
+        x = eager.tensor(xa, requires_grad=x_rg)
+        w = eager.tensor(wa, requires_grad=True)
+        out = fn(x, w)
+        out.backward()
+        res[name] = (out.item(), _np(x.grad), _np(w.grad))
+    assert_close(res["compiled"][0], res["eager"][0], "loss")
+    assert_close(res["compiled"][2], res["eager"][2], "w.grad")
+    if x_rg:
+        assert_close(res["compiled"][1], res["eager"][1], "x.grad")
+    else:
+        assert res["compiled"][1] is None
+    (entry,) = f._cache.values()
+    vjp = entry.stages["_vjp_fn"]
+    (ventry,) = vjp._cache.values()
+    assert len(ventry.trace.out_rg) == (2 if x_rg else 1)  # one gradient per such input

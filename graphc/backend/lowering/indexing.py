@@ -100,7 +100,7 @@ def getitem_grad_kernel(kb, n: int) -> None:
     gsrc = d["operands"][0]
     dt = np.dtype(d["dtype"])
     shape = tuple(d["shape"])
-    kb.loop([numel(shape)], lambda ix: kb.store(n, dt, ix[0], const(dt, 0)), name="z")
+    kb.loop([numel(shape)], lambda ix: kb.store(n, dt, ix[0], const(dt, 0)), name="z", unroll=False)
     gv = kb.plan.views[gsrc]
     gdt = np.dtype(kb.g.nx.nodes[gsrc]["dtype"])
     own = View(n, 0, cstrides(shape), shape)
@@ -116,6 +116,7 @@ def getitem_grad_kernel(kb, n: int) -> None:
                 kb.offset(bv.offset, bv.strides, idx),
                 kb.convert(kb.load(gv.buf, gdt, kb.offset(gv.offset, gst, idx)), gdt, dt),
             ),
+            unroll=False,
         )
         return
     b = kb.b
@@ -179,6 +180,7 @@ def setitem_kernel(kb, n: int) -> None:
             n, dt, kb.offset(0, oc, idx), kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, idx))
         ),
         name="cp",
+        unroll=False,
     )
     own = View(n, 0, oc, shape)
     if not tens:
@@ -192,6 +194,7 @@ def setitem_kernel(kb, n: int) -> None:
                 kb.offset(bv.offset, bv.strides, idx),
                 kb.convert(kb.load(vv.buf, vdt, kb.offset(vv.offset, vst, idx)), vdt, dt),
             ),
+            unroll=False,
         )
         return
     gat, _ = _gather(kb, n, own, 2)

@@ -38,4 +38,4 @@ def cat_kernel(kb, n: int) -> None:
             v = kb.convert(kb.load(xv.buf, xdt, kb.offset(xv.offset, st, idx)), xdt, dt)
             kb.store(n, dt, kb.offset(base, oc, idx), v)
 
-        kb.loop(list(eff), body, name=f"cat{k}")
+        kb.loop(list(eff), body, name=f"cat{k}", unroll=False)
