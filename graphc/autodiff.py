@@ -464,13 +464,10 @@ def _diff_leaves(ctx, args: tuple, nums: tuple, fname: str, fn: Callable) -> tup
     return tuple(args), info
 
 
-def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
-    ctx = _find_ctx(args)
-    args, info = _diff_leaves(ctx, args, nums, fname, fn)
-    # the differentiated arguments require grad while fn runs, as eager's leaves would:
-    # eager's refusals (in-place on a leaf, writes through .detach() or to unbind's
-    # outputs, writes under no_grad) apply, instead of a gradient eager would not give
-    marked = [x for _, _, leaves in info for x in leaves if not requires_grad_of(x)]
+def call_with_leaves(fn: Callable, args: tuple, leaves: list, has_aux: bool, fname: str):
+    """Run ``fn`` with the differentiated leaves requiring grad (eager's refusals of
+    in-place writes to leaves apply); return (result, aux)."""
+    marked = [x for x in leaves if not requires_grad_of(x)]
     for x in marked:
         set_requires_grad_flag(x, True)
     try:
@@ -483,6 +480,18 @@ def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
         if not (isinstance(res, tuple) and len(res) == 2):
             raise TypeError(f"{fname}: has_aux=True requires fn to return (value, aux)")
         res, aux = res
+    return res, aux
+
+
+def _value_and_grad_traced(fn, args, nums, has_aux, fname, single):
+    ctx = _find_ctx(args)
+    args, info = _diff_leaves(ctx, args, nums, fname, fn)
+    # the differentiated arguments require grad while fn runs, as eager's leaves would:
+    # eager's refusals (in-place on a leaf, writes through .detach() or to unbind's
+    # outputs, writes under no_grad) apply, instead of a gradient eager would not give
+    res, aux = call_with_leaves(
+        fn, args, [x for _, _, leaves in info for x in leaves], has_aux, fname
+    )
     if not isinstance(res, Tracer):
         raise TypeError(f"{fname}: fn must return a traced scalar array, got {type(res).__name__}")
     if res.numel() != 1:

@@ -30,9 +30,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 import eager
-from eager.interop import data_of, requires_grad_of, set_requires_grad_flag
+from eager.interop import data_of
 
-from .autodiff import _diff_leaves, _find_ctx, backprop_many
+from .autodiff import _diff_leaves, _find_ctx, backprop_many, call_with_leaves
 from .errors import GraphcError
 from .layout import c_layout
 from .pytree import flatten, leaf_paths, unflatten
@@ -201,23 +201,7 @@ def _check_transposable(ctx: TraceContext, u_nodes: set, grads: list, fname: str
 # tracing fn with differentiated leaves
 
 
-def _call(fn: Callable, args: tuple, leaves: list, has_aux: bool, fname: str) -> tuple:
-    """Run ``fn`` with the differentiated leaves requiring grad (as grad does: eager's
-    refusals of in-place writes to leaves apply); return (result, aux)."""
-    marked = [x for x in leaves if not requires_grad_of(x)]
-    for x in marked:
-        set_requires_grad_flag(x, True)
-    try:
-        res = fn(*args)
-    finally:
-        for x in marked:
-            set_requires_grad_flag(x, False)
-    aux = None
-    if has_aux:
-        if not (isinstance(res, tuple) and len(res) == 2):
-            raise TypeError(f"{fname}: has_aux=True requires fn to return (value, aux)")
-        res, aux = res
-    return res, aux
+_call = call_with_leaves  # the same call grad makes (graphc.autodiff)
 
 
 def _outputs(ctx: TraceContext, res: Any, fname: str, name: str = "output") -> tuple:

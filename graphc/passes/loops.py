@@ -20,6 +20,7 @@ from eager.interop import OPS
 from ..ir import Graph
 from ..ir.loops import LOOP_OPS, STRUCT_OPS, operand_groups
 from .context import current
+from .dce import dce as _dce
 from .registry import register_pass
 
 # families whose nodes may move out of a loop (they cannot fail at run time)
@@ -170,16 +171,3 @@ def _hoist(g: Graph, n: int) -> bool:
     ops = list(d["operands"])
     g.set_operands(n, ops[:c] + [env[b] for b in frontier] + ops[c:])
     return True
-
-
-def _dce(g: Graph) -> None:
-    live = set(g.inputs)
-    stack = list(g.outputs)
-    while stack:
-        x = stack.pop()
-        if x in live and x not in g.inputs:
-            continue
-        live.add(x)
-        stack.extend(o for o in g.nx.nodes[x]["operands"] if o not in live)
-    for x in [x for x in g.nx.nodes if x not in live]:
-        g.nx.remove_node(x)
