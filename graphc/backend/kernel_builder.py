@@ -84,14 +84,35 @@ class KernelBuilder:
             self.module._graphc_no_unroll = md
         return md
 
+    def vectorize_loop_id(self) -> ir.values.MDValue:
+        """The module's ``!llvm.loop`` node asking LLVM's loop vectorizer to vectorize a loop
+        its cost model would leave scalar (``llvm.loop.vectorize.enable``): for loops whose
+        scalar form has data-dependent float selects, which x86 code turns into branches."""
+        md = getattr(self.module, "_graphc_vectorize", None)
+        if md is None:
+            on = self.module.add_metadata(
+                [ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)]
+            )
+            md = ir.values.MDValue(self.module, [], name=str(len(self.module.metadata)))
+            md.operands = (md, on)
+            self.module._graphc_vectorize = md
+        return md
+
     def loop(
-        self, sizes: list, body, name: str = "i", outer_range=None, unroll: bool = True
+        self,
+        sizes: list,
+        body,
+        name: str = "i",
+        outer_range=None,
+        unroll: bool = True,
+        vectorize: bool = False,
     ) -> None:
         """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body.
         ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk).
         ``unroll=False`` marks every loop of the nest ``llvm.loop.unroll.disable`` (the loop
         vectorizer still vectorizes and interleaves it; docs/backend.md, "Compile time of
-        the LLVM pipeline")."""
+        the LLVM pipeline").  ``vectorize=True`` asks the vectorizer to vectorize the
+        innermost loop (:meth:`vectorize_loop_id`)."""
         b = self.b
         idx = []
         exits = []
@@ -113,10 +134,12 @@ class KernelBuilder:
             exits.append((slot, cond, done, i))
         body(idx)
         loop_id = None if unroll or UNROLL_ALL else self.no_unroll_loop_id()
-        for slot, cond, done, i in reversed(exits):
+        for k, (slot, cond, done, i) in enumerate(reversed(exits)):
             b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), slot)
             latch = b.branch(cond)
-            if loop_id is not None:
+            if k == 0 and vectorize:
+                latch.set_metadata("llvm.loop", self.vectorize_loop_id())
+            elif loop_id is not None:
                 latch.set_metadata("llvm.loop", loop_id)
             b.position_at_end(done)
 

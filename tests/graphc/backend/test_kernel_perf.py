@@ -91,3 +91,58 @@ def test_kernel_profile_off_by_default():
     exe = f._entry_for((np.ones(3),)).stages["_executable"]
     assert exe.kernel_profile() == [] and exe.profile_counters is None
     assert all(r["executable"] != exe.name or False for r in rows([exe]))
+
+
+# --- max pooling: the unrolled in-bounds windows, the store-only gradient ----------------
+
+_POOL_CASES = [
+    # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
+    ((2, 3, 8, 8), 2, 2, 0, 1, False),  # windows tile the input: no zero pass
+    ((2, 3, 11, 9), 2, 2, 0, 1, False),  # a last row/column in no window
+    ((1, 2, 9, 9), 3, 2, 0, 1, False),  # overlapping windows: the accumulating path
+    ((1, 2, 10, 10), 2, 3, 0, 2, False),  # dilated, disjoint, gaps between windows
+    ((1, 2, 7, 7), 2, 2, 1, 1, False),  # padding: the general path
+    ((1, 1, 7, 7), 2, 2, 0, 1, True),  # ceil mode: a window past the edge
+    ((1, 1, 1, 1), 1, 1, 0, 1, False),
+    ((0, 2, 4, 4), 2, 2, 0, 1, False),
+    ((1, 1, 5, 20), (5, 4), (5, 4), 0, 1, False),  # kh*kw > 16: the general path
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _POOL_CASES)
+def test_max_pool2d_and_grad_match_eager(case, dtype):
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal(shape).astype(dtype)
+    if xa.size:
+        xa.flat[:: max(1, xa.size // 7)] = np.nan  # NaN wins its window
+        xa[..., 1::3, :] = xa[..., :1, :]  # repeated values: ties keep the first
+    F = eager.nn.functional
+
+    def loss(x, w):
+        y = F.max_pool2d(x, k, s, p, d, ceil_mode=ceil)
+        return (y * w).sum(), y
+
+    y_shape = F.max_pool2d(eager.tensor(xa), k, s, p, d, ceil_mode=ceil).shape
+    wa = rng.standard_normal(tuple(y_shape)).astype(dtype)
+    if wa.size:
+        wa.flat[0] = -0.0  # a -0.0 gradient lands as +0.0 (0 + g), as in eager
+    outs = []
+    for fn in (loss, graphc.compile(loss)):
+        x = eager.tensor(xa.copy(), requires_grad=True)
+        total, y = fn(x, eager.tensor(wa))
+        total.backward()
+        outs.append((y.detach().numpy(), x.grad.numpy()))
+    (ye, ge), (yc, gc) = outs
+    np.testing.assert_array_equal(yc, ye)
+    np.testing.assert_array_equal(gc, ge)
+    assert np.array_equal(np.signbit(gc), np.signbit(ge))
+
+
+def test_max_pool2d_non_contiguous_input():
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+    x = eager.tensor(base).permute(0, 3, 1, 2)  # a channels-last view
+    f = lambda t: eager.nn.functional.max_pool2d(t, 2)  # noqa: E731
+    np.testing.assert_array_equal(graphc.compile(f)(x).numpy(), f(x).numpy())
