@@ -33,6 +33,18 @@ UNROLL_ALL = False
 _NO_UNROLL = "llvm.loop.unroll.disable"
 
 
+def _same_in_output_type(op: str, sdt: np.dtype, dt: np.dtype, acc_t: np.dtype) -> bool:
+    """Does a partial reduction's step give the same bits computed in its output type?
+    True for a sum of float32 into float32 accumulated in float64: the sum of two floats
+    rounded once from float64 (53 >= 2 * 24 + 2 bits) is their correctly rounded float sum."""
+    return (
+        reduction(op).combine == "add"
+        and sdt == dt
+        and dt == np.dtype(np.float32)
+        and acc_t == np.dtype(np.float64)
+    )
+
+
 class KernelBuilder:
     """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
 
@@ -335,6 +347,14 @@ class KernelBuilder:
                     b.store(self._combine(d["op"], cur, v, acc_t), accs[r])
                 else:
                     off = self.offset(0, remap(red_out[r]), idx)
+                    if _same_in_output_type(d["op"], sdt, dt, acc_t):
+                        # fptrunc(fpext(a) + fpext(b)) is a + b rounded once: add in the
+                        # output's type, so LLVM sees a plain (reassociable) reduction over
+                        # the row, keeps it in a register and vectorizes the loop (with its
+                        # exp: a softmax row sum ran scalar through float64 round trips)
+                        v = self.convert(v, acc_t, dt)
+                        self.store(r, dt, off, self._combine(d["op"], self.load(r, dt, off), v, dt))
+                        continue
                     cur = self.convert(self.load(r, dt, off), dt, acc_t)
                     self.store(
                         r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t), acc_t, dt)

@@ -146,3 +146,34 @@ def test_max_pool2d_non_contiguous_input():
     x = eager.tensor(base).permute(0, 3, 1, 2)  # a channels-last view
     f = lambda t: eager.nn.functional.max_pool2d(t, 2)  # noqa: E731
     np.testing.assert_array_equal(graphc.compile(f)(x).numpy(), f(x).numpy())
+
+
+# --- partial float32 sums: added in float32 (bit-identical steps), vectorizable rows ------
+
+
+@pytest.mark.parametrize(
+    "shape, dim", [((3, 65), -1), ((4, 7, 1), -1), ((5, 0), -1), ((2, 9, 33), 1), ((1,), 0)]
+)
+def test_float32_row_sums_match_float64_reference(shape, dim):
+    rng = np.random.default_rng(5)
+    xa = rng.standard_normal(shape).astype(np.float32)
+    f = graphc.compile(lambda t: (eager.exp(t) * 2.0).sum(dim))
+    g = graphc.compile(lambda t: eager.softmax(t, dim) if t.numel() else t)
+    got = np.asarray(f(xa).numpy() if hasattr(f(xa), "numpy") else f(xa))
+    ref = (np.exp(xa.astype(np.float64)) * 2.0).sum(dim)
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6)
+    assert got.dtype == np.float32
+    if xa.size:
+        sm = np.asarray(g(xa))
+        e = np.exp(xa.astype(np.float64) - xa.max(dim, keepdims=True))
+        np.testing.assert_allclose(sm, e / e.sum(dim, keepdims=True), rtol=3e-6, atol=1e-7)
+
+
+def test_float32_row_sums_non_contiguous_and_mean():
+    rng = np.random.default_rng(6)
+    base = rng.standard_normal((40, 30)).astype(np.float32)
+    x = eager.tensor(base).t()  # a transposed view: rows are strided
+    f = graphc.compile(lambda t: (t.sum(-1), t.mean(-1)))
+    s, m = f(x)
+    np.testing.assert_allclose(s.numpy(), base.T.astype(np.float64).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(m.numpy(), base.T.astype(np.float64).mean(-1), rtol=1e-5, atol=1e-6)
