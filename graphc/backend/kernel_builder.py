@@ -33,6 +33,18 @@ UNROLL_ALL = False
 _NO_UNROLL = "llvm.loop.unroll.disable"
 
 
+def _same_in_output_type(op: str, sdt: np.dtype, dt: np.dtype, acc_t: np.dtype) -> bool:
+    """Does a partial reduction's step give the same bits computed in its output type?
+    True for a sum of float32 into float32 accumulated in float64: the sum of two floats
+    rounded once from float64 (53 >= 2 * 24 + 2 bits) is their correctly rounded float sum."""
+    return (
+        reduction(op).combine == "add"
+        and sdt == dt
+        and dt == np.dtype(np.float32)
+        and acc_t == np.dtype(np.float64)
+    )
+
+
 class KernelBuilder:
     """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
 
@@ -84,14 +96,35 @@ class KernelBuilder:
             self.module._graphc_no_unroll = md
         return md
 
+    def vectorize_loop_id(self) -> ir.values.MDValue:
+        """The module's ``!llvm.loop`` node asking LLVM's loop vectorizer to vectorize a loop
+        its cost model would leave scalar (``llvm.loop.vectorize.enable``): for loops whose
+        scalar form has data-dependent float selects, which x86 code turns into branches."""
+        md = getattr(self.module, "_graphc_vectorize", None)
+        if md is None:
+            on = self.module.add_metadata(
+                [ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)]
+            )
+            md = ir.values.MDValue(self.module, [], name=str(len(self.module.metadata)))
+            md.operands = (md, on)
+            self.module._graphc_vectorize = md
+        return md
+
     def loop(
-        self, sizes: list, body, name: str = "i", outer_range=None, unroll: bool = True
+        self,
+        sizes: list,
+        body,
+        name: str = "i",
+        outer_range=None,
+        unroll: bool = True,
+        vectorize: bool = False,
     ) -> None:
         """Nested counted loops over ``sizes``; ``body(idx_values)`` emits the innermost body.
         ``outer_range`` = (start, end) values restrict the outermost loop (a thread's chunk).
         ``unroll=False`` marks every loop of the nest ``llvm.loop.unroll.disable`` (the loop
         vectorizer still vectorizes and interleaves it; docs/backend.md, "Compile time of
-        the LLVM pipeline")."""
+        the LLVM pipeline").  ``vectorize=True`` asks the vectorizer to vectorize the
+        innermost loop (:meth:`vectorize_loop_id`)."""
         b = self.b
         idx = []
         exits = []
@@ -113,10 +146,12 @@ class KernelBuilder:
             exits.append((slot, cond, done, i))
         body(idx)
         loop_id = None if unroll or UNROLL_ALL else self.no_unroll_loop_id()
-        for slot, cond, done, i in reversed(exits):
+        for k, (slot, cond, done, i) in enumerate(reversed(exits)):
             b.store(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), slot)
             latch = b.branch(cond)
-            if loop_id is not None:
+            if k == 0 and vectorize:
+                latch.set_metadata("llvm.loop", self.vectorize_loop_id())
+            elif loop_id is not None:
                 latch.set_metadata("llvm.loop", loop_id)
             b.position_at_end(done)
 
@@ -312,6 +347,14 @@ class KernelBuilder:
                     b.store(self._combine(d["op"], cur, v, acc_t), accs[r])
                 else:
                     off = self.offset(0, remap(red_out[r]), idx)
+                    if _same_in_output_type(d["op"], sdt, dt, acc_t):
+                        # fptrunc(fpext(a) + fpext(b)) is a + b rounded once: add in the
+                        # output's type, so LLVM sees a plain (reassociable) reduction over
+                        # the row, keeps it in a register and vectorizes the loop (with its
+                        # exp: a softmax row sum ran scalar through float64 round trips)
+                        v = self.convert(v, acc_t, dt)
+                        self.store(r, dt, off, self._combine(d["op"], self.load(r, dt, off), v, dt))
+                        continue
                     cur = self.convert(self.load(r, dt, off), dt, acc_t)
                     self.store(
                         r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t), acc_t, dt)

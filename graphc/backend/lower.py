@@ -93,6 +93,9 @@ class Lowerer:
         self.n_in = len(self.g.inputs)
         self.n_out = len(self.g.outputs)
         self.current_node: Optional[int] = None  # the node being lowered (error context)
+        # opt-in per-kernel timing (GRAPHC_PROFILE, graphc.runtime.native): the address of
+        # an int64 array [ns per kernel..., calls per kernel...] and of clock_gettime
+        self.profile: Optional[tuple] = None
 
     # --- entry point ------------------------------------------------------------
     def build(self) -> ir.Module:
@@ -294,10 +297,16 @@ class Lowerer:
         rc_slot = None
         self._data, self._arena_ptr = data, arena
         fused = set(self.epilogues.values())
+        timing = self.profile is not None and not self.prefix  # the top-level graph only
+        pending = None  # (kernel index, its start time) of the kernel being timed
         for i in range(len(plan.kernels)) if indices is None else indices:
             kern, kfn = plan.kernels[i], kfns[i]
             if i in fused:
                 continue  # run inside its product's shares (see epilogues)
+            if timing:
+                if pending is not None:
+                    self._profile_stop(b, *pending)
+                pending = (i, self._profile_now(b))
             args = [self._base(b, buf, data, arena) for buf in self._kernel_bufs(kern)]
             for key, _ in kern.scratch:  # a loop kernel's scratch, in the arena
                 off = ir.Constant(I64, plan.buffers[key][1])
@@ -336,7 +345,33 @@ class Lowerer:
                 b.position_at_end(nxt)
             for buf in plan.poison_after.get(i, ()):  # Schedule(poison=True) only
                 self._poison(b, buf, arena)
+        if pending is not None:
+            self._profile_stop(b, *pending)
         return rc_slot
+
+    def _profile_now(self, b):
+        """Emit ``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds (profiling builds only)."""
+        assert self.profile is not None
+        _, clock = self.profile
+        with b.goto_entry_block():
+            ts = b.alloca(I64, size=2, name="prof_ts")
+        fty = ir.FunctionType(I32, [I32, PTR])
+        f = b.inttoptr(ir.Constant(I64, clock), fty.as_pointer())
+        b.call(f, [ir.Constant(I32, 1), b.bitcast(ts, PTR)])  # 1: CLOCK_MONOTONIC
+        sec = b.load(ts, typ=I64)
+        nsec = b.load(b.gep(ts, [ir.Constant(I64, 1)], source_etype=I64), typ=I64)
+        return b.add(b.mul(sec, ir.Constant(I64, 1_000_000_000)), nsec)
+
+    def _profile_stop(self, b, i: int, t0) -> None:
+        """Add the time since ``t0`` to kernel i's counter and count one call."""
+        assert self.profile is not None
+        counters, _ = self.profile
+        n = len(self.plan.kernels)
+        base = b.inttoptr(ir.Constant(I64, counters), PTR)
+        dt = b.sub(self._profile_now(b), t0)
+        for slot, val in ((i, dt), (n + i, ir.Constant(I64, 1))):
+            p = b.gep(base, [ir.Constant(I64, slot)], source_etype=I64)
+            b.atomic_rmw("add", p, val, "monotonic")
 
     def _allocate_outputs(self, b, fn, objs: list, data: list) -> tuple:
         """The result tuple, filled with new arrays (numpy's ``PyArray_New``, C order, the
@@ -696,13 +731,14 @@ def _buf_name(buf) -> str:
     return f"n{buf}"
 
 
-def lower(plan: Schedule, name: str) -> ir.Module:
+def lower(plan: Schedule, name: str, profile: Optional[tuple] = None) -> ir.Module:
     """The LLVM module for a plan (see the module docstring for the calling convention).
 
     An exception from deep inside the code generation is re-raised as a LoweringError
     naming the node being lowered, its op and the user's source line (errors of graphc's
     own already name their node)."""
     low = Lowerer(plan, name)
+    low.profile = profile
     try:
         return low.build()
     except GraphcError:

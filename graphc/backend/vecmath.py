@@ -67,6 +67,8 @@ from .vecmath_constants import (
     _ERF_TAYLOR_F64,
     _ERFC_G_F64,
     _ERFC_INTERVALS,
+    _ERF_F32_LARGE,
+    _ERF_F32_SMALL,
     _LN2_HI_F64,
     _LN2_LO_F64,
     _LOG10_2_F64,
@@ -368,6 +370,18 @@ def _body_erf(e: _Emitter, x):
     return e.sel(e.unordered(x, x), x, res)
 
 
+def _body_erf_for_f32(e: _Emitter, x):
+    """erf in f64 exact enough for a float32 result (error below 1e-11, far under half a
+    float ulp): ``x P(x*x)`` for |x| < 0.75, one polynomial in ``(|x| - 2.375) / 1.625``
+    with the sign of x on [0.75, 4] (|x| clamped to 4: erf rounds to 1 in float32 there).
+    No exp, no interval selects: about 30 operations a lane."""
+    ax = e.fabs(x)
+    small = e.mul(x, e.poly(e.mul(x, x), _ERF_F32_SMALL))
+    s = e.fma(e.sel(e.gt(ax, 4.0), e.c(4.0), ax), 1.0 / 1.625, -2.375 / 1.625)
+    large = e.copysign(e.poly2(s, e.mul(s, s), _ERF_F32_LARGE), x)
+    return e.sel(e.lt(ax, 0.75), small, large)  # NaN: the large branch, NaN
+
+
 def _atan_unit(e: _Emitter, t):
     """atan(t) for t in [0, 1] (or NaN): above tan(pi/8), pi/4 + atan((t-1)/(t+1))."""
     red = e.gt(t, _TAN_PI_8)
@@ -550,6 +564,7 @@ _BODIES: dict[str, Callable[..., ir.Value]] = {
     "pow": _body_pow,
     "pow_for_f32": lambda e, x, y: _body_pow(e, x, y, double_double=False),
     "erf": _body_erf,
+    "erf_for_f32": _body_erf_for_f32,
     "atan": _body_atan,
     "atan2": _body_atan2,
     "asin": _body_asin,
@@ -566,7 +581,7 @@ _EMITTERS: dict[str, tuple[int, Callable[..., ir.Value]]] = {
     "pow": (2, _via_f64("pow", "pow_for_f32")),
     "log1p": (1, _native(_body_log1p)),
     "expm1": (1, _native(_body_expm1)),
-    "erf": (1, _via_f64("erf")),
+    "erf": (1, _via_f64("erf", "erf_for_f32")),
     "atan": (1, _via_f64("atan")),
     "atan2": (2, _via_f64("atan2")),
     "asin": (1, _via_f64("asin")),

@@ -283,6 +283,27 @@ _ERFC_G_F64 = (
      -5.2970078994180395e-05, 2.965371461240672e-05, 9.69398544271513e-06,
      1.3949250669427135e-05, 5.320516319495469e-06, 1.4850900893655095e-06),
 )  # fmt: skip
+# erf for float32 results, evaluated in f64 (graphc.backend.vecmath ``erf_for_f32``): the
+# f64 body's double-double exp and four selected intervals are far more than a float needs.
+# erf(x)/x as a polynomial in t = x*x for |x| < 0.75 (relative error 4e-13), and erf(x)
+# for x in [0.75, 4] as one polynomial in s = (x - 2.375) / 1.625 (absolute error 3e-12);
+# erf is 1 in float32 from x = 4 (erfc(4) = 1.5e-8 is below half an ulp of 1).  Chebyshev
+# least-squares fits (numpy.polynomial.chebyshev.chebfit, degree 7 and 20) to math.erf on
+# Chebyshev nodes, converted to monomials (docs/backend-accuracy.md).
+_ERF_F32_SMALL = (
+    1.1283791670951155, -0.3761263889410163, 0.11283791330130186, -0.02686612185205557,
+    0.005223633728479534, -0.0008535105338292418, 0.00011771163503370753,
+    -1.1673210749962185e-05,
+)  # fmt: skip
+_ERF_F32_LARGE = (
+    0.9992170617799332, 0.00651052651376214, -0.025126562779264172, 0.05891793452461263,
+    -0.09157661126530192, 0.09469729807340753, -0.0573386274283126, 0.003688404316869092,
+    0.02888379247792521, -0.026668056412119133, 0.007036442436061299, 0.0065935256043741855,
+    -0.007089513687116167, 0.0017382603794812396, 0.0015722404966937412, -0.001357032728854875,
+    9.589839547062623e-05, 0.00033560545908599876, -0.00011491526569205667,
+    -3.4290267208071627e-05, 1.8603959787526766e-05,
+)  # fmt: skip
+
 # atan(z) = z + z**3 P(z*z) for |z| <= tan(pi/8): weighted least-squares fit of P (relative
 # error of atan below 2**-53) to 55-digit values of the series.
 _ATAN_P_F64 = (

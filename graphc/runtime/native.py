@@ -14,7 +14,9 @@ functions it calls and numpy's C-API table are checked once, here, at import.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -140,6 +142,44 @@ def _register_symbols() -> None:
 if ABI_PROBLEM is None:
     _register_symbols()
 
+_PROFILED: list = []  # weak references to the executables built with profiling on
+
+
+def profiling_enabled() -> bool:
+    """True when ``GRAPHC_PROFILE`` is set to a non-empty value other than ``0``: native
+    executables built then time each kernel call (see docs/backend.md, "Profiling")."""
+    v = os.environ.get("GRAPHC_PROFILE", "")
+    return v not in ("", "0")
+
+
+def profiled_executables() -> list:
+    """The live native executables built with ``GRAPHC_PROFILE`` on, oldest first."""
+    return [x for x in (r() for r in _PROFILED) if x is not None]
+
+
+def _clock_gettime_address() -> int:
+    addr = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
+    if not addr:  # pragma: no cover
+        raise GraphcError("GRAPHC_PROFILE: clock_gettime is not available")
+    return int(addr)
+
+
+def _kernel_label(plan: Schedule, kern) -> str:
+    """Short text for a kernel: its ops (graph order) and the shape of its first output."""
+    nodes = [kern.node] if kern.node is not None else []
+    nodes += [n for n, _ in kern.stores] + list(kern.reduces)
+    if kern.kind == "loop":  # every op the loop computes, not only what it stores
+        nodes = plan.expr_nodes(plan.kernel_roots(kern)) + nodes
+    g = plan.g.nx
+    ops = []
+    for n in nodes:
+        op = g.nodes[n].get("op") if n in g else None
+        if op is not None and op not in ops:
+            ops.append(op)
+    shape = tuple(g.nodes[nodes[0]].get("shape", ())) if nodes and nodes[0] in g else ()
+    return f"{'+'.join(ops) or kern.kind} {shape}"
+
+
 _BLAS_REGISTERED = [False]
 # the kernel kinds whose code may call BLAS's gemm (their symbols must be registered first)
 _CALLS_BLAS = frozenset({"matmul"}) | _CONV_BLAS
@@ -213,6 +253,13 @@ class NativeExecutable:
         if any(k.kind in _CALLS_BLAS for k in self.plan.all_kernels()):  # may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk
+        # opt-in per-kernel timing: [ns per kernel..., calls per kernel...], written by
+        # the generated code (whose address it bakes in, so never from/to the disk cache)
+        self.profile_counters: Optional[np.ndarray] = None
+        if profiling_enabled():
+            self.profile_counters = np.zeros(2 * len(self.plan.kernels), np.int64)
+            _PROFILED.append(weakref.ref(self))
+            disk_cache = None
         key = None
         if disk_cache is not None:
             try:
@@ -235,7 +282,40 @@ class NativeExecutable:
     def _lower(self):
         # the llvmlite module is not kept (~250 KB of Python objects per signature);
         # the JIT module keeps its IR text for llvm_ir() and asm()
-        return L.lower(self.plan, self.name)
+        prof = None
+        if self.profile_counters is not None:
+            prof = (self.profile_counters.ctypes.data, _clock_gettime_address())
+        return L.lower(self.plan, self.name, profile=prof)
+
+    def kernel_profile(self) -> list:
+        """Per-kernel times of a profiled executable (built with ``GRAPHC_PROFILE=1``):
+        one dict per kernel that ran -- ``index``, ``kind``, ``nodes`` (its ops and
+        shape), ``calls`` and ``seconds`` (summed over calls since the last
+        :meth:`reset_profile`; a product's fused epilogue counts in the product's time).
+        An empty list when the executable was built without profiling."""
+        c = self.profile_counters
+        if c is None:
+            return []
+        n = len(self.plan.kernels)
+        rows = []
+        for i, kern in enumerate(self.plan.kernels):
+            calls = int(c[n + i])
+            if calls:
+                rows.append(
+                    {
+                        "index": i,
+                        "kind": kern.kind,
+                        "nodes": _kernel_label(self.plan, kern),
+                        "calls": calls,
+                        "seconds": int(c[i]) * 1e-9,
+                    }
+                )
+        return rows
+
+    def reset_profile(self) -> None:
+        """Zero the per-kernel counters of a profiled executable (no-op otherwise)."""
+        if self.profile_counters is not None:
+            self.profile_counters[:] = 0
 
     def _init_call(self) -> None:
         g = self.graph
