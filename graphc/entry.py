@@ -51,8 +51,17 @@ class _Entry:
         )
         self.build_out = _output_builder(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
+        exe = getattr(run, "__self__", None)
+        if self.call is not None and exe is not None and getattr(exe, "tier", 1) == 0:
+            # quick-tier native code (graphc.runtime.native.TIERED): the fast call bound
+            # the counting entry; bind the optimized one once the code is upgraded
+            exe.on_upgrade(self._rebind_call)
         self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
+
+    def _rebind_call(self) -> None:
+        """Re-bind the fast call path to the executable's current native entry."""
+        self.call = _fast_call(self.run, self.build_out)
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
+import threading
+import warnings
 import weakref
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -27,6 +30,7 @@ from ..backend import abi, blas
 from ..backend import lower as L
 from ..backend import parallel_policy
 from ..backend.lowering.conv import CALLS_BLAS as _CONV_BLAS
+from ..backend.lowering.matmul import gemm_dims
 from ..backend.schedule import Schedule
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
@@ -222,8 +226,91 @@ def _builtin(module: "jit.JitModule", symbol: str):
     return _new_cfunction(ctypes.addressof(md), (module, md), None)
 
 
+#: Tiered compilation (docs/backend.md, "Tiered compilation"): a small graph compiled
+#: without a disk cache first runs quick code, where LLVM optimizes only the kernels
+#: that accumulate a ``reassoc`` sum or product and leaves every other function
+#: ``optnone`` (about 3x cheaper to compile); after :data:`TIER_UP_CALLS` calls, or once
+#: its calls covered :data:`TIER_UP_WORK` loop elements in all, the module is compiled
+#: with the full pipeline and swapped in.  Counted, not timed, so the call that switches
+#: is the same in every run; and the reduction kernels are ``noinline`` in every build,
+#: so both tiers run the same optimized reductions (checked at the switch) and give the
+#: same bits.  False (or the environment variable ``GRAPHC_TIERED=0``): every graph is
+#: compiled with the full pipeline at once.
+TIERED = os.environ.get("GRAPHC_TIERED", "1").strip() != "0"
+TIER_UP_CALLS = 8
+TIER_UP_WORK = 1 << 22
+#: Loop elements (``parallel_policy.work``) above which a graph skips the quick tier: one
+#: call of slow code over more elements would cost more than the compile time saved.
+TIER0_MAX_WORK = 1 << 22
+
+
+def reduction_functions(module) -> frozenset:
+    """Names of the functions ``module`` defines that hold a ``reassoc`` instruction (the
+    accumulation of a float sum or product, which LLVM's vectorizer may reorder)."""
+    out = []
+    for fn in module.functions:
+        if fn.is_declaration:
+            continue
+        if any("reassoc" in getattr(i, "flags", ()) for bb in fn.blocks for i in bb.instructions):
+            out.append(fn.name)
+    return frozenset(out)
+
+
+def _mark_functions(module, reductions: frozenset, quick: bool) -> None:
+    """Reduction kernels ``noinline`` (every build: optimized on their own, the same in
+    both tiers); with ``quick``, every other defined function ``optnone noinline``.
+    ``alwaysinline`` helpers (vector math) are left alone: they become part of their
+    callers."""
+    for fn in module.functions:
+        if fn.is_declaration or "alwaysinline" in fn.attributes:
+            continue
+        if fn.name in reductions:
+            fn.attributes.add("noinline")
+        elif quick:
+            fn.attributes.add("noinline")
+            fn.attributes.add("optnone")
+
+
+_DEFINE = re.compile(r"^define [^\n]*?@\"?([^\s\"(]+)\"?\(", re.M)
+_ATTR_REF = re.compile(r"#\d+|!\d+")
+
+
+def optimized_functions(ir_text: str, names: frozenset) -> dict:
+    """{name: its body} for the functions ``names`` in optimized LLVM IR: the instructions,
+    which decide the arithmetic, without the ``define`` line (LLVM infers parameter
+    attributes such as ``nonnull`` from the callers, which differ between the tiers) and
+    with attribute group and metadata numbers blanked (they differ between modules)."""
+    out = {}
+    for m in _DEFINE.finditer(ir_text):
+        if m.group(1) in names:
+            start = ir_text.find("\n", m.start())
+            end = ir_text.find("\n}\n", start)
+            out[m.group(1)] = _ATTR_REF.sub("#", ir_text[start:end])
+    return out
+
+
+def quick_tier_ok(plan: Schedule) -> bool:
+    """Does ``plan`` start on quick code?  Only plans whose kernels are elementwise and
+    reduction loops or BLAS products (the products' time is BLAS's at either tier; hand-
+    written loop nests such as convolutions or matmul fallbacks need the optimizer), no
+    scan/while loops, and at most :data:`TIER0_MAX_WORK` loop elements."""
+    if plan.loops:
+        return False
+    for k in plan.kernels:
+        if k.kind == "loop":
+            continue
+        if k.kind == "matmul" and k.node is not None and gemm_dims(plan, k.node).blas:
+            continue
+        return False
+    return parallel_policy.work(plan) <= TIER0_MAX_WORK
+
+
 class NativeExecutable:
-    """A compiled graph: ``run(arrays) -> tuple of new output arrays``."""
+    """A compiled graph: ``run(arrays) -> tuple of new output arrays``.
+
+    ``tier`` is 0 while it runs quick code (see :data:`TIERED`), 1 once its code is
+    fully optimized (:meth:`upgrade`).
+    """
 
     def __init__(
         self,
@@ -273,11 +360,35 @@ class NativeExecutable:
                 )
             except Exception:  # a graph the JSON form cannot hold: no disk caching
                 key = None
+        quick = None
+        if (
+            TIERED
+            and disk_cache is None
+            and self.profile_counters is None  # profiled code is timed as it runs after
+            and opt_level >= 1
+            and quick_tier_ok(self.plan)
+        ):
+            module = L.lower(self.plan, self.name)
+            self._reductions = reds = reduction_functions(module)
+            inlined = {fn.name for fn in module.functions if "alwaysinline" in fn.attributes}
+            # the entry holds a parallel sum's combination; an always-inlined sum would
+            # be optimized with its caller: then no quick tier
+            if abi.ENTRY not in reds and not (reds & inlined):
+                _mark_functions(module, self._reductions, quick=True)
+                quick = module
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
         self.jit, self.cache_status = cache.load_or_compile(
-            self._lower, disk_cache, key, opt_level, self.name
+            self._lower if quick is None else (lambda: quick),
+            disk_cache,
+            key,
+            opt_level,
+            self.name,
         )
+        self.tier = 1 if quick is None else 0
+        quick = module = None
         self._init_call()
+        if self.tier == 0:
+            self._start_quick_tier()
 
     def _lower(self):
         # the llvmlite module is not kept (~250 KB of Python objects per signature);
@@ -285,7 +396,9 @@ class NativeExecutable:
         prof = None
         if self.profile_counters is not None:
             prof = (self.profile_counters.ctypes.data, _clock_gettime_address())
-        return L.lower(self.plan, self.name, profile=prof)
+        module = L.lower(self.plan, self.name, profile=prof)
+        _mark_functions(module, reduction_functions(module), quick=False)
+        return module
 
     def kernel_profile(self) -> list:
         """Per-kernel times of a profiled executable (built with ``GRAPHC_PROFILE=1``):
@@ -415,10 +528,105 @@ class NativeExecutable:
             )
         raise GraphcError(f"{self.name}: native call failed with code {rc}")
 
+    # --- tiers -----------------------------------------------------------------
+    def _start_quick_tier(self) -> None:
+        """Route calls through a counter until the code is upgraded (see :data:`TIERED`).
+
+        Only the quick tier pays for the counter: :meth:`upgrade` replaces
+        ``self._native`` with the optimized builtin and tells the fast call paths that
+        bound the counting one (:meth:`on_upgrade`) to bind the new one.
+        """
+        quick_native = self._native
+        self._tier_lock = threading.Lock()
+        self._tier_calls = 0
+        self._tier_listeners: list = []
+        # calls after which the code is upgraded: TIER_UP_CALLS, fewer for big graphs
+        up = min(TIER_UP_CALLS, max(1, -(-TIER_UP_WORK // max(1, parallel_policy.work(self.plan)))))
+        me = weakref.ref(self)  # the counter must not keep the executable alive
+
+        def counting_native(arrays):
+            outs = quick_native(arrays)
+            exe = me()
+            if exe is not None and exe.tier == 0:
+                exe._tier_calls += 1
+                if exe._tier_calls >= up:
+                    exe._upgrade_from_call()
+            return outs
+
+        self._native = counting_native
+
+    def on_upgrade(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once this executable's code has been upgraded (at once if it
+        already is).  Only a weak reference to a bound method's object is kept."""
+        if self.tier != 0:
+            callback()
+            return
+        ref = weakref.WeakMethod(callback) if hasattr(callback, "__self__") else None
+        self._tier_listeners.append(ref if ref is not None else (lambda cb=callback: cb))
+
+    def _upgrade_from_call(self) -> None:
+        """The tier-up a call triggers: never blocks (another thread already compiling
+        keeps running the quick code meanwhile) and never fails the call (a compile
+        error leaves the quick code in place, with a warning)."""
+        if not self._tier_lock.acquire(blocking=False):
+            return
+        try:
+            self._upgrade_locked()
+        except Exception as e:  # the quick code is correct: keep running it
+            self._tier_calls = -(1 << 62)  # never try again
+            warnings.warn(
+                f"graphc: {self.name}: re-compiling with the full LLVM pipeline failed "
+                f"({type(e).__name__}: {e}); keeping the quick code",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        finally:
+            self._tier_lock.release()
+
+    def upgrade(self) -> bool:
+        """Compile this graph with the full LLVM pipeline now and switch every call path
+        to that code, if it still runs quick code (tier 0).  Returns True if it switched.
+        Safe with calls in flight on other threads: they finish on the quick code, which
+        stays alive as long as anything refers to it."""
+        if self.tier != 0:
+            return False
+        with self._tier_lock:
+            return self._upgrade_locked()
+
+    def _upgrade_locked(self) -> bool:
+        if self.tier != 0:
+            return False
+        mod, _ = cache.load_or_compile(self._lower, None, None, self.opt_level, self.name)
+        names = self._reductions
+        if optimized_functions(mod.llvm_ir(True), names) != optimized_functions(
+            self.jit.llvm_ir(True), names
+        ):
+            # never observed; would mean a sum's last bits change at the switch
+            mod.close()
+            raise GraphcError(
+                f"the optimized reduction kernels ({', '.join(sorted(names))}) differ "
+                "between the quick and the full build; the quick build stays in use"
+            )
+        native = _builtin(mod, abi.ENTRY)
+        # a call still running the quick code holds the counting function, which holds
+        # the quick builtin, which holds its JIT module: that code stays alive until then
+        self.jit, self._native, self.tier = mod, native, 1
+        listeners, self._tier_listeners = self._tier_listeners, []
+        for ref in listeners:
+            cb = ref()
+            if cb is not None:
+                cb()
+        return True
+
     # --- inspection -----------------------------------------------------------
     def _inspectable(self) -> "jit.JitModule":
         """A JIT module with IR text: code loaded from the disk cache has none, so the
-        first inspection compiles the same module again (used for inspection only)."""
+        first inspection compiles the same module again (used for inspection only).
+        Quick-tier code is upgraded first: inspection shows the code hot calls run."""
+        try:
+            self.upgrade()
+        except GraphcError:  # the quick build stays (see _upgrade_locked): show it
+            pass
         if self.jit.opt_level is not None:
             return self.jit
         if self._inspect is None:
