@@ -530,11 +530,54 @@ def _pool_pair_shape(op):
     return rule
 
 
+def _tiles(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """The input's windows as a (N, C, Ho, kh, Wo, kw) view when they tile it (stride ==
+    kernel, no padding or dilation; a remainder at the bottom/right is dropped, as PyTorch
+    drops it), else None."""
+    if tuple(stride) != tuple(kernel_size) or any(padding) or tuple(dilation) != (1, 1):
+        return None
+    N, C, H, W = x.shape
+    kh, kw = kernel_size
+    Ho = pool_out_size(H, kh, 0, kh, 1, ceil_mode)
+    Wo = pool_out_size(W, kw, 0, kw, 1, ceil_mode)
+    if Ho * kh > H or Wo * kw > W or not x.size:
+        return None
+    return x[:, :, : Ho * kh, : Wo * kw].reshape(N, C, Ho, kh, Wo, kw)  # a view
+
+
+def _tiled_max(xr):
+    """Per tiling window, (the maximum, the tap index (int8, row-major) of its first
+    occurrence): one pass of a few strided elementwise ops per tap (numpy's reductions
+    over a short last axis cost ~100x more).  NaNs propagate to the maximum; the taps are
+    then meaningless (the caller checks)."""
+    kh, kw = xr.shape[3], xr.shape[5]
+    best = xr[:, :, :, 0, :, 0].copy()
+    t = np.zeros(best.shape, np.int8)
+    d = np.empty(best.shape, np.int8)
+    for k in range(1, kh * kw):
+        v = xr[:, :, :, k // kw, :, k % kw]
+        upd = np.greater(v, best)
+        np.maximum(v, best, out=best)  # numpy keeps its second operand on ties (+-0.0)
+        np.subtract(np.int8(k), t, out=d)
+        np.multiply(d, upd, out=d)
+        np.add(t, d, out=t)
+    return best, t
+
+
 def _pool_argmax(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Per window, the flat index (in H*W) PyTorch's CPU kernel picks: the first maximum in
     row-major window order, or the last NaN; windows never hold only padding."""
     N, C, H, W = x.shape
     kh, kw = kernel_size
+    if kh * kw < 128:
+        xr = _tiles(x, kernel_size, stride, padding, dilation, ceil_mode)
+        if xr is not None:
+            best, t = _tiled_max(xr)
+            if not np.isnan(best).any():
+                Ho, Wo = best.shape[2:]
+                a, b = np.divmod(t.astype(np.int64), kw)
+                base = (np.arange(Ho) * (kh * W))[:, None] + (np.arange(Wo) * kw)[None, :]
+                return base + a * W + b, best.shape, best
     Ho, Wo = (
         pool_out_size(s, k, p, st, d, ceil_mode)
         for s, k, p, st, d in zip((H, W), kernel_size, padding, stride, dilation)
@@ -580,6 +623,9 @@ def _take(src, flat):
 
 def _max_pool2d(x, **a):
     _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
+    xr = _tiles(x, **a)
+    if xr is not None and a["kernel_size"][0] * a["kernel_size"][1] < 128:
+        return _tiled_max(xr)[0]  # NaN-propagating: a window with a NaN gives NaN
     return _pool_argmax(x, **a)[2]  # the maxima found on the way: x at the indices
 
 
@@ -595,6 +641,11 @@ def _max_pool2d_select(x, u, **a):
 
 def _max_pool2d_grad(x, g, **a):
     _pool_pair_shape("max_pool2d_grad")(Meta(x.shape, x.dtype), Meta(g.shape, g.dtype), **a)
+    xr = _tiles(x, **a)
+    if xr is not None and a["kernel_size"][0] * a["kernel_size"][1] < 128:
+        got = _tiled_grad(x, xr, g)
+        if got is not None:
+            return got
     flat, (N, C, Ho, Wo), _ = _pool_argmax(x, **a)
     H, W = x.shape[2:]
     # each window's gradient added to its argmax, in row-major window order (bincount
@@ -602,6 +653,23 @@ def _max_pool2d_grad(x, g, **a):
     key = (np.arange(N * C) * (H * W))[:, None] + flat.reshape(N * C, Ho * Wo)
     out = np.bincount(key.reshape(-1), weights=g.reshape(-1), minlength=N * C * H * W)
     return out.astype(x.dtype, copy=False).reshape(x.shape)
+
+
+def _tiled_grad(x, xr, g):
+    """max_pool2d_grad for tiling windows (no window overlaps another, so nothing is
+    summed), or None for a NaN in x or a non-finite g (the general scatter handles those).
+    Each tap's slots get ``g * (tap is the argmax)``; adding the zeros PyTorch's kernel
+    starts from then makes the -0.0 that ``-g * 0`` gives +0.0, as there."""
+    best, t = _tiled_max(xr)
+    if np.isnan(best).any() or not np.isfinite(g).all():
+        return None
+    kh, kw = xr.shape[3], xr.shape[5]
+    out = np.zeros(x.shape, x.dtype)
+    dst = _tiles(out, (kh, kw), (kh, kw), (0, 0), (1, 1), False)
+    for k in range(kh * kw):
+        np.multiply(g, t == k, out=dst[:, :, :, k // kw, :, k % kw])
+    np.add(dst, x.dtype.type(0), out=dst)
+    return out
 
 
 _MP_BWD = "MaxPool2DWithIndicesBackward0"
