@@ -564,6 +564,15 @@ def _tiled_max(xr):
     return best, t
 
 
+def _tiled_values(xr):
+    """Per tiling window, its maximum (the first of tied +-0.0, NaN if it holds one)."""
+    kh, kw = xr.shape[3], xr.shape[5]
+    best = xr[:, :, :, 0, :, 0].copy()
+    for k in range(1, kh * kw):
+        np.maximum(xr[:, :, :, k // kw, :, k % kw], best, out=best)  # ties keep ``best``
+    return best
+
+
 def _pool_argmax(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Per window, the flat index (in H*W) PyTorch's CPU kernel picks: the first maximum in
     row-major window order, or the last NaN; windows never hold only padding."""
@@ -625,7 +634,7 @@ def _max_pool2d(x, **a):
     _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
     xr = _tiles(x, **a)
     if xr is not None and a["kernel_size"][0] * a["kernel_size"][1] < 128:
-        return _tiled_max(xr)[0]  # NaN-propagating: a window with a NaN gives NaN
+        return _tiled_values(xr)  # NaN-propagating: a window with a NaN gives NaN
     return _pool_argmax(x, **a)[2]  # the maxima found on the way: x at the indices
 
 
@@ -660,14 +669,20 @@ def _tiled_grad(x, xr, g):
     summed), or None for a NaN in x or a non-finite g (the general scatter handles those).
     Each tap's slots get ``g * (tap is the argmax)``; adding the zeros PyTorch's kernel
     starts from then makes the -0.0 that ``-g * 0`` gives +0.0, as there."""
-    best, t = _tiled_max(xr)
+    best = _tiled_values(xr)
     if np.isnan(best).any() or not np.isfinite(g).all():
         return None
     kh, kw = xr.shape[3], xr.shape[5]
     out = np.zeros(x.shape, x.dtype)
     dst = _tiles(out, (kh, kw), (kh, kw), (0, 0), (1, 1), False)
-    for k in range(kh * kw):
-        np.multiply(g, t == k, out=dst[:, :, :, k // kw, :, k % kw])
+    free = np.ones(best.shape, bool)  # windows whose argmax is not found yet
+    hit = np.empty(best.shape, bool)
+    for k in range(kh * kw):  # the first tap equal to the maximum is the argmax
+        np.equal(xr[:, :, :, k // kw, :, k % kw], best, out=hit)
+        np.logical_and(hit, free, out=hit)
+        np.multiply(g, hit, out=dst[:, :, :, k // kw, :, k % kw])
+        if k + 1 < kh * kw:
+            np.not_equal(free, hit, out=free)
     np.add(dst, x.dtype.type(0), out=dst)
     return out
 
