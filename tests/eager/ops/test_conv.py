@@ -409,3 +409,33 @@ def test_max_pool2d_tiling_windows_match_torch_bitwise(kw, dtype, data):
     ot.backward(torch.tensor(g))
     np.testing.assert_array_equal(xe.grad.numpy(), xt.grad.numpy())
     np.testing.assert_array_equal(np.signbit(xe.grad.numpy()), np.signbit(xt.grad.numpy()))
+
+
+WIDE_CONV_CASES = [
+    # at least 32 output channels per group and 32 taps: the one-product-per-group path
+    ((3, 4, 7, 6), (32, 4, 3, 3), {}),
+    ((2, 8, 9, 8), (64, 4, 3, 3), dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)),
+    ((2, 16, 5, 5), (32, 16, 2, 2), dict(padding="same")),
+    ((0, 4, 6, 6), (32, 4, 3, 3), {}),  # empty batch
+]
+
+
+@pytest.mark.parametrize("xs, ws, kw", WIDE_CONV_CASES)
+def test_wide_conv2d_matches_torch_with_gradients(xs, ws, kw):
+    """Wide convolutions run their forward and both gradients as one BLAS product per group
+    over the batch (eager/ops/conv.py _one_product); narrow ones, per batch item."""
+    torch = pytest.importorskip("torch")
+    _vs_torch(lambda *a: F.conv2d(*a, **kw), lambda *a: torch.nn.functional.conv2d(*a, **kw),
+              [_r(*xs, seed=1), _r(*ws, seed=2), _r(ws[0], seed=3)])
+    x32 = _r(*xs, seed=1).astype(np.float32)
+    w32 = _r(*ws, seed=2).astype(np.float32)
+    got = F.conv2d(eager.tensor(x32), eager.tensor(w32), **kw)
+    want = torch.nn.functional.conv2d(torch.tensor(x32), torch.tensor(w32), **kw)
+    assert got.dtype == eager.float32 and got.is_contiguous()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_wide_conv2d_gradgradcheck():
+    x = _t(_r(1, 4, 4, 4, seed=4))
+    w = _t(_r(32, 4, 3, 3, seed=5))
+    assert gradgradcheck(lambda a, b: F.conv2d(a, b, padding=1), (x, w))
