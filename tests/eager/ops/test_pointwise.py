@@ -339,7 +339,7 @@ def test_integer_division_by_zero_only_raises_when_the_zero_is_used(op):
 
 
 def test_float32_erf_is_libm_erf_rounded_to_float32():
-    """float32 erf runs vectorized in float64 (eager/ops/pointwise.py _erf_vectorized);
+    """float32 erf runs vectorized in float64 from a table (eager/ops/pointwise.py);
     it must give math.erf's value rounded to float32, special values included."""
     import math
 
