@@ -69,6 +69,8 @@ def _erf_vectorized(x):
     rounded to float32 but for ~1 value in 10**8).  NaN stays NaN, -0.0 stays -0.0,
     +-inf give +-1."""
     cols = _erf_table()
+    shape = x.shape
+    x = x.reshape(-1)  # (a 0-d array's ufunc results would be numpy scalars)
     ax = np.abs(x)
     np.minimum(ax, 6.0, out=ax)  # NaN stays NaN here...
     nan = np.isnan(ax)
@@ -85,7 +87,7 @@ def _erf_vectorized(x):
     np.copysign(out, x, out=out)
     if any_nan:
         out[nan] = np.nan
-    return out
+    return out.reshape(shape)
 
 
 def _erf(x):

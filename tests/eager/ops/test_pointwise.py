@@ -355,6 +355,7 @@ def test_float32_erf_is_libm_erf_rounded_to_float32():
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert eager.tensor(np.float32(0.5)).erf().shape == ()  # 0-d
     t = eager.tensor(np.array([[0.5, -3.0], [7.0, -0.0]], np.float16)).erf()
     assert t.dtype == eager.float16
 
