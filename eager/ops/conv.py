@@ -226,13 +226,21 @@ def _windows(xp: np.ndarray, kh, kw, Ho, Wo, stride, dilation) -> np.ndarray:
     )
 
 
+def _one_product(out_channels: int, taps: int) -> bool:
+    """Whether a convolution's products run as one BLAS product per group over the whole
+    batch (both matrix sides at least 32 wide), else one small product per batch item."""
+    return out_channels >= 32 and taps >= 32
+
+
 def _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups) -> np.ndarray:
-    """The windows of the padded input as a C-ordered (N, groups, C/groups*kh*kw, Ho*Wo)
-    array: one copy, whose rows are contiguous runs of the input."""
+    """The windows of the padded input as a C-ordered (groups, C/groups*kh*kw, N*Ho*Wo)
+    array: one copy, channel-major, so that a whole convolution is one BLAS product per
+    group over the batch (numpy's batched matmul calls the BLAS once per batch item on
+    small matrices, and the col2im of the input gradient adds contiguous blocks)."""
     N, C = x.shape[:2]
     win = _windows(_pad(x, padding), kh, kw, Ho, Wo, stride, dilation)
-    cols = np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3))  # (N, C, kh, kw, Ho, Wo)
-    return cols.reshape(N, groups, (C // groups) * kh * kw, Ho * Wo)
+    cols = np.ascontiguousarray(win.transpose(1, 4, 5, 0, 2, 3))  # (C, kh, kw, N, Ho, Wo)
+    return cols.reshape(groups, (C // groups) * kh * kw, N * Ho * Wo)
 
 
 def _conv2d(x, w, stride, padding, dilation, groups):
@@ -240,13 +248,21 @@ def _conv2d(x, w, stride, padding, dilation, groups):
     N, C, H, W = x.shape
     Co, Cg, kh, kw = w.shape
     Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
+    if not _one_product(Co // groups, Cg * kh * kw):
+        return _conv2d_per_item(x, w, stride, padding, dilation, groups)
+    if not (N and Ho and Wo):
+        return np.zeros((N, Co, Ho, Wo), x.dtype)
     cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
-    Og = Co // groups
-    wm = w.reshape(groups, Og, Cg * kh * kw)
-    out = np.empty((N, groups, Og, Ho * Wo), x.dtype)
-    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
-        np.matmul(wm[k], cols[:, k], out=out[:, k])
-    return out.reshape(N, Co, Ho, Wo)
+    wm = w.reshape(groups, Co // groups, Cg * kh * kw)
+    out = np.matmul(wm, cols)  # (groups, Og, N*Ho*Wo): one product per group
+    return np.ascontiguousarray(out.reshape(Co, N, Ho, Wo).transpose(1, 0, 2, 3))
+
+
+def _channel_major(g, groups):
+    """g (N, Co, Ho, Wo) as a C-ordered (groups, Co/groups, N*Ho*Wo) array."""
+    N, Co, Ho, Wo = g.shape
+    gt = np.ascontiguousarray(g.transpose(1, 0, 2, 3))
+    return gt.reshape(groups, Co // groups, N * Ho * Wo)
 
 
 def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
@@ -259,6 +275,84 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
         groups,
         input_size,
     )
+    N, Co, Ho, Wo = g.shape
+    _, Cg, kh, kw = w.shape
+    H, W = input_size
+    pt, pb, pl, pr = padding
+    if not _one_product(Co // groups, Cg * kh * kw):
+        return _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size)
+    if not (Ho and Wo and N):
+        return np.zeros((N, Cg * groups, H, W), g.dtype)
+    # channel-major: xp is (C, N, H, W) padded, the products' columns (N, Ho, Wo)
+    xp = np.zeros((groups, Cg, N, H + pt + pb, W + pl + pr), g.dtype)
+    sh, sw = stride
+    Og = Co // groups
+    wt = w.reshape(groups, Og, Cg, kh, kw).transpose(0, 3, 4, 2, 1)
+    wt = wt.reshape(groups, kh * kw * Cg, Og)
+    cols = np.matmul(wt, _channel_major(g, groups))  # (groups, kh*kw*Cg, N*Ho*Wo)
+    cols = cols.reshape(groups, kh, kw, Cg, N, Ho, Wo)
+    for a in range(kh):  # col2im: kh*kw strided adds of contiguous blocks
+        h0 = a * dilation[0]
+        for b in range(kw):
+            w0 = b * dilation[1]
+            dst = xp[..., h0 : h0 + sh * (Ho - 1) + 1 : sh, w0 : w0 + sw * (Wo - 1) + 1 : sw]
+            np.add(dst, cols[:, a, b], out=dst)
+    xp = xp.reshape(groups * Cg, N, H + pt + pb, W + pl + pr)
+    return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W].transpose(1, 0, 2, 3))
+
+
+def _conv2d_weight_grad(x, g, stride, padding, dilation, groups, kernel_size):
+    _conv2d_weight_grad_shape(
+        Meta(x.shape, x.dtype),
+        Meta(g.shape, g.dtype),
+        stride,
+        padding,
+        dilation,
+        groups,
+        kernel_size,
+    )
+    N, C, H, W = x.shape
+    Co, Ho, Wo = g.shape[1:]
+    kh, kw = kernel_size
+    Cg = C // groups
+    if not _one_product(Co // groups, Cg * kh * kw):
+        return _conv2d_weight_grad_per_item(x, g, stride, padding, dilation, groups, kernel_size)
+    if not (N and Ho and Wo):
+        return np.zeros((Co, Cg, kh, kw), x.dtype)
+    cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+    # (groups, Og, N*P) @ (groups, N*P, K): the batch summed inside one product per group
+    out = np.matmul(_channel_major(g, groups), cols.transpose(0, 2, 1))
+    return out.reshape(Co, Cg, kh, kw)
+
+
+# The per-batch-item products (numpy's batched matmul: one small BLAS call per item), for
+# thin matrices, where one large product would run on the BLAS thread pool for little work
+# (on a loaded 2-core machine that is 2-10x slower).
+
+
+def _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups) -> np.ndarray:
+    """The windows of the padded input as a C-ordered (N, groups, C/groups*kh*kw, Ho*Wo)
+    array: one copy, whose rows are contiguous runs of the input."""
+    N, C = x.shape[:2]
+    win = _windows(_pad(x, padding), kh, kw, Ho, Wo, stride, dilation)
+    cols = np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3))  # (N, C, kh, kw, Ho, Wo)
+    return cols.reshape(N, groups, (C // groups) * kh * kw, Ho * Wo)
+
+
+def _conv2d_per_item(x, w, stride, padding, dilation, groups):
+    N, C, H, W = x.shape
+    Co, Cg, kh, kw = w.shape
+    Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
+    cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+    Og = Co // groups
+    wm = w.reshape(groups, Og, Cg * kh * kw)
+    out = np.empty((N, groups, Og, Ho * Wo), x.dtype)
+    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
+        np.matmul(wm[k], cols[:, k], out=out[:, k])
+    return out.reshape(N, Co, Ho, Wo)
+
+
+def _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size):
     N, Co, Ho, Wo = g.shape
     _, Cg, kh, kw = w.shape
     H, W = input_size
@@ -282,23 +376,14 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
     return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W])
 
 
-def _conv2d_weight_grad(x, g, stride, padding, dilation, groups, kernel_size):
-    _conv2d_weight_grad_shape(
-        Meta(x.shape, x.dtype),
-        Meta(g.shape, g.dtype),
-        stride,
-        padding,
-        dilation,
-        groups,
-        kernel_size,
-    )
+def _conv2d_weight_grad_per_item(x, g, stride, padding, dilation, groups, kernel_size):
     N, C, H, W = x.shape
     Co, Ho, Wo = g.shape[1:]
     kh, kw = kernel_size
     Cg, Og = C // groups, Co // groups
     out = np.zeros((groups, Og, Cg * kh * kw), x.dtype)
     if N and Ho and Wo:
-        cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+        cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
         gm = g.reshape(N, groups, Og, Ho * Wo)
         for k in range(groups):  # sum over the batch of (Og, P) @ (P, K)
             np.sum(np.matmul(gm[:, k], cols[:, k].transpose(0, 2, 1)), axis=0, out=out[k])
@@ -530,11 +615,63 @@ def _pool_pair_shape(op):
     return rule
 
 
+def _tiles(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """The input's windows as a (N, C, Ho, kh, Wo, kw) view when they tile it (stride ==
+    kernel, no padding or dilation; a remainder at the bottom/right is dropped, as PyTorch
+    drops it), else None."""
+    if tuple(stride) != tuple(kernel_size) or any(padding) or tuple(dilation) != (1, 1):
+        return None
+    N, C, H, W = x.shape
+    kh, kw = kernel_size
+    Ho = pool_out_size(H, kh, 0, kh, 1, ceil_mode)
+    Wo = pool_out_size(W, kw, 0, kw, 1, ceil_mode)
+    if Ho * kh > H or Wo * kw > W or not x.size:
+        return None
+    return x[:, :, : Ho * kh, : Wo * kw].reshape(N, C, Ho, kh, Wo, kw)  # a view
+
+
+def _tiled_max(xr):
+    """Per tiling window, (the maximum, the tap index (int8, row-major) of its first
+    occurrence): one pass of a few strided elementwise ops per tap (numpy's reductions
+    over a short last axis cost ~100x more).  NaNs propagate to the maximum; the taps are
+    then meaningless (the caller checks)."""
+    kh, kw = xr.shape[3], xr.shape[5]
+    best = xr[:, :, :, 0, :, 0].copy()
+    t = np.zeros(best.shape, np.int8)
+    d = np.empty(best.shape, np.int8)
+    for k in range(1, kh * kw):
+        v = xr[:, :, :, k // kw, :, k % kw]
+        upd = np.greater(v, best)
+        np.maximum(v, best, out=best)  # numpy keeps its second operand on ties (+-0.0)
+        np.subtract(np.int8(k), t, out=d)
+        np.multiply(d, upd, out=d)
+        np.add(t, d, out=t)
+    return best, t
+
+
+def _tiled_values(xr):
+    """Per tiling window, its maximum (the first of tied +-0.0, NaN if it holds one)."""
+    kh, kw = xr.shape[3], xr.shape[5]
+    best = xr[:, :, :, 0, :, 0].copy()
+    for k in range(1, kh * kw):
+        np.maximum(xr[:, :, :, k // kw, :, k % kw], best, out=best)  # ties keep ``best``
+    return best
+
+
 def _pool_argmax(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Per window, the flat index (in H*W) PyTorch's CPU kernel picks: the first maximum in
     row-major window order, or the last NaN; windows never hold only padding."""
     N, C, H, W = x.shape
     kh, kw = kernel_size
+    if kh * kw < 128:
+        xr = _tiles(x, kernel_size, stride, padding, dilation, ceil_mode)
+        if xr is not None:
+            best, t = _tiled_max(xr)
+            if not np.isnan(best).any():
+                Ho, Wo = best.shape[2:]
+                a, b = np.divmod(t.astype(np.int64), kw)
+                base = (np.arange(Ho) * (kh * W))[:, None] + (np.arange(Wo) * kw)[None, :]
+                return base + a * W + b, best.shape, best
     Ho, Wo = (
         pool_out_size(s, k, p, st, d, ceil_mode)
         for s, k, p, st, d in zip((H, W), kernel_size, padding, stride, dilation)
@@ -580,6 +717,9 @@ def _take(src, flat):
 
 def _max_pool2d(x, **a):
     _max_pool2d_shape(Meta(x.shape, x.dtype), **a)
+    xr = _tiles(x, **a)
+    if xr is not None and a["kernel_size"][0] * a["kernel_size"][1] < 128:
+        return _tiled_values(xr)  # NaN-propagating: a window with a NaN gives NaN
     return _pool_argmax(x, **a)[2]  # the maxima found on the way: x at the indices
 
 
@@ -595,6 +735,11 @@ def _max_pool2d_select(x, u, **a):
 
 def _max_pool2d_grad(x, g, **a):
     _pool_pair_shape("max_pool2d_grad")(Meta(x.shape, x.dtype), Meta(g.shape, g.dtype), **a)
+    xr = _tiles(x, **a)
+    if xr is not None and a["kernel_size"][0] * a["kernel_size"][1] < 128:
+        got = _tiled_grad(x, xr, g)
+        if got is not None:
+            return got
     flat, (N, C, Ho, Wo), _ = _pool_argmax(x, **a)
     H, W = x.shape[2:]
     # each window's gradient added to its argmax, in row-major window order (bincount
@@ -602,6 +747,29 @@ def _max_pool2d_grad(x, g, **a):
     key = (np.arange(N * C) * (H * W))[:, None] + flat.reshape(N * C, Ho * Wo)
     out = np.bincount(key.reshape(-1), weights=g.reshape(-1), minlength=N * C * H * W)
     return out.astype(x.dtype, copy=False).reshape(x.shape)
+
+
+def _tiled_grad(x, xr, g):
+    """max_pool2d_grad for tiling windows (no window overlaps another, so nothing is
+    summed), or None for a NaN in x or a non-finite g (the general scatter handles those).
+    Each tap's slots get ``g * (tap is the argmax)``; adding the zeros PyTorch's kernel
+    starts from then makes the -0.0 that ``-g * 0`` gives +0.0, as there."""
+    best = _tiled_values(xr)
+    if np.isnan(best).any() or not np.isfinite(g).all():
+        return None
+    kh, kw = xr.shape[3], xr.shape[5]
+    out = np.zeros(x.shape, x.dtype)
+    dst = _tiles(out, (kh, kw), (kh, kw), (0, 0), (1, 1), False)
+    free = np.ones(best.shape, bool)  # windows whose argmax is not found yet
+    hit = np.empty(best.shape, bool)
+    for k in range(kh * kw):  # the first tap equal to the maximum is the argmax
+        np.equal(xr[:, :, :, k // kw, :, k % kw], best, out=hit)
+        np.logical_and(hit, free, out=hit)
+        np.multiply(g, hit, out=dst[:, :, :, k // kw, :, k % kw])
+        if k + 1 < kh * kw:
+            np.not_equal(free, hit, out=free)
+    np.add(dst, x.dtype.type(0), out=dst)
+    return out
 
 
 _MP_BWD = "MaxPool2DWithIndicesBackward0"

@@ -23,6 +23,7 @@ def _rng():
 
 
 _INDEX_DTYPES = ("int64", "int32")
+_INDEX_NP_DTYPES = tuple(np.dtype(n) for n in _INDEX_DTYPES)
 
 
 def _nd(shape) -> int:
@@ -45,7 +46,7 @@ def _check_dim(op: str, dim: int, x: Meta) -> None:
 def _check_index(op: str, x: Meta, index: Meta, dim: int, src=None) -> None:
     """PyTorch's gather/scatter shape checks (aten's scatter_gather_dtype/shape_check)."""
     _check_dim(op, dim, x)
-    if index.dtype.name not in _INDEX_DTYPES:
+    if index.dtype not in _INDEX_NP_DTYPES:
         raise RuntimeError(f"{op}(): Expected dtype int64 for index")
     if _nd(index.shape) != _nd(x.shape):
         raise RuntimeError(
@@ -78,6 +79,8 @@ def _check_index(op: str, x: Meta, index: Meta, dim: int, src=None) -> None:
 
 
 def _check_bounds(ix: np.ndarray, dim: int, n: int) -> None:
+    if ix.size and 0 <= ix.min() and ix.max() < n:  # two reductions, no temporaries
+        return
     bad = (ix < 0) | (ix >= n)
     if bad.any():
         v = int(ix[bad].flat[0])
@@ -89,6 +92,20 @@ def _key(ix: np.ndarray, dim: int) -> tuple:
     key = list(np.ix_(*[np.arange(n) for n in ix.shape]))
     key[dim] = ix.astype(np.intp)
     return tuple(key)
+
+
+def _flat_key(ix: np.ndarray, dim: int, shape: tuple) -> np.ndarray:
+    """The C-order flat positions in an array of ``shape`` of ``_key(ix, dim)``'s elements,
+    in the index's C order (``x.reshape(-1)[flat] is x[key]`` element by element)."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    flat = ix.astype(np.intp) * strides[dim]
+    nd = ix.ndim
+    for d, n in enumerate(ix.shape):
+        if d != dim and n > 1:
+            flat += (np.arange(n, dtype=np.intp) * strides[d]).reshape((n,) + (1,) * (nd - d - 1))
+    return flat.reshape(-1)
 
 
 def _metas(*arrays) -> list:
@@ -103,7 +120,10 @@ def _gather(x, index, dim):
     xs = x.reshape(x.shape or (1,))
     ix = index.reshape(index.shape or (1,))
     _check_bounds(ix, dim, xs.shape[dim])
-    return np.ascontiguousarray(xs[_key(ix, dim)]).reshape(out_shape)
+    # index may be smaller than x off ``dim``: x's leading corner, then numpy's gather
+    corner = tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(ix.shape))
+    got = np.take_along_axis(xs[corner], ix.astype(np.intp, copy=False), axis=dim)
+    return np.ascontiguousarray(got).reshape(out_shape)
 
 
 def _gather_shape(x: Meta, index: Meta, dim) -> Meta:
@@ -158,8 +178,8 @@ def _scatter(add: bool):
         ix = index.reshape(index.shape or (1,))
         _check_bounds(ix, dim, xs.shape[dim])
         ss = src.reshape(src.shape or (1,))[tuple(slice(0, n) for n in ix.shape)]
-        if add:
-            np.add.at(xs, _key(ix, dim), ss)  # repeated indices accumulate, in order
+        if add:  # repeated indices accumulate, in order (numpy's 1-D add.at is fastest)
+            np.add.at(xs.reshape(-1), _flat_key(ix, dim, xs.shape), ss.reshape(-1))
         else:
             xs[_key(ix, dim)] = ss  # the last of repeated indices wins
         return out

@@ -358,3 +358,25 @@ def test_batch_norm_input_dims():
         nn.BatchNorm2d(3)(eager.ones(2, 3))
     with pytest.raises(ValueError, match="expected 2D or 3D input"):
         nn.BatchNorm1d(3)(eager.ones(2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("tdtype", [np.int64, np.uint8])
+def test_cross_entropy_every_target_counts_gather_path(tdtype):
+    """Targets without ignore_index and no class weights select with one gather
+    (eager/nn/_fn_stats.py _picked_all): PyTorch's values, first and second derivatives,
+    for uint8 targets too."""
+    x = RNG.normal(size=(6, 5)).astype(np.float32)
+    t = RNG.integers(0, 5, size=6).astype(tdtype)
+    xe = eager.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    le = F.cross_entropy(xe, eager.tensor(t))
+    lt = TF.cross_entropy(xt, torch.tensor(t))
+    np.testing.assert_allclose(le.item(), lt.item(), rtol=1e-6)
+    (ge,) = eager.autograd.grad(le, xe, create_graph=True)
+    (gt,) = torch.autograd.grad(lt, xt, create_graph=True)
+    np.testing.assert_allclose(ge.detach().numpy(), gt.detach().numpy(), rtol=1e-5, atol=1e-7)
+    (ge * ge).sum().backward()
+    (gt * gt).sum().backward()
+    np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-8)
+    with pytest.raises(IndexError, match="Target 5 is out of bounds."):
+        F.cross_entropy(xe, eager.tensor(np.array([0, 5, 1, 2, 3, 4], tdtype)))

@@ -363,3 +363,79 @@ def test_layer_init_matches_torch_bounds_and_reprs():
         ("AdaptiveAvgPool2d", ((5, 7),), {}),
     ]:
         assert repr(getattr(nn, name)(*args, **kw)) == repr(getattr(torch.nn, name)(*args, **kw))
+
+
+TILED_KW = [
+    dict(kernel_size=2),  # the CNN's pooling
+    dict(kernel_size=(3, 2)),  # a remainder row and column dropped
+    dict(kernel_size=(2, 3), stride=(2, 3), ceil_mode=True),  # ceil adds a partial window
+    dict(kernel_size=2, ceil_mode=True),
+    dict(kernel_size=1),
+]
+
+
+@pytest.mark.parametrize("kw", TILED_KW)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("data", ["ties", "signed_zero", "nan_inf", "strided"])
+def test_max_pool2d_tiling_windows_match_torch_bitwise(kw, dtype, data):
+    """Windows that tile the input take eager's fast path (eager/ops/conv.py _tiled_max):
+    values, indices and gradients equal PyTorch's bit for bit, the sign of zero included
+    (the first of tied -0.0/0.0 wins; the gradient's zeros are +0.0 even for g = -0.0)."""
+    torch = pytest.importorskip("torch")
+    x = np.round(_r(2, 3, 7, 9, seed=11) * 2).astype(dtype)  # many ties
+    g_of = lambda o: np.round(_r(*o.shape, seed=12) * 2).astype(dtype)  # noqa: E731
+    if data == "signed_zero":
+        x = np.where(np.random.default_rng(3).random(x.shape) < 0.5, -0.0, 0.0).astype(dtype)
+        g_of = lambda o: -np.abs(np.round(_r(*o.shape, seed=12) * 2)).astype(dtype)  # noqa: E731
+    if data == "nan_inf":
+        x[0, 0, 1, 1] = x[0, 1, 4, 4] = np.nan
+        x[1, 1, :3, :3] = -np.inf
+        x[1, 2, 2, 2] = np.inf
+        g_base = g_of
+        g_of = lambda o: np.where(np.arange(o.size).reshape(o.shape) % 7 == 0, np.inf,  # noqa: E731
+                                  g_base(o)).astype(dtype)
+    if data == "strided":
+        x = np.asfortranarray(x)[:, :, ::-1]
+    v, i = F.max_pool2d(eager.tensor(x), **kw, return_indices=True)
+    tv, ti = torch.nn.functional.max_pool2d(torch.tensor(x.copy()), **kw, return_indices=True)
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+    np.testing.assert_array_equal(np.signbit(v.numpy()), np.signbit(tv.numpy()))
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    xe = eager.tensor(x, requires_grad=True)
+    xt = torch.tensor(x.copy(), requires_grad=True)
+    oe, ot = F.max_pool2d(xe, **kw), torch.nn.functional.max_pool2d(xt, **kw)
+    g = g_of(ot.detach().numpy())
+    oe.backward(eager.tensor(g))
+    ot.backward(torch.tensor(g))
+    np.testing.assert_array_equal(xe.grad.numpy(), xt.grad.numpy())
+    np.testing.assert_array_equal(np.signbit(xe.grad.numpy()), np.signbit(xt.grad.numpy()))
+
+
+WIDE_CONV_CASES = [
+    # at least 32 output channels per group and 32 taps: the one-product-per-group path
+    ((3, 4, 7, 6), (32, 4, 3, 3), {}),
+    ((2, 8, 9, 8), (64, 4, 3, 3), dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)),
+    ((2, 16, 5, 5), (32, 16, 2, 2), dict(padding="same")),
+    ((0, 4, 6, 6), (32, 4, 3, 3), {}),  # empty batch
+]
+
+
+@pytest.mark.parametrize("xs, ws, kw", WIDE_CONV_CASES)
+def test_wide_conv2d_matches_torch_with_gradients(xs, ws, kw):
+    """Wide convolutions run their forward and both gradients as one BLAS product per group
+    over the batch (eager/ops/conv.py _one_product); narrow ones, per batch item."""
+    torch = pytest.importorskip("torch")
+    _vs_torch(lambda *a: F.conv2d(*a, **kw), lambda *a: torch.nn.functional.conv2d(*a, **kw),
+              [_r(*xs, seed=1), _r(*ws, seed=2), _r(ws[0], seed=3)])
+    x32 = _r(*xs, seed=1).astype(np.float32)
+    w32 = _r(*ws, seed=2).astype(np.float32)
+    got = F.conv2d(eager.tensor(x32), eager.tensor(w32), **kw)
+    want = torch.nn.functional.conv2d(torch.tensor(x32), torch.tensor(w32), **kw)
+    assert got.dtype == eager.float32 and got.is_contiguous()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_wide_conv2d_gradgradcheck():
+    x = _t(_r(1, 4, 4, 4, seed=4))
+    w = _t(_r(32, 4, 3, 3, seed=5))
+    assert gradgradcheck(lambda a, b: F.conv2d(a, b, padding=1), (x, w))

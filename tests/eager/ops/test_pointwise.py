@@ -336,3 +336,39 @@ def test_integer_division_by_zero_only_raises_when_the_zero_is_used(op):
     assert out.shape == (0, 3) and out.dtype == eager.int32
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         getattr(eager.ones(2, 3, dtype=eager.int32), op)(divisor)
+
+
+def test_float32_erf_is_libm_erf_rounded_to_float32():
+    """float32 erf runs vectorized in float64 from a table (eager/ops/pointwise.py);
+    it must give math.erf's value rounded to float32, special values included."""
+    import math
+
+    r = np.random.default_rng(5)
+    x = np.concatenate([
+        r.standard_normal(20000) * 2, r.uniform(-7, 7, 20000),
+        np.arange(0, 0x40900000, 99991, dtype=np.uint32).view(np.float32),
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1.375, 1.75, 2.75, 6.0, -6.0, 1e-40, 3e38],
+    ]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = np.array([math.erf(v) for v in x.astype(np.float64).tolist()]).astype(np.float32)
+    got = eager.tensor(x).erf().numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert eager.tensor(np.float32(0.5)).erf().shape == ()  # 0-d
+    t = eager.tensor(np.array([[0.5, -3.0], [7.0, -0.0]], np.float16)).erf()
+    assert t.dtype == eager.float16
+
+
+def test_float32_gelu_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(6).standard_normal((64, 33)).astype(np.float32) * 3
+    xe = eager.tensor(x, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    ye, yt = eager.nn.functional.gelu(xe), torch.nn.functional.gelu(xt)
+    # the composite x * 0.5 * (1 + erf(x / sqrt 2)) cancels for x << 0: absolute tolerance
+    np.testing.assert_allclose(ye.detach().numpy(), yt.detach().numpy(), rtol=2e-6, atol=1e-6)
+    g = np.random.default_rng(7).standard_normal(x.shape).astype(np.float32)
+    ye.backward(eager.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
