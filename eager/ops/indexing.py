@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import Meta, defop
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -135,6 +136,7 @@ def _gather_samples():
 
 defop(
     "gather",
+    onnx=R.gather,
     forward=_gather,
     shape=_gather_shape,
     arity=2,
@@ -248,6 +250,7 @@ def _scatter_add_samples():
 
 defop(
     "scatter_add",
+    onnx=R.scatter_add,
     forward=_scatter(True),
     shape=_scatter_shape("scatter_add"),
     arity=3,
@@ -270,6 +273,7 @@ def _scatter_vjp_x(g, out, x, index, src, dim):
 
 defop(
     "scatter",
+    onnx=R.scatter,
     forward=_scatter(False),
     shape=_scatter_shape("scatter"),
     arity=3,
@@ -331,6 +335,7 @@ def _argsort_samples():
 
 defop(
     "argsort",
+    onnx=R.argsort,
     forward=_argsort,
     shape=_argsort_shape,
     arity=1,

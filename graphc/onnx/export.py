@@ -1,0 +1,350 @@
+"""ONNX export: the optimized graph of a compiled function as an ``onnx.ModelProto``.
+
+The exporter walks the graph graphc compiles for the example arguments (the
+``optimized`` stage, after every pass) in its deterministic topological order and asks
+each node's op record how it exports (its ``onnx`` field, see
+:mod:`eager.ops.onnx_rules`); there is no second table of ops here.  Only this module
+imports ``onnx``, and only when an export runs: ``import graphc`` does not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, NoReturn, Optional
+
+import numpy as np
+
+import eager
+from eager.interop import OPS, Meta, data_of
+
+from ..errors import UnsupportedOpError
+from ..ir import Graph
+from ..ir.loops import LOOP_OPS
+
+#: the ONNX opset exported when ``opset`` is not given (ONNX Runtime 1.14 and later run it)
+DEFAULT_OPSET = 18
+MIN_OPSET = 18
+
+_EXTRA_HINT = (
+    "ONNX export needs the optional 'onnx' extra: pip install 'eager-graphc[onnx]' "
+    "(or pip install onnx onnxruntime)"
+)
+
+
+def _onnx() -> Any:
+    """The ``onnx`` package, or an ImportError naming the extra."""
+    try:
+        import onnx
+    except ImportError as e:
+        raise ImportError(_EXTRA_HINT) from e
+    return onnx
+
+
+def _utf8(s: Any) -> str:
+    """``s`` as a string protobuf accepts (lone surrogates replaced)."""
+    return str(s).encode("utf-8", "replace").decode("utf-8")
+
+
+_BAD = re.compile(r"[^A-Za-z0-9_.]")
+
+
+def _sanitize(name: str) -> str:
+    s = _BAD.sub("_", _utf8(name)) or "_"
+    return s if not s[0].isdigit() else "_" + s
+
+
+class _Builder:
+    """What an op's export rule sees (duck-typed; eager never imports this class): ``op``,
+    ``const``, ``cast`` and ``fail``.  It collects ONNX nodes and initializers."""
+
+    def __init__(self, onnx: Any, used: set, where: str = "") -> None:
+        self.onnx = onnx
+        self.nodes: list = []
+        self.inits: list = []
+        self.used = used  # every value name in the model (one namespace for subgraphs)
+        self.where = where  # a body graph's position ("scan body of v12"), for errors
+        self.base = "v"
+        self.src = ""
+        self.opname = ""
+
+    def fresh(self, base: str) -> str:
+        name = _sanitize(base)
+        if name not in self.used:
+            self.used.add(name)
+            return name
+        k = 1
+        while f"{name}_{k}" in self.used:
+            k += 1
+        self.used.add(f"{name}_{k}")
+        return f"{name}_{k}"
+
+    def op(self, op_type: str, inputs: list, outputs: int = 1, **attrs: Any) -> Any:
+        """Add one ONNX node; its result name (a list of ``outputs`` names when > 1)."""
+        outs = [self.fresh(f"{self.base}_{op_type}") for _ in range(outputs)]
+        node = self.onnx.helper.make_node(
+            op_type,
+            list(inputs),
+            outs,
+            name=self.fresh(f"{self.base}_{op_type}_node"),
+            doc_string=self.src,
+            **attrs,
+        )
+        self.nodes.append(node)
+        return outs[0] if outputs == 1 else outs
+
+    def const(self, value: Any) -> str:
+        """A constant (an initializer) holding ``value``."""
+        arr = np.array(value, order="C")
+        name = self.fresh(f"{self.base}_const")
+        self.inits.append(self.onnx.numpy_helper.from_array(arr, name))
+        return name
+
+    def cast(self, name: str, from_dtype: Any, to_dtype: Any) -> str:
+        """``name`` cast from ``from_dtype`` to ``to_dtype`` (itself when they agree)."""
+        if np.dtype(from_dtype) == np.dtype(to_dtype):
+            return name
+        return self.op("Cast", [name], to=_tensor_type(self.onnx, to_dtype))
+
+    def fail(self, message: str) -> NoReturn:
+        """Refuse the node being exported, naming its op and source line."""
+        raise UnsupportedOpError(
+            f"export_onnx: cannot export op {self.opname!r}{self.where} at "
+            f"{self.src or '<unknown source line>'}: {message}"
+        )
+
+
+def _tensor_type(onnx: Any, dtype: Any) -> int:
+    dt = np.dtype(dtype)
+    try:
+        return int(onnx.helper.np_dtype_to_tensor_dtype(dt))
+    except (KeyError, TypeError, ValueError):
+        raise UnsupportedOpError(f"export_onnx: dtype {dt.name} has no ONNX type") from None
+
+
+def _value_info(onnx: Any, name: str, shape: tuple, dtype: Any, doc: str = "") -> Any:
+    vi = onnx.helper.make_tensor_value_info(name, _tensor_type(onnx, dtype), list(shape))
+    if doc:
+        vi.doc_string = _utf8(doc)
+    return vi
+
+
+def _rename_result(b: _Builder, start: int, result: str, want: str) -> str:
+    """Give the last value a rule made the node's own name ``want``."""
+    for node in b.nodes[start:]:
+        if result in node.output:
+            for n in b.nodes[start:]:
+                for i, x in enumerate(n.input):
+                    if x == result:
+                        n.input[i] = want
+                for i, x in enumerate(n.output):
+                    if x == result:
+                        n.output[i] = want
+            b.used.add(want)
+            return want
+    # the rule returned an existing value (an operand, a constant): name it with Identity
+    b.nodes.append(
+        b.onnx.helper.make_node(
+            "Identity", [result], [want], name=b.fresh(f"{want}_node"), doc_string=b.src
+        )
+    )
+    b.used.add(want)
+    return want
+
+
+def _export_node(b: _Builder, g: Graph, nid: int, names: dict, sub: Callable) -> None:
+    d = g.nx.nodes[nid]
+    op = d["op"]
+    b.src = _utf8(d.get("src") or "")
+    b.opname = op
+    want = b.fresh(f"v{nid}")
+    b.base = want
+    start = len(b.nodes)
+    if op == "const":
+        arr = np.asarray(d["attrs"]["value"])
+        b.inits.append(b.onnx.numpy_helper.from_array(np.array(arr, order="C"), want))
+        names[nid] = want
+        return
+    if op in LOOP_OPS or op == "loop_out":
+        names[nid] = sub(b, g, nid, names, want)
+        return
+    rec = OPS.get(op)
+    if rec is None:
+        b.fail("not an op of the registry")
+    rule = rec.onnx
+    if rule is None:
+        b.fail("its op record has no ONNX export rule")
+    if type(rule).__name__ == "NoOnnx":
+        b.fail(rule.reason)
+    xs = [names[o] for o in d["operands"]]
+    ms = [g.meta_of(o) for o in d["operands"]]
+    out = Meta(d["shape"], d["dtype"])
+    if isinstance(rule, str):
+        ins = [b.cast(x, m.dtype, out.dtype) for x, m in zip(xs, ms)]
+        result = b.op(rule, ins)
+    else:
+        result = rule(b, xs, ms, out, **d["attrs"])
+    names[nid] = _rename_result(b, start, result, want)
+
+
+def _walk(b: _Builder, g: Graph, names: dict, sub: Callable) -> None:
+    """Every non-input node in deterministic topological order (no recursion: loop
+    bodies are exported by ``sub`` with a builder of their own)."""
+    for nid in g.topo_order():
+        if g.nx.nodes[nid]["op"] == "input":
+            continue
+        _export_node(b, g, nid, names, sub)
+
+
+def _loop_unsupported(b: _Builder, g: Graph, nid: int, names: dict, want: str) -> str:
+    b.fail("structured loops (scan/while) do not export yet")
+    return want
+
+
+def graph_to_model(
+    g: Graph,
+    *,
+    input_names: list,
+    output_names: list,
+    defaults: Optional[dict] = None,
+    name: str = "graphc",
+    opset: Optional[int] = None,
+    doc: str = "",
+) -> Any:
+    """An ``onnx.ModelProto`` computing graph ``g``: graph input ``k`` named
+    ``input_names[k]``, output ``k`` ``output_names[k]``; ``defaults`` maps input
+    positions to arrays stored as initializers of those inputs (overridable defaults, as
+    ONNX allows)."""
+    onnx = _onnx()
+    latest = int(onnx.defs.onnx_opset_version())
+    opset = DEFAULT_OPSET if opset is None else opset
+    if type(opset) is not int or not MIN_OPSET <= opset <= latest:
+        raise ValueError(
+            f"export_onnx: opset must be an int from {MIN_OPSET} to {latest} (the installed "
+            f"onnx's newest), got {opset!r}"
+        )
+    used: set = set()
+    b = _Builder(onnx, used)
+    names: dict = {}
+    inputs = []
+    for k, nid in enumerate(g.inputs):
+        nm = b.fresh(input_names[k])
+        names[nid] = nm
+        d = g.nx.nodes[nid]
+        inputs.append(_value_info(onnx, nm, d["shape"], d["dtype"], d.get("src") or ""))
+        if defaults and k in defaults:
+            arr = np.array(defaults[k], dtype=d["dtype"], order="C")
+            b.inits.append(onnx.numpy_helper.from_array(arr, nm))
+    _walk(b, g, names, _loop_unsupported)
+    outputs = []
+    for k, nid in enumerate(g.outputs):
+        d = g.nx.nodes[nid]
+        nm = b.fresh(output_names[k])
+        b.src = _utf8(d.get("src") or "")
+        b.nodes.append(
+            onnx.helper.make_node("Identity", [names[nid]], [nm], name=b.fresh(f"{nm}_node"))
+        )
+        outputs.append(_value_info(onnx, nm, d["shape"], d["dtype"]))
+    graph = onnx.helper.make_graph(
+        b.nodes, _sanitize(name), inputs, outputs, initializer=b.inits, doc_string=_utf8(doc)
+    )
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    ir = onnx.helper.find_min_ir_version_for(opsets, True)
+    model = onnx.helper.make_model(
+        graph, opset_imports=opsets, producer_name="graphc", ir_version=max(ir, 8)
+    )
+    from .._version import __version__
+
+    model.producer_version = __version__
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _output_names(tr: Any, in_names: list) -> list:
+    """ONNX output names: the user outputs (``output`` or ``output_k``), then each
+    argument written in place (``<input>_updated``) and each ``.grad`` set
+    (``<input>_grad``), as the trace lists them."""
+    n_out = len(tr.graph.outputs)
+    names = [""] * n_out
+    special = {}
+    for idx, pos in tr.mutated_inputs:
+        special[pos] = f"{in_names[idx]}_updated"
+    for idx, pos in tr.grad_writes:
+        special[pos] = f"{in_names[idx]}_grad"
+    user = [p for p in range(n_out) if p not in special]
+    for k, p in enumerate(user):
+        names[p] = "output" if len(user) == 1 else f"output_{k}"
+    for p, nm in special.items():
+        names[p] = nm
+    return names
+
+
+def export_onnx(
+    fn: Callable, *example_args: Any, path: Any = None, opset: Optional[int] = None
+) -> Any:
+    """Export what ``graphc.compile(fn)`` runs for ``example_args`` as an ONNX model.
+
+    Returns an ``onnx.ModelProto`` (and writes it to ``path`` when given).  The model is
+    the optimized graph graphc compiles for the example arguments' shapes and dtypes:
+    graph inputs are the arrays of the arguments (pytrees flattened, named by their paths:
+    ``x``, ``params_w``...) then the tensors the function reads by name (module
+    parameters, buffers), which also get their current values as initializers (ONNX's
+    overridable defaults, as ``torch.onnx.export`` stores parameters).  Outputs are the
+    function's arrays (``output`` or ``output_0``, ``output_1``...), then each argument it
+    updates in place (``<name>_updated``: a training step's new parameters) and each
+    ``.grad`` it sets (``<name>_grad``).  Node values keep graphc's value names (``v12``
+    is ``%12`` in ``cf.ir(..., stage="optimized")``), nodes carry their source line as
+    ``doc_string``.  ``fn`` may be a plain function, a module, a
+    :class:`graphc.CompiledFunction` (its ``static_argnums`` and ``opt_level`` are used)
+    or a transform such as ``graphc.grad(f)``.  ``opset`` defaults to 18.
+
+    Raises :class:`graphc.UnsupportedOpError` naming the op and its source line when an op
+    has no ONNX form (random draws, structured loops), and ImportError naming the
+    ``onnx`` extra when onnx is not installed.
+
+    Example::
+
+        model = graphc.export_onnx(lambda x, w: (x @ w).relu(), x, w, path="mlp.onnx")
+    """
+    _onnx()
+    from ..api import CompiledFunction
+
+    if isinstance(fn, CompiledFunction):
+        cf = CompiledFunction(
+            fn.__wrapped__,
+            static_argnums=fn.static_argnums,
+            opt_level=fn.opt_level,
+            backend="interpreter",
+            disable_passes=fn.disable_passes,
+        )
+    else:
+        cf = CompiledFunction(fn, backend="interpreter")
+    entry = cf._entry_for(example_args)
+    tr = entry.trace
+    g = entry.stages["optimized"]
+    in_names = list(g.input_names)
+    defaults = {}
+    for k, cap in enumerate(tr.captured):
+        t = cap.current(example_args)
+        if isinstance(t, eager.Tensor):
+            defaults[tr.n_args + k] = np.array(data_of(t))
+    model = graph_to_model(
+        g,
+        input_names=in_names,
+        output_names=_output_names(tr, in_names),
+        defaults=defaults,
+        name=getattr(cf, "__name__", "graphc"),
+        opset=opset,
+        doc=f"graphc.export_onnx of {getattr(cf, '__name__', '?')}",
+    )
+    if path is not None:
+        _onnx().save_model(model, path)
+    return model
+
+
+def _install() -> None:
+    from ..inspection import Inspection
+
+    Inspection._export_onnx = staticmethod(export_onnx)
+
+
+_install()
