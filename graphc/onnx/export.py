@@ -57,8 +57,9 @@ class _Builder:
     """What an op's export rule sees (duck-typed; eager never imports this class): ``op``,
     ``const``, ``cast`` and ``fail``.  It collects ONNX nodes and initializers."""
 
-    def __init__(self, onnx: Any, used: set, where: str = "") -> None:
+    def __init__(self, onnx: Any, used: set, where: str = "", sub: bool = False) -> None:
         self.onnx = onnx
+        self.sub = sub  # a loop body: constants are Constant nodes (no initializers)
         self.nodes: list = []
         self.inits: list = []
         self.used = used  # every value name in the model (one namespace for subgraphs)
@@ -94,10 +95,21 @@ class _Builder:
 
     def const(self, value: Any) -> str:
         """A constant (an initializer) holding ``value``."""
-        arr = np.array(value, order="C")
         name = self.fresh(f"{self.base}_const")
-        self.inits.append(self.onnx.numpy_helper.from_array(arr, name))
+        self.store(np.array(value, order="C"), name)
         return name
+
+    def store(self, arr: np.ndarray, name: str) -> None:
+        """``arr`` as the value ``name``: an initializer, or a Constant node in a body."""
+        tensor = self.onnx.numpy_helper.from_array(np.array(arr, order="C"), name)
+        if self.sub:
+            self.nodes.append(
+                self.onnx.helper.make_node(
+                    "Constant", [], [name], name=self.fresh(f"{name}_node"), value=tensor
+                )
+            )
+        else:
+            self.inits.append(tensor)
 
     def cast(self, name: str, from_dtype: Any, to_dtype: Any) -> str:
         """``name`` cast from ``from_dtype`` to ``to_dtype`` (itself when they agree)."""
@@ -160,12 +172,14 @@ def _export_node(b: _Builder, g: Graph, nid: int, names: dict, sub: Callable) ->
     b.base = want
     start = len(b.nodes)
     if op == "const":
-        arr = np.asarray(d["attrs"]["value"])
-        b.inits.append(b.onnx.numpy_helper.from_array(np.array(arr, order="C"), want))
+        b.store(np.asarray(d["attrs"]["value"]), want)
         names[nid] = want
         return
-    if op in LOOP_OPS or op == "loop_out":
-        names[nid] = sub(b, g, nid, names, want)
+    if op in LOOP_OPS:
+        names[nid] = sub(b, g, nid, names, want)  # the loop's results, a list
+        return
+    if op == "loop_out":
+        names[nid] = _rename_result(b, start, sub(b, g, nid, names, want), want)
         return
     rec = OPS.get(op)
     if rec is None:
@@ -195,9 +209,124 @@ def _walk(b: _Builder, g: Graph, names: dict, sub: Callable) -> None:
         _export_node(b, g, nid, names, sub)
 
 
-def _loop_unsupported(b: _Builder, g: Graph, nid: int, names: dict, want: str) -> str:
-    b.fail("structured loops (scan/while) do not export yet")
-    return want
+def _body(
+    b: _Builder, body: Graph, outer: dict, want: str, what: str, lead: list, tail: Any = None
+) -> Any:
+    """A loop body as an ONNX subgraph: ``lead`` are (name, shape, dtype) inputs before the
+    body's own; ``outer`` maps body input positions to outer values (consts, read from
+    the enclosing scope); ``tail(sub, bnames, outs)`` may add outputs in front."""
+    onnx = b.onnx
+    sub = _Builder(onnx, b.used, where=f" in the {what} of {want}", sub=True)
+    ins = [_value_info(onnx, n, s_, dt) for n, s_, dt in lead]
+    bnames: dict = {}
+    for i, nid in enumerate(body.inputs):
+        if i in outer:
+            bnames[nid] = outer[i]
+            continue
+        d = body.nx.nodes[nid]
+        nm = sub.fresh(f"{want}_{body.input_names[i]}")
+        bnames[nid] = nm
+        ins.append(_value_info(onnx, nm, d["shape"], d["dtype"]))
+    _walk(sub, body, bnames, _loop)
+    outs_names = [bnames[o] for o in body.outputs]
+    lead_outs = tail(sub, bnames, outs_names) if tail is not None else []
+    outs = []
+    for nm_in, (shape, dtype) in lead_outs + [
+        (bnames[o], (body.nx.nodes[o]["shape"], body.nx.nodes[o]["dtype"])) for o in body.outputs
+    ]:
+        nm = sub.fresh(f"{want}_{what.split()[0]}_out")
+        sub.nodes.append(
+            onnx.helper.make_node("Identity", [nm_in], [nm], name=sub.fresh(f"{nm}_node"))
+        )
+        outs.append(_value_info(onnx, nm, shape, dtype))
+    return onnx.helper.make_graph(sub.nodes, f"{want}_{what.split()[0]}", ins, outs)
+
+
+def _inline(b: _Builder, g: Graph, inputs: list) -> list:
+    """Export graph ``g`` into ``b`` with its inputs bound to ``inputs``; its outputs."""
+    names = dict(zip(g.inputs, inputs))
+    _walk(b, g, names, _loop)
+    return [names[o] for o in g.outputs]
+
+
+def _loop(b: _Builder, g: Graph, nid: int, names: dict, want: str) -> Any:
+    """A ``scan``/``while`` node as ONNX Scan/Loop (its results: a list of names), or a
+    ``loop_out`` as an Identity of the loop's result."""
+    from ..ir.loops import result_metas
+
+    d = g.nx.nodes[nid]
+    if d["op"] == "loop_out":
+        return b.op("Identity", [names[d["operands"][0]][d["attrs"]["index"]]])
+    a = d["attrs"]
+    ops = d["operands"]
+    metas = result_metas(d)
+    if d["op"] == "scan":
+        C, K = a["num_consts"], a["num_carry"]
+        consts = {i: names[o] for i, o in enumerate(ops[:C])}
+        carries = [names[o] for o in ops[C : C + K]]
+        xs = [names[o] for o in ops[C + K :]]
+        n_ys = len(metas) - K
+        if xs:
+            body = _body(b, a["body"], consts, want, "scan body", [])
+            kw: dict = {}
+            if a["reverse"]:
+                kw["scan_input_directions"] = [1] * len(xs)
+                if n_ys:
+                    kw["scan_output_directions"] = [1] * n_ys
+            res = b.op(
+                "Scan", carries + xs, outputs=len(metas), body=body, num_scan_inputs=len(xs), **kw
+            )
+            return res if isinstance(res, list) else [res]
+        # no xs (fori_loop): a Loop of ``length`` trips, its scan outputs stacked
+        it = b.fresh(f"{want}_iter")
+        cin = b.fresh(f"{want}_cond_in")
+
+        def keep_going(sub, bnames, outs):
+            return [(cin, ((), "bool"))]
+
+        body = _body(
+            b,
+            a["body"],
+            consts,
+            want,
+            "loop body",
+            [(it, (), "int64"), (cin, (), "bool")],
+            keep_going,
+        )
+        trips = b.const(np.array(a["length"], np.int64))
+        true = b.const(np.array(True))
+        res = b.op("Loop", [trips, true] + carries, outputs=len(metas), body=body)
+        res = res if isinstance(res, list) else [res]
+        if a["reverse"] and n_ys:
+            for k in range(K, len(res)):  # ys in the order of the xs they belong to
+                res[k] = b.op(
+                    "Slice",
+                    [
+                        res[k],
+                        b.const(np.array([-1], np.int64)),
+                        b.const(np.array([np.iinfo(np.int64).min], np.int64)),
+                        b.const(np.array([0], np.int64)),
+                        b.const(np.array([-1], np.int64)),
+                    ],
+                )
+        return res
+    # while: the condition once outside (on the initial carries), then after each body
+    Cc, Cb, K = a["num_cond_consts"], a["num_body_consts"], a["num_carry"]
+    cconsts = [names[o] for o in ops[:Cc]]
+    bconsts = {i: names[o] for i, o in enumerate(ops[Cc : Cc + Cb])}
+    carries = [names[o] for o in ops[Cc + Cb :]]
+    first = _inline(b, a["cond"], cconsts + carries)[0]
+    it = b.fresh(f"{want}_iter")
+    cin = b.fresh(f"{want}_cond_in")
+
+    def again(sub, bnames, outs):
+        return [(_inline(sub, a["cond"], cconsts + outs)[0], ((), "bool"))]
+
+    body = _body(
+        b, a["body"], bconsts, want, "while body", [(it, (), "int64"), (cin, (), "bool")], again
+    )
+    res = b.op("Loop", ["", first] + carries, outputs=K, body=body)
+    return res if isinstance(res, list) else [res]
 
 
 def graph_to_model(
@@ -234,7 +363,7 @@ def graph_to_model(
         if defaults and k in defaults:
             arr = np.array(defaults[k], dtype=d["dtype"], order="C")
             b.inits.append(onnx.numpy_helper.from_array(arr, nm))
-    _walk(b, g, names, _loop_unsupported)
+    _walk(b, g, names, _loop)
     outputs = []
     for k, nid in enumerate(g.outputs):
         d = g.nx.nodes[nid]
