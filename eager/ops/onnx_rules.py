@@ -490,6 +490,75 @@ def cumsum(b, xs, ms, out, dim=0, reverse=False):
     return b.op("CumSum", [x, ax], reverse=int(bool(reverse)))
 
 
+def _to_front(b, x: str, m: Any, ax: int) -> tuple:
+    """x with axis ``ax`` moved to the front, and its Meta."""
+    perm = [ax] + [i for i in range(m.ndim) if i != ax]
+    shape = tuple(m.shape[i] for i in perm)
+    if ax == 0:
+        return x, type(m)(shape, m.dtype), perm
+    return b.op("Transpose", [x], perm=perm), type(m)(shape, m.dtype), perm
+
+
+def _from_front(b, x: str, perm: list) -> str:
+    if perm == sorted(perm):
+        return x
+    inv = [perm.index(i) for i in range(len(perm))]
+    return b.op("Transpose", [x], perm=inv)
+
+
+def cumprod(b, xs, ms, out, dim=0):
+    """A running product: an ONNX Scan along ``dim`` (ONNX has CumSum only)."""
+    m = ms[0]
+    x = _to(b, xs[0], m, out.dtype)
+    if m.ndim == 0 or 0 in tuple(m.shape):
+        return b.op("Identity", [x])
+    xf, mf, perm = _to_front(b, x, type(m)(m.shape, out.dtype), int(dim) % m.ndim)
+    sm = type(m)(mf.shape[1:], out.dtype)
+    one = b.op("Expand", [_c(b, 1, out.dtype), _i64(b, sm.shape)])
+    mul = "And" if np.dtype(out.dtype).kind == "b" else "Mul"
+
+    def step(sb, states, slices):
+        p = sb.op(mul, [states[0], slices[0]])
+        return [(p, sm)], [(p, sm)]
+
+    _, ys = b.scan([(one, sm)], [(xf, mf)], step)
+    return _from_front(b, ys, perm)
+
+
+def linrec(b, xs, ms, out, dim=0, reverse=False):
+    """s[0] = b[0], s[i] = b[i] + a[i] * s[i - 1] (from the end when ``reverse``): an ONNX
+    Scan along ``dim`` over the elements after the first."""
+    ma, mb = ms
+    if mb.ndim == 0 or 0 in tuple(mb.shape):
+        return b.op("Identity", [xs[1]])
+    ax = int(dim) % mb.ndim
+    af, mf, perm = _to_front(b, xs[0], ma, ax)
+    bf, _, _ = _to_front(b, xs[1], mb, ax)
+    n = mf.shape[0]
+    if n == 1:  # nothing to recur over (ONNX Runtime refuses a Scan of length 0)
+        return b.op("Identity", [xs[1]])
+    sm = type(mb)(mf.shape[1:], out.dtype)
+    first = n - 1 if reverse else 0
+    rest = (0, n - 1) if reverse else (1, n)
+
+    def part(x, lo, hi):
+        return b.op("Slice", [x, _i64(b, [lo]), _i64(b, [hi]), _i64(b, [0])])
+
+    s0 = part(bf, first, first + 1)
+    init = _reshape(b, s0, sm.shape)
+    rm = type(mb)((n - 1,) + tuple(sm.shape), out.dtype)
+
+    def step(sb, states, slices):
+        s = sb.op("Add", [slices[1], sb.op("Mul", [slices[0], states[0]])])
+        return [(s, sm)], [(s, sm)]
+
+    _, ys = b.scan(
+        [(init, sm)], [(part(af, *rest), rm), (part(bf, *rest), rm)], step, reverse=reverse
+    )
+    parts = [ys, s0] if reverse else [s0, ys]
+    return _from_front(b, b.op("Concat", parts, axis=0), perm)
+
+
 # --- matrix products ----------------------------------------------------------------------
 
 

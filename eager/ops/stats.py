@@ -209,7 +209,7 @@ defop(
 
 defop(
     "cumprod",
-    onnx=R.NoOnnx("ONNX has no cumulative product operator (CumSum only); not exported yet"),
+    onnx=R.cumprod,
     forward=_cumprod,
     shape=_scan_shape("cumprod"),
     arity=1,
@@ -294,9 +294,7 @@ def _linrec_samples():
 
 defop(
     "linrec",
-    onnx=R.NoOnnx(
-        "a linear recurrence has no ONNX operator; not exported yet (an ONNX Scan could)"
-    ),
+    onnx=R.linrec,
     forward=_linrec_fwd,
     shape=_linrec_shape,
     arity=2,

@@ -117,6 +117,46 @@ class _Builder:
             return name
         return self.op("Cast", [name], to=_tensor_type(self.onnx, to_dtype))
 
+    def scan(self, init: list, xs: list, step: Callable, reverse: bool = False) -> list:
+        """An ONNX Scan along axis 0 of ``xs``: ``init`` and ``xs`` are (name, Meta) pairs;
+        ``step(sub_builder, states, slices)`` returns (new states, ys) as (name, Meta)
+        pairs.  Its results: the final states, then each ys stacked."""
+        onnx = self.onnx
+        sub = _Builder(onnx, self.used, where=self.where, sub=True)
+        sub.src, sub.opname, sub.base = self.src, self.opname, self.base
+        ins, states, slices = [], [], []
+        for _, m in init:
+            n = sub.fresh(f"{self.base}_state")
+            ins.append(_value_info(onnx, n, m.shape, m.dtype))
+            states.append(n)
+        for _, m in xs:
+            n = sub.fresh(f"{self.base}_slice")
+            ins.append(_value_info(onnx, n, m.shape[1:], m.dtype))
+            slices.append(n)
+        new, ys = step(sub, states, slices)
+        outs = []
+        for nm, m in list(new) + list(ys):
+            o = sub.fresh(f"{self.base}_body_out")
+            sub.nodes.append(
+                onnx.helper.make_node("Identity", [nm], [o], name=sub.fresh(f"{o}_node"))
+            )
+            outs.append(_value_info(onnx, o, m.shape, m.dtype))
+        body = onnx.helper.make_graph(sub.nodes, f"{self.base}_scan_body", ins, outs)
+        kw: dict = {}
+        if reverse:
+            kw["scan_input_directions"] = [1] * len(xs)
+            if ys:
+                kw["scan_output_directions"] = [1] * len(ys)
+        res = self.op(
+            "Scan",
+            [n for n, _ in init] + [n for n, _ in xs],
+            outputs=len(outs),
+            body=body,
+            num_scan_inputs=len(xs),
+            **kw,
+        )
+        return res if isinstance(res, list) else [res]
+
     def fail(self, message: str) -> NoReturn:
         """Refuse the node being exported, naming its op and source line."""
         raise UnsupportedOpError(
@@ -266,6 +306,10 @@ def _loop(b: _Builder, g: Graph, nid: int, names: dict, want: str) -> Any:
         carries = [names[o] for o in ops[C : C + K]]
         xs = [names[o] for o in ops[C + K :]]
         n_ys = len(metas) - K
+        if a["length"] == 0:  # no trips (ONNX Runtime refuses a Scan of length 0)
+            return [b.op("Identity", [c]) for c in carries] + [
+                b.const(np.zeros(m.shape, m.dtype)) for m in metas[K:]
+            ]
         if xs:
             body = _body(b, a["body"], consts, want, "scan body", [])
             kw: dict = {}

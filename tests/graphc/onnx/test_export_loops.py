@@ -81,3 +81,10 @@ def test_grad_through_scan():
         return c.sum()
 
     _check(graphc.grad(loss), eager.randn(3), eager.randn(4, 3), rtol=1e-4, atol=1e-5)
+
+
+def test_scan_of_length_zero():
+    def f(c0, xs):
+        return graphc.scan(lambda c, x: (c + x, c * x), c0, xs)
+
+    _check(f, eager.randn(3), eager.randn(0, 3))
