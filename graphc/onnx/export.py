@@ -379,6 +379,7 @@ def graph_to_model(
     input_names: list,
     output_names: list,
     defaults: Optional[dict] = None,
+    constants: Optional[dict] = None,
     name: str = "graphc",
     opset: Optional[int] = None,
     doc: str = "",
@@ -386,7 +387,8 @@ def graph_to_model(
     """An ``onnx.ModelProto`` computing graph ``g``: graph input ``k`` named
     ``input_names[k]``, output ``k`` ``output_names[k]``; ``defaults`` maps input
     positions to arrays stored as initializers of those inputs (overridable defaults, as
-    ONNX allows)."""
+    ONNX allows), ``constants`` input positions to arrays that become initializers and
+    are not graph inputs."""
     onnx = _onnx()
     latest = int(onnx.defs.onnx_opset_version())
     opset = DEFAULT_OPSET if opset is None else opset
@@ -403,6 +405,10 @@ def graph_to_model(
         nm = b.fresh(input_names[k])
         names[nid] = nm
         d = g.nx.nodes[nid]
+        if constants and k in constants:
+            arr = np.array(constants[k], dtype=d["dtype"], order="C")
+            b.inits.append(onnx.numpy_helper.from_array(arr, nm))
+            continue
         inputs.append(_value_info(onnx, nm, d["shape"], d["dtype"], d.get("src") or ""))
         if defaults and k in defaults:
             arr = np.array(defaults[k], dtype=d["dtype"], order="C")
@@ -452,16 +458,22 @@ def _output_names(tr: Any, in_names: list) -> list:
 
 
 def export_onnx(
-    fn: Callable, *example_args: Any, path: Any = None, opset: Optional[int] = None
+    fn: Callable,
+    *example_args: Any,
+    path: Any = None,
+    opset: Optional[int] = None,
+    keep_initializers_as_inputs: bool = False,
 ) -> Any:
     """Export what ``graphc.compile(fn)`` runs for ``example_args`` as an ONNX model.
 
     Returns an ``onnx.ModelProto`` (and writes it to ``path`` when given).  The model is
     the optimized graph graphc compiles for the example arguments' shapes and dtypes:
     graph inputs are the arrays of the arguments (pytrees flattened, named by their paths:
-    ``x``, ``params_w``...) then the tensors the function reads by name (module
-    parameters, buffers), which also get their current values as initializers (ONNX's
-    overridable defaults, as ``torch.onnx.export`` stores parameters).  Outputs are the
+    ``x``, ``params_w``...).  The tensors the function reads by name (module parameters,
+    buffers) become initializers holding their current values, as ``torch.onnx.export``
+    stores parameters; one the function writes in place (a training step's weights), or
+    every one with ``keep_initializers_as_inputs=True``, is also a graph input (the
+    initializer is its overridable default).  Outputs are the
     function's arrays (``output`` or ``output_0``, ``output_1``...), then each argument it
     updates in place (``<name>_updated``: a training step's new parameters) and each
     ``.grad`` it sets (``<name>_grad``).  Node values keep graphc's value names (``v12``
@@ -471,7 +483,7 @@ def export_onnx(
     or a transform such as ``graphc.grad(f)``.  ``opset`` defaults to 18.
 
     Raises :class:`graphc.UnsupportedOpError` naming the op and its source line when an op
-    has no ONNX form (random draws, structured loops), and ImportError naming the
+    has no ONNX form (random draws, advanced indexing), and ImportError naming the
     ``onnx`` extra when onnx is not installed.
 
     Example::
@@ -495,16 +507,20 @@ def export_onnx(
     tr = entry.trace
     g = entry.stages["optimized"]
     in_names = list(g.input_names)
-    defaults = {}
+    defaults, constants = {}, {}
+    written = {i for i, _ in tr.mutated_inputs} | {i for i, _ in tr.grad_writes}
     for k, cap in enumerate(tr.captured):
         t = cap.current(example_args)
+        pos = tr.n_args + k
         if isinstance(t, eager.Tensor):
-            defaults[tr.n_args + k] = np.array(data_of(t))
+            keep = keep_initializers_as_inputs or pos in written
+            (defaults if keep else constants)[pos] = np.array(data_of(t))
     model = graph_to_model(
         g,
         input_names=in_names,
         output_names=_output_names(tr, in_names),
         defaults=defaults,
+        constants=constants,
         name=getattr(cf, "__name__", "graphc"),
         opset=opset,
         doc=f"graphc.export_onnx of {getattr(cf, '__name__', '?')}",

@@ -140,8 +140,7 @@ def _model_cases():
 def test_models_match_eager(name):
     fn, args = _model_cases()[name]
     model = graphc.export_onnx(fn, *args)
-    # the parameters are inputs with their values as initializers: feeding only the
-    # arguments runs the model as it is
+    # the parameters are initializers: the arguments are the only inputs
     got = _run(model, *[_np(a) for a in args])["output"]
     with eager.no_grad():
         want = fn(*args)
@@ -226,3 +225,22 @@ def test_missing_extra_names_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(ImportError, match=r"eager-graphc\[onnx\]"):
         graphc.export_onnx(lambda x: x + 1, eager.randn(2))
+
+
+def test_parameters_are_initializers_unless_kept_as_inputs():
+    M = models.build()
+    eager.manual_seed(2)
+    clf = M.Classifier(d_in=4, hidden=3, classes=2)
+    x = eager.randn(2, 4)
+    m = graphc.export_onnx(clf, x)
+    assert [i.name for i in m.graph.input] == ["x"]
+    inits = {t.name for t in m.graph.initializer}
+    assert {"self_net_1_weight", "self_net_1_bias"} <= inits
+    m = graphc.export_onnx(clf, x, keep_initializers_as_inputs=True)
+    names = [i.name for i in m.graph.input]
+    assert names[0] == "x" and "self_net_1_weight" in names
+    w = np.zeros((3, 4), np.float32)  # an input overrides its initializer
+    got = _run(m, _np(x), self_net_1_weight=w)["output"]
+    with eager.no_grad():
+        clf.net[1].weight.zero_()
+        np.testing.assert_allclose(got, _np(clf(x)), **F32)
