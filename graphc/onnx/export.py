@@ -507,7 +507,8 @@ def export_onnx(
     tr = entry.trace
     g = entry.stages["optimized"]
     in_names = list(g.input_names)
-    defaults, constants = {}, {}
+    defaults: dict = {}
+    constants: dict = {}
     written = {i for i, _ in tr.mutated_inputs} | {i for i, _ in tr.grad_writes}
     for k, cap in enumerate(tr.captured):
         t = cap.current(example_args)
