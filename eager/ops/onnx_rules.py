@@ -667,8 +667,9 @@ def _static_positions(shape: tuple, index: tuple) -> np.ndarray:
 def _no_tensor_index(b, index: tuple, op: str) -> None:
     if any(item[0] == "t" for item in index):
         b.fail(
-            f"{op} with a tensor index (advanced indexing) does not export yet; index with "
-            "ints and slices, or use gather/scatter (torch.gather, Tensor.scatter_)"
+            f"{op} with this tensor index (advanced indexing) does not export yet: one integer "
+            "tensor index reads, integer rows x[idx] = v and a full-shape mask x[m] = s write; "
+            "otherwise use gather/scatter (torch.gather, Tensor.scatter_)"
         )
 
 
@@ -698,19 +699,49 @@ def _slices_only(index: tuple, shape: tuple) -> Any:
     return starts, ends, axes, steps
 
 
-def getitem(b, xs, ms, out, index=()):
-    """Slice for an index of slices; otherwise Gather of the flat positions it reads."""
-    _no_tensor_index(b, index, "getitem")
-    shape = tuple(ms[0].shape)
+def _one_int_tensor(index: tuple, ms: list) -> Any:
+    """(position of the tensor item, the index with that item as a full slice) when the
+    index has exactly one tensor item, of integers, adjacent to every int item (numpy then
+    puts the tensor's dims where the item is); else None."""
+    ts = [k for k, it in enumerate(index) if it[0] == "t"]
+    if len(ts) != 1:
+        return None
+    p = ts[0]
+    if np.dtype(ms[1 + index[p][1]].dtype).kind not in "iu":
+        return None
+    run = [k for k, it in enumerate(index) if it[0] in ("i", "t")]
+    if run != list(range(run[0], run[-1] + 1)):
+        return None
+    return p, tuple(("s", None, None, None) if k == p else it for k, it in enumerate(index))
+
+
+def _basic_getitem(b, x: str, m: Any, index: tuple) -> str:
+    shape = tuple(m.shape)
     sl = _slices_only(index, shape)
     if sl is not None:
         starts, ends, axes, steps = sl
         if not axes:
-            return b.op("Identity", [xs[0]])
-        return b.op("Slice", [xs[0], _i64(b, starts), _i64(b, ends), _i64(b, axes), _i64(b, steps)])
+            return b.op("Identity", [x])
+        return b.op("Slice", [x, _i64(b, starts), _i64(b, ends), _i64(b, axes), _i64(b, steps)])
     pos = _static_positions(shape, index)
-    flat = b.op("Reshape", [xs[0], _i64(b, [-1])])
+    flat = b.op("Reshape", [x, _i64(b, [-1])])
     return b.op("Gather", [flat, b.const(pos)], axis=0)
+
+
+def getitem(b, xs, ms, out, index=()):
+    """Slice for an index of slices; otherwise Gather of the flat positions it reads; one
+    integer tensor index: the basic part, then Gather along the tensor's axis."""
+    one = _one_int_tensor(index, ms)
+    if one is not None:
+        p, basic = one
+        y = _basic_getitem(b, xs[0], ms[0], basic)
+        # the axis the tensor indexes in y: one per slice or None item before it
+        q = sum(1 for it in index[:p] if it[0] in ("s", "n"))
+        if any(it[0] == "e" for it in index[:p]):
+            q += ms[0].ndim - sum(1 for it in index if it[0] in ("s", "i", "t"))
+        return b.op("Gather", [y, xs[1 + index[p][1]]], axis=q)
+    _no_tensor_index(b, index, "getitem")
+    return _basic_getitem(b, xs[0], ms[0], index)
 
 
 def _assign(b, base: str, base_m: Any, v: str, v_m: Any, index: tuple, reduction: str) -> str:
@@ -729,16 +760,58 @@ def _assign(b, base: str, base_m: Any, v: str, v_m: Any, index: tuple, reduction
     return _reshape(b, r, base_m.shape)
 
 
+def _leading_tensor(index: tuple, ms: list, x: Any) -> Any:
+    """The index's tensor operand position when the index is ``[t]`` or ``[t, :, ...]``
+    (the tensor indexes the first axis)."""
+    if not index or index[0][0] != "t":
+        return None
+    if not all(it == ("s", None, None, None) or it[0] == "e" for it in index[1:]):
+        return None
+    return index[0][1]
+
+
+def _scatter_rows(b, base: str, base_m: Any, v: str, v_m: Any, idx: str, idx_m: Any, red: str):
+    """base with rows ``idx`` (of axis 0) set to (``red="add"``: added) ``v``."""
+    rows = tuple(idx_m.shape) + tuple(base_m.shape[1:])
+    v = _to(b, v, v_m, base_m.dtype)
+    vshape = tuple(v_m.shape)
+    while len(vshape) > len(rows) and vshape[0] == 1:
+        vshape = vshape[1:]
+    if vshape != tuple(v_m.shape):
+        v = _reshape(b, v, vshape)
+    v = b.op("Expand", [v, _i64(b, rows)])
+    # negative rows count from the end (as in numpy); ScatterND accepts them too
+    ind = b.op("Unsqueeze", [idx, _i64(b, [-1])])
+    kw = {} if red == "none" else {"reduction": red}
+    return b.op("ScatterND", [base, ind, v], **kw)
+
+
 def setitem(b, xs, ms, out, index=()):
-    """x with x[index] = v: ScatterElements at the flat positions the index selects."""
+    """x with x[index] = v: ScatterElements at the flat positions the index selects;
+    ScatterND for integer rows ``x[idx] = v``; Where for a full-shape mask ``x[m] = s``."""
+    k = _leading_tensor(index, ms, ms[0])
+    if k is not None:
+        im = ms[2 + k]
+        if np.dtype(im.dtype).kind in "iu":
+            return _scatter_rows(b, xs[0], ms[0], xs[1], ms[1], xs[2 + k], im, "none")
+        if (
+            np.dtype(im.dtype).kind == "b"
+            and tuple(im.shape) == tuple(ms[0].shape)
+            and int(np.prod(ms[1].shape, dtype=np.int64)) == 1
+        ):
+            v = _reshape(b, _to(b, xs[1], ms[1], out.dtype), ())
+            return b.op("Where", [xs[2 + k], v, xs[0]])
     _no_tensor_index(b, index, "setitem")
     return _assign(b, xs[0], ms[0], xs[1], ms[1], index, "none")
 
 
 def getitem_grad(b, xs, ms, out, index=(), shape=()):
     """zeros(shape) with g added at the positions ``index`` selects."""
-    _no_tensor_index(b, index, "getitem_grad")
     zeros = b.op("Expand", [_c(b, 0, out.dtype), _i64(b, out.shape)])
+    k = _leading_tensor(index, ms, out)
+    if k is not None and np.dtype(ms[1 + k].dtype).kind in "iu":
+        return _scatter_rows(b, zeros, out, xs[0], ms[0], xs[1 + k], ms[1 + k], "add")
+    _no_tensor_index(b, index, "getitem_grad")
     return _assign(b, zeros, out, xs[0], ms[0], index, "add")
 
 

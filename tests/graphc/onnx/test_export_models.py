@@ -244,3 +244,32 @@ def test_parameters_are_initializers_unless_kept_as_inputs():
     with eager.no_grad():
         clf.net[1].weight.zero_()
         np.testing.assert_allclose(got, _np(clf(x)), **F32)
+
+
+@pytest.mark.parametrize("case", ["rows", "cols", "int_then_tensor", "set_rows", "set_mask",
+                                  "grad_rows", "two_tensors"])
+def test_tensor_indexing(case):
+    x = eager.randn(5, 4, dtype=eager.float64)
+    idx = eager.tensor([3, 0, -1, 3])
+    fns = {
+        "rows": lambda x, i: x[i] * 2,
+        "cols": lambda x, i: x[:, i[:2]].sum(0),
+        "int_then_tensor": lambda x, i: x[1, i[:2]],
+        "set_rows": lambda x, i: _set(x, i[:2], 7.0),
+        "set_mask": lambda x, i: _set(x, x > 0, -1.0),
+        "grad_rows": graphc.grad(lambda x, i: (x[i] ** 2).sum()),
+        "two_tensors": lambda x, i: x[i, i],
+    }
+    fn = fns[case]
+    if case == "two_tensors":
+        with pytest.raises(graphc.UnsupportedOpError, match="getitem.*tensor index"):
+            graphc.export_onnx(fn, x, idx)
+        return
+    got = list(_run(graphc.export_onnx(fn, x, idx), _np(x), _np(idx)).values())[0]
+    np.testing.assert_allclose(got, _np(fn(x, idx)), **F64)
+
+
+def _set(x, i, v):
+    y = x * 1
+    y[i] = v
+    return y

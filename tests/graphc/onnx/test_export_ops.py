@@ -82,8 +82,6 @@ def _tol(dtype):
 
 def _refused(op: str, attrs: dict) -> bool:
     """Cases the exporter refuses on purpose (docs/onnx.md, limits)."""
-    if op in ("getitem", "setitem", "getitem_grad"):
-        return any(item[0] == "t" for item in attrs["index"])
     return op == "conv2d_weight_grad" and attrs["groups"] != 1
 
 
