@@ -400,7 +400,17 @@ def _reduce(op_type: str, via: Any = None) -> Callable:
 
 
 reduce_sum = _reduce("ReduceSum")
-reduce_mean = _reduce("ReduceMean")
+_mean = _reduce("ReduceMean")
+
+
+def reduce_mean(b, xs, ms, out, axis=None, keepdim=False):
+    """ReduceMean; NaN over no elements (PyTorch's 0 / 0, where ReduceMean gives 0)."""
+    m = ms[0]
+    if any(m.shape[a] == 0 for a in _axes(axis, m.ndim)):
+        return b.op("Expand", [_c(b, np.nan, out.dtype), _i64(b, out.shape)])
+    return _mean(b, xs, ms, out, axis=axis, keepdim=keepdim)
+
+
 reduce_prod = _reduce("ReduceProd")
 
 
