@@ -506,6 +506,11 @@ def export_onnx(
     entry = cf._entry_for(example_args)
     tr = entry.trace
     g = entry.stages["optimized"]
+    if not g.outputs:
+        raise ValueError(
+            f"export_onnx: {getattr(cf, '__name__', 'the function')} returns no arrays and "
+            "updates none in place: an ONNX model needs at least one output"
+        )
     in_names = list(g.input_names)
     defaults: dict = {}
     constants: dict = {}

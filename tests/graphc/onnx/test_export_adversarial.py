@@ -130,3 +130,8 @@ def test_float32_training_step_dtypes():
     assert got["output"].dtype == np.float32
     np.testing.assert_allclose(got["output"], loss_.detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(got["w_updated"], w.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_no_outputs_is_an_error():
+    with pytest.raises(ValueError, match="returns no arrays"):
+        graphc.export_onnx(lambda x: 3, eager.randn(2))
