@@ -518,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .export import add_parser as _add_export
 
-    _add_export(sub, _add_input_options, EXAMPLE_HELP)
+    _add_export(sub, _add_input_options, EXAMPLE_HELP, (load_function, resolve_inputs, _failed))
 
     b = sub.add_parser(
         "bench",

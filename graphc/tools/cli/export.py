@@ -9,9 +9,9 @@ import sys
 from .common import UsageError
 
 
-def cmd_export(ns: argparse.Namespace) -> int:
-    """Export FUNCTION for the inputs; one summary line on stdout."""
-    from . import _failed, load_function, resolve_inputs
+def cmd_export(ns: argparse.Namespace, load_function, resolve_inputs, _failed) -> int:
+    """Export FUNCTION for the inputs; one summary line on stdout.  The loaders are the
+    CLI package's (passed in: this module does not import its package back)."""
     from ...onnx import export_onnx
 
     module, fn, name = load_function(ns.target)
@@ -34,8 +34,9 @@ def cmd_export(ns: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub, add_input_options, epilog: str) -> None:
-    """Register ``graphc export`` on the subcommand parsers ``sub``."""
+def add_parser(sub, add_input_options, epilog: str, loaders: tuple) -> None:
+    """Register ``graphc export`` on the subcommand parsers ``sub``; ``loaders`` are the
+    CLI's (load_function, resolve_inputs, failed)."""
     e = sub.add_parser(
         "export",
         help="export a function as an ONNX model",
@@ -49,4 +50,4 @@ def add_parser(sub, add_input_options, epilog: str) -> None:
     add_input_options(e)
     e.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx to write")
     e.add_argument("--opset", type=int, default=None, help="ONNX opset (default 18)")
-    e.set_defaults(func=cmd_export)
+    e.set_defaults(func=lambda ns: cmd_export(ns, *loaders))
