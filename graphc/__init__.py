@@ -25,6 +25,7 @@ from .interpreter import interpret, interpret_all
 from .runtime.parallel import get_num_threads, set_num_threads
 from .ir import Graph, verify
 from .tracer import Tracer, trace
+from .onnx import export_onnx
 from .tools.bisect import bisect_passes
 from .tools.compare import compare
 from .tools.report import ComparisonReport
@@ -44,6 +45,7 @@ __all__ = [
     "jacobian",
     "hessian",
     "compile",
+    "export_onnx",
     "compare",
     "ComparisonReport",
     "CompiledFunction",

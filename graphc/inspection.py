@@ -18,6 +18,18 @@ class Inspection:
 
     __slots__ = ()
 
+    # graphc.onnx installs its exporter here when it is imported (graphc's package import
+    # always does): the api sits below graphc.onnx and never imports it
+    _export_onnx: Any = None
+
+    def to_onnx(self, *args: Any, path: Any = None, opset: Any = None) -> Any:
+        """The ONNX model of what this function compiles for ``args`` (an
+        ``onnx.ModelProto``, written to ``path`` when given): ``graphc.export_onnx(self,
+        *args, path=path, opset=opset)``; see docs/onnx.md."""
+        if Inspection._export_onnx is None:
+            raise RuntimeError("to_onnx needs graphc.onnx: import graphc first")
+        return Inspection._export_onnx(self, *args, path=path, opset=opset)
+
     def graph(self, *args: Any) -> Graph:
         """The traced graph for these arguments (traces if needed)."""
         return self._entry_for(args).stages["traced"]

@@ -22,6 +22,7 @@ ROOMS = [
     ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.loops",
              "graphc.transforms", "graphc.api", "graphc.entry", "graphc.inspection",
              "graphc.forward")),
+    ("onnx", ("graphc.onnx",)),
     ("tools", ("graphc.tools",)),
     ("top", ("graphc.__main__", "graphc")),
 ]

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .registry import Meta, check_size, defop
+import eager.ops.onnx_rules as R
 
 _TYPE_NAMES = {
     "float32": "Float",
@@ -478,6 +479,7 @@ def _wgrad_samples():
 
 defop(
     "conv2d",
+    onnx=R.conv2d,
     forward=_conv2d,
     shape=_conv2d_shape,
     arity=2,
@@ -492,6 +494,7 @@ defop(
 
 defop(
     "conv2d_input_grad",
+    onnx=R.conv2d_input_grad,
     forward=_conv2d_input_grad,
     shape=_conv2d_input_grad_shape,
     arity=2,
@@ -506,6 +509,7 @@ defop(
 
 defop(
     "conv2d_weight_grad",
+    onnx=R.conv2d_weight_grad,
     forward=_conv2d_weight_grad,
     shape=_conv2d_weight_grad_shape,
     arity=2,
@@ -833,6 +837,7 @@ def _mp_select_vjp_u(g, out, x, u, **a):
 
 defop(
     "max_pool2d",
+    onnx=R.max_pool2d,
     forward=_max_pool2d,
     shape=_max_pool2d_shape,
     arity=1,
@@ -846,6 +851,7 @@ defop(
 
 defop(
     "max_pool2d_grad",
+    onnx=R.max_pool2d_grad,
     forward=_max_pool2d_grad,
     shape=_pool_pair_shape("max_pool2d_grad"),
     arity=2,
@@ -859,6 +865,7 @@ defop(
 
 defop(
     "max_pool2d_select",
+    onnx=R.max_pool2d_select,
     forward=_max_pool2d_select,
     shape=_pool_pair_shape("max_pool2d_select"),
     arity=2,
@@ -872,6 +879,7 @@ defop(
 
 defop(
     "max_pool2d_indices",
+    onnx=R.max_pool2d_indices,
     forward=_max_pool2d_indices,
     shape=_max_pool2d_indices_shape,
     arity=1,

@@ -11,6 +11,7 @@ import numpy as np
 
 import eager.surface as S  # S.where...; by full name ("from .. import" is an edge to eager)
 from .registry import Meta, broadcast_shapes, defop
+import eager.ops.onnx_rules as R
 
 _RNG_SEED = 1234
 
@@ -104,6 +105,7 @@ def _neg_shape(x: Meta) -> Meta:
 
 defop(
     "neg",
+    onnx=R.neg,
     forward=_neg,
     shape=_neg_shape,
     arity=1,
@@ -115,6 +117,7 @@ defop(
 
 defop(
     "exp",
+    onnx="Exp",
     forward=_floatify(np.exp),
     shape=_unary_shape,
     arity=1,
@@ -127,6 +130,7 @@ defop(
 
 defop(
     "log",
+    onnx="Log",
     forward=_floatify(np.log),
     shape=_unary_shape,
     arity=1,
@@ -138,6 +142,7 @@ defop(
 
 defop(
     "sqrt",
+    onnx="Sqrt",
     forward=_floatify(np.sqrt),
     shape=_unary_shape,
     arity=1,
@@ -150,6 +155,7 @@ defop(
 
 defop(
     "sin",
+    onnx="Sin",
     forward=_floatify(np.sin),
     shape=_unary_shape,
     arity=1,
@@ -161,6 +167,7 @@ defop(
 
 defop(
     "cos",
+    onnx="Cos",
     forward=_floatify(np.cos),
     shape=_unary_shape,
     arity=1,
@@ -172,6 +179,7 @@ defop(
 
 defop(
     "tanh",
+    onnx="Tanh",
     forward=_floatify(np.tanh),
     shape=_unary_shape,
     arity=1,
@@ -192,6 +200,7 @@ def _sigmoid(x):
 
 defop(
     "sigmoid",
+    onnx="Sigmoid",
     forward=_floatify(_sigmoid),
     shape=_unary_shape,
     arity=1,
@@ -212,6 +221,7 @@ def _relu(x):
 # PyTorch's threshold_backward: zero where out <= 0, so relu'(0) = 0 and a NaN passes g
 defop(
     "relu",
+    onnx=R.relu,
     forward=_relu,
     shape=_same_shape,
     arity=1,
@@ -224,6 +234,7 @@ defop(
 
 defop(
     "abs",
+    onnx=R.abs_,
     forward=np.abs,
     shape=_same_shape,
     arity=1,
@@ -247,6 +258,7 @@ def _sign(x):
 
 defop(
     "sign",
+    onnx=R.sign,
     forward=_sign,
     shape=_same_shape,
     arity=1,
@@ -308,6 +320,7 @@ def _clamp_samples():
 
 defop(
     "clamp",
+    onnx=R.clamp,
     forward=_clamp,
     shape=_clamp_shape,
     arity=1,
@@ -350,6 +363,7 @@ def _checked(name, fn, bool_error=None):
 
 defop(
     "add",
+    onnx=R.add,
     forward=_checked("add", np.add),
     shape=_binary_shape("add"),
     arity=2,
@@ -368,6 +382,7 @@ def _sub_shape(x: Meta, y: Meta) -> Meta:
 
 defop(
     "sub",
+    onnx=R.sub,
     forward=_checked("sub", np.subtract, _SUB_BOOL),
     shape=_sub_shape,
     arity=2,
@@ -379,6 +394,7 @@ defop(
 
 defop(
     "mul",
+    onnx=R.mul,
     forward=_checked("mul", np.multiply),
     shape=_binary_shape("mul"),
     arity=2,
@@ -404,6 +420,7 @@ def _div_shape(x: Meta, y: Meta) -> Meta:
 
 defop(
     "div",
+    onnx=R.div,
     forward=_checked("div", _div),
     shape=_div_shape,
     arity=2,
@@ -490,6 +507,7 @@ def _pow_vjp_y(g, out, x, y):
 
 defop(
     "pow",
+    onnx=R.pow_,
     forward=_checked("pow", _pow),
     shape=_pow_shape,
     arity=2,
@@ -520,6 +538,7 @@ def _min_vjp(a_wins):
 
 defop(
     "maximum",
+    onnx=R.maximum,
     forward=_checked("maximum", np.maximum),
     shape=_binary_shape("maximum"),
     arity=2,
@@ -530,6 +549,7 @@ defop(
 
 defop(
     "minimum",
+    onnx=R.minimum,
     forward=_checked("minimum", np.minimum),
     shape=_binary_shape("minimum"),
     arity=2,
@@ -559,6 +579,17 @@ _COMPARISON_DOCS = {
     "logical_or": "x or y",
 }
 
+_ONNX_COMPARISONS = {
+    "eq": "Equal",
+    "ne": "NotEqual",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
+    "logical_and": "And",
+    "logical_or": "Or",
+}
+
 for _name, _fn in [
     ("eq", np.equal),
     ("ne", np.not_equal),
@@ -577,10 +608,12 @@ for _name, _fn in [
         vjp=None,
         samples=_binary_samples(),
         doc=_COMPARISON_DOCS[_name],
+        onnx=R.simple(_ONNX_COMPARISONS[_name], cast="bool" if "logical" in _name else "common"),
     )
 
 defop(
     "logical_not",
+    onnx=R.simple("Not", cast="bool"),
     forward=np.logical_not,
     arity=1,
     vjp=None,
@@ -641,6 +674,7 @@ def _where_samples():
 
 defop(
     "where",
+    onnx=R.where,
     forward=_where_forward,
     shape=_where_shape,
     arity=3,
@@ -670,6 +704,7 @@ def _cast(x, dtype):
 
 defop(
     "cast",
+    onnx=R.cast,
     forward=_cast,
     shape=lambda x, dtype: Meta(x.shape, np.dtype(dtype)),
     arity=1,
@@ -686,6 +721,7 @@ defop(
 
 defop(
     "copy",
+    onnx=R.identity,
     forward=np.copy,
     shape=_same_shape,
     arity=1,
@@ -699,6 +735,7 @@ defop(
 # stop_gradient).  Eager's Tensor.detach shares storage instead and never records this op.
 defop(
     "detach",
+    onnx=R.identity,
     forward=np.copy,
     shape=_same_shape,
     arity=1,
@@ -719,6 +756,7 @@ def _fill_shape(x: Meta, value) -> Meta:
 
 defop(
     "fill",
+    onnx=R.fill,
     forward=_fill,
     shape=_fill_shape,
     arity=1,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import Meta, defop
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -155,6 +156,7 @@ def _gather_samples():
 
 defop(
     "gather",
+    onnx=R.gather,
     forward=_gather,
     shape=_gather_shape,
     arity=2,
@@ -268,6 +270,7 @@ def _scatter_add_samples():
 
 defop(
     "scatter_add",
+    onnx=R.scatter_add,
     forward=_scatter(True),
     shape=_scatter_shape("scatter_add"),
     arity=3,
@@ -290,6 +293,7 @@ def _scatter_vjp_x(g, out, x, index, src, dim):
 
 defop(
     "scatter",
+    onnx=R.scatter,
     forward=_scatter(False),
     shape=_scatter_shape("scatter"),
     arity=3,
@@ -351,6 +355,7 @@ def _argsort_samples():
 
 defop(
     "argsort",
+    onnx=R.argsort,
     forward=_argsort,
     shape=_argsort_shape,
     arity=1,

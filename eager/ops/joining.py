@@ -15,6 +15,7 @@ import numpy as np
 
 import eager._dtype as D
 from .registry import Meta, check_size, defop
+import eager.ops.onnx_rules as R
 
 #: the most operands one ``cat`` node takes (one VJP rule per operand position);
 #: eager.cat nests cats for longer lists
@@ -112,6 +113,7 @@ def _cat_samples():
 
 defop(
     "cat",
+    onnx=R.cat,
     forward=_cat,
     shape=_cat_shape,
     arity=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .registry import Meta, broadcast_shapes, defop
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -77,6 +78,7 @@ def _matmul(a, b):
 
 defop(
     "matmul",
+    onnx=R.matmul,
     forward=_matmul,
     shape=_matmul_shape,
     arity=2,
@@ -282,4 +284,5 @@ for _name, _shape, _samples_fn, _doc in (
         reads=((), (2,), (1,)),
         samples=_samples_fn,
         doc=_doc,
+        onnx=R.addmm if _name == "addmm" else R.baddbmm,
     )

@@ -10,6 +10,7 @@ from typing import Optional
 
 import eager.surface as S  # S.where...; by full name ("from .. import" is an edge to eager)
 from .registry import Meta, check_size, defop
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -26,6 +27,7 @@ def _reshape_shape(x: Meta, shape) -> Meta:
 
 defop(
     "reshape",
+    onnx=R.reshape,
     forward=lambda x, shape: x.reshape(shape),
     shape=_reshape_shape,
     arity=1,
@@ -60,6 +62,7 @@ def _transpose_shape(x: Meta, perm) -> Meta:
 
 defop(
     "transpose",
+    onnx=R.transpose,
     forward=lambda x, perm: x.transpose(perm),
     shape=_transpose_shape,
     arity=1,
@@ -121,6 +124,7 @@ def _expand(x, shape):
 
 defop(
     "expand",
+    onnx=R.expand,
     forward=_expand,
     shape=_expand_shape,
     arity=1,
@@ -293,6 +297,7 @@ def _getitem_samples():
 
 defop(
     "getitem",
+    onnx=R.getitem,
     forward=_getitem,
     shape=_getitem_shape,
     arity=None,
@@ -319,6 +324,7 @@ def _getitem_grad_samples():
 
 defop(
     "getitem_grad",
+    onnx=R.getitem_grad,
     forward=_getitem_grad,
     shape=_getitem_grad_shape,
     arity=None,
@@ -402,6 +408,7 @@ def _setitem_samples():
 
 defop(
     "setitem",
+    onnx=R.setitem,
     forward=_setitem,
     shape=_setitem_shape,
     arity=None,

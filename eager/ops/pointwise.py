@@ -14,6 +14,7 @@ import numpy as np
 
 from .elementwise import _binary_samples, _float_dtype, _floatify, _unary_samples
 from .registry import Meta, broadcast_shapes, defop
+import eager.ops.onnx_rules as R
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
@@ -208,6 +209,25 @@ _UNARY = {
     ),
 }
 
+# how each exports to ONNX: one operator, or a rule where ONNX has none (or an inaccurate one)
+_ONNX_UNARY = {
+    "log1p": R.log1p,
+    "expm1": R.expm1,
+    "erf": "Erf",
+    "tan": "Tan",
+    "asin": "Asin",
+    "acos": "Acos",
+    "atan": "Atan",
+    "sinh": "Sinh",
+    "cosh": "Cosh",
+    "asinh": "Asinh",
+    "acosh": "Acosh",
+    "atanh": "Atanh",
+    "log2": R.log2,
+    "log10": R.log10,
+    "exp2": R.exp2,
+}
+
 for _name, (_fn, _rule, _saves, _saves_out, _samples) in _UNARY.items():
     defop(
         _name,
@@ -219,6 +239,7 @@ for _name, (_fn, _rule, _saves, _saves_out, _samples) in _UNARY.items():
         vjp=(_rule,),
         samples=_samples,
         doc=f"{_name}(x), elementwise; integer inputs give float32",
+        onnx=_ONNX_UNARY[_name],
     )
 
 # --- rounding: the dtype is kept (an integer is its own floor), the gradient is zero ------
@@ -247,6 +268,7 @@ def _rounding(fn, name):
 for _name, _fn in (("floor", np.floor), ("ceil", np.ceil), ("round", np.rint), ("trunc", np.trunc)):
     defop(
         _name,
+        onnx=R.rounding(_name),
         forward=_rounding(_fn, _name),
         shape=_rounding_shape(_name),
         arity=1,
@@ -360,6 +382,7 @@ def _division_samples():
 # to y; floor_divide's is zero (PyTorch's div(rounding_mode="floor") rule).
 defop(
     "floor_divide",
+    onnx=R.floor_divide,
     forward=_checked("floor_divide", _floor_divide),
     shape=_division_shape("floor_divide"),
     arity=2,
@@ -371,6 +394,7 @@ defop(
 
 defop(
     "remainder",
+    onnx=R.remainder,
     forward=_checked("remainder", _remainder),
     shape=_division_shape("remainder"),
     arity=2,
@@ -385,6 +409,7 @@ defop(
 
 defop(
     "fmod",
+    onnx=R.fmod,
     forward=_checked("fmod", _fmod),
     shape=_division_shape("fmod"),
     arity=2,
@@ -418,6 +443,7 @@ def _atan2_samples():
 
 defop(
     "atan2",
+    onnx=R.atan2,
     forward=_checked("atan2", _atan2),
     shape=_atan2_shape,
     arity=2,

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from .registry import Meta, check_size, defop
+import eager.ops.onnx_rules as R
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # Philox 4x32 multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
@@ -166,6 +167,10 @@ def _samples() -> list:
 
 defop(
     "philox",
+    onnx=R.NoOnnx(
+        "ONNX's RandomNormal/RandomUniform cannot reproduce graphc's Philox 4x32-10 bits: "
+        "draw the random numbers outside and pass them in as an input"
+    ),
     forward=_philox,
     shape=_philox_shape,
     arity=1,

@@ -6,6 +6,7 @@ import numpy as np
 
 import eager.surface as S  # S.where...; by full name ("from .. import" is an edge to eager)
 from .registry import Meta, defop, norm_axes, reduced_shape
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -66,6 +67,7 @@ def _sum_dtype(d: np.dtype) -> np.dtype:
 
 defop(
     "sum",
+    onnx=R.reduce_sum,
     forward=_sum,
     shape=_reduce_shape(_sum_dtype),
     arity=1,
@@ -102,6 +104,7 @@ def _mean_vjp(g, out, x, axis, keepdim):
 
 defop(
     "mean",
+    onnx=R.reduce_mean,
     forward=_mean,
     shape=_reduce_shape(_mean_dtype),
     arity=1,
@@ -173,6 +176,7 @@ def _nonempty_samples():
 
 defop(
     "max",
+    onnx=R.reduce_max,
     forward=_minmax_forward(np.max, "max"),
     shape=_minmax_shape("max"),
     arity=1,
@@ -187,6 +191,7 @@ defop(
 
 defop(
     "min",
+    onnx=R.reduce_min,
     forward=_minmax_forward(np.min, "min"),
     shape=_minmax_shape("min"),
     arity=1,
@@ -244,6 +249,7 @@ def _dim_samples():
 
 defop(
     "max_dim",
+    onnx=R.reduce_max,
     forward=_minmax_forward(np.max, "max"),
     shape=_dim_shape("max"),
     arity=1,
@@ -257,6 +263,7 @@ defop(
 
 defop(
     "min_dim",
+    onnx=R.reduce_min,
     forward=_minmax_forward(np.min, "min"),
     shape=_dim_shape("min"),
     arity=1,
@@ -299,6 +306,7 @@ def _arg_samples():
 
 defop(
     "argmax",
+    onnx=R.argmax,
     forward=_arg_forward(np.argmax, "argmax"),
     shape=_arg_shape("argmax"),
     arity=1,
@@ -310,6 +318,7 @@ defop(
 )
 defop(
     "argmin",
+    onnx=R.argmin,
     forward=_arg_forward(np.argmin, "argmin"),
     shape=_arg_shape("argmin"),
     arity=1,
@@ -330,6 +339,7 @@ def _bool_reduce(fn):
 
 defop(
     "all",
+    onnx=R.reduce_all,
     forward=_bool_reduce(np.all),
     shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
     arity=1,
@@ -341,6 +351,7 @@ defop(
 )
 defop(
     "any",
+    onnx=R.reduce_any,
     forward=_bool_reduce(np.any),
     shape=_reduce_shape(lambda d: np.dtype(np.bool_)),
     arity=1,

@@ -77,6 +77,9 @@ class OpDef:
     view: bool = False
     doc: str = ""
     samples: Callable[[], list] = field(default=lambda: [], compare=False)
+    # how the op exports to ONNX (eager.ops.onnx_rules): an ONNX op type, a rule
+    # ``rule(builder, names, metas, out_meta, **attrs) -> name`` or a NoOnnx refusal
+    onnx: Any = field(default=None, compare=False)
 
     @property
     def differentiable(self) -> bool:
@@ -135,11 +138,13 @@ def defop(
     doc: str = "",
     samples=None,
     reads=None,
+    onnx=None,
 ) -> OpDef:
     """Register a primitive.  Names are unique: a second definition is a bug.
 
     ``attrs`` maps each static attribute's name to its type (a key of :data:`ATTR_TYPES`),
-    ``family`` is a key of :data:`FAMILIES`."""
+    ``family`` is a key of :data:`FAMILIES`; ``onnx`` says how the op exports to ONNX (see
+    :mod:`eager.ops.onnx_rules`)."""
     if name in OPS:
         raise ValueError(f"op {name!r} is defined twice")
     if family not in FAMILIES:
@@ -165,6 +170,7 @@ def defop(
         view=view,
         doc=doc,
         samples=samples if samples is not None else (lambda: []),
+        onnx=onnx,
     )
     OPS[name] = op
     return op

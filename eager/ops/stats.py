@@ -9,6 +9,7 @@ import numpy as np
 
 from .reduce import _keep_shape, _np_axis, _reduce_shape, _sum_dtype
 from .registry import Meta, defop
+import eager.ops.onnx_rules as R
 
 
 def _rng():
@@ -73,6 +74,7 @@ def _prod_samples():
 
 defop(
     "prod",
+    onnx=R.reduce_prod,
     forward=_prod,
     shape=_reduce_shape(_sum_dtype),
     arity=1,
@@ -193,6 +195,7 @@ def _cumsum_samples():
 
 defop(
     "cumsum",
+    onnx=R.cumsum,
     forward=_cumsum,
     shape=_scan_shape("cumsum"),
     arity=1,
@@ -206,6 +209,7 @@ defop(
 
 defop(
     "cumprod",
+    onnx=R.cumprod,
     forward=_cumprod,
     shape=_scan_shape("cumprod"),
     arity=1,
@@ -290,6 +294,7 @@ def _linrec_samples():
 
 defop(
     "linrec",
+    onnx=R.linrec,
     forward=_linrec_fwd,
     shape=_linrec_shape,
     arity=2,

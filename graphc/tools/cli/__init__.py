@@ -4,6 +4,7 @@
     graphc compare model.py:loss --example
     graphc ir model.py:loss --args f32[64,1000],f32[1000,100] --stage optimized
     graphc bench --quick
+    graphc export model.py:predict --args f32[1,64] -o model.onnx
 
 Usage errors (a missing file or function, a bad --args spec) print one line on
 stderr and exit with status 2; a function that cannot be compiled exits with 1.
@@ -514,6 +515,10 @@ def build_parser() -> argparse.ArgumentParser:
         "the optimized graph); an SVG next to it if Graphviz 'dot' is installed",
     )
     i.set_defaults(func=cmd_ir)
+
+    from .export import add_parser as _add_export
+
+    _add_export(sub, _add_input_options, EXAMPLE_HELP, (load_function, resolve_inputs, _failed))
 
     b = sub.add_parser(
         "bench",
