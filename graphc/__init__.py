@@ -26,6 +26,7 @@ from .runtime.parallel import get_num_threads, set_num_threads
 from .ir import Graph, verify
 from .tracer import Tracer, trace
 from .tools.bisect import bisect_passes
+from .onnx import import_onnx
 from .tools.compare import compare
 from .tools.report import ComparisonReport
 from ._version import __version__
@@ -45,6 +46,7 @@ __all__ = [
     "hessian",
     "compile",
     "compare",
+    "import_onnx",
     "ComparisonReport",
     "CompiledFunction",
     "CacheInfo",

@@ -21,7 +21,7 @@ ROOMS = [
     ("runtime", ("graphc.runtime",)),
     ("api", ("graphc.signature", "graphc.autograd_bridge", "graphc.cond", "graphc.loops",
              "graphc.transforms", "graphc.api", "graphc.entry", "graphc.inspection",
-             "graphc.forward")),
+             "graphc.forward", "graphc.onnx")),
     ("tools", ("graphc.tools",)),
     ("top", ("graphc.__main__", "graphc")),
 ]
