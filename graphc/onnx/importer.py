@@ -256,24 +256,41 @@ _OPS["Or"] = _binary(eager.logical_or)
 _OPS["Xor"] = _binary(eager.ne)  # on booleans
 
 
+def _int_divisor(a: Any, b: Any) -> Any:
+    """A static integer divisor holding one value as a Python int (graphc compiles integer
+    division by a constant scalar), else the divisor as a tensor."""
+    if _static(b) and b.size and b.dtype.kind in "iu" and np.all(b == b.reshape(-1)[0]):
+        if b.ndim <= len(_shape(a)):  # the result's shape is a's
+            return int(b.reshape(-1)[0])
+    return _t(b)
+
+
 @_op("Div")
 def _div(node, at, xs, opset):
-    a, b = _t(xs[0]), _t(xs[1])
+    a = _t(xs[0])
     if a.is_floating_point():
-        return [eager.div(a, b)]
-    return [eager.div(a, b, rounding_mode="trunc")]  # C integer division
+        return [eager.div(a, _t(xs[1]))]
+    b = _int_divisor(a, xs[1])
+    # C integer division: the floor quotient, one more where a remainder has the
+    # dividend's sign opposite the divisor's
+    q = eager.floor_divide(a, b)
+    neg_b = (b < 0) if not isinstance(b, int) else eager.full_like(a, b < 0, dtype=eager.bool)
+    fix = (a - q * b != 0) & ((a < 0) != neg_b)
+    return [q + fix.to(q.dtype)]
 
 
 @_op("Mod")
 def _mod(node, at, xs, opset):
-    a, b = _t(xs[0]), _t(xs[1])
+    a = _t(xs[0])
+    b = _t(xs[1]) if a.is_floating_point() else _int_divisor(a, xs[1])
     fmod = int(at.get("fmod", 0))
     if a.is_floating_point() and not fmod:
         raise OnnxImportError(
             f"import_onnx: node {_nname(node)} (Mod): fmod=0 on floating-point inputs is "
             "invalid ONNX (the spec requires fmod=1)"
         )
-    return [eager.fmod(a, b) if fmod else eager.remainder(a, b)]
+    out = eager.fmod(a, b) if fmod else eager.remainder(a, b)
+    return [out.to(a.dtype) if out.dtype != a.dtype else out]
 
 
 @_op("Pow")
@@ -1245,6 +1262,7 @@ def _eval(node: Any, at: dict, xs: list, opset: int) -> list:
             f"import_onnx: node {_nname(node)} ({node.op_type}) failed on inputs of shapes "
             f"{[None if x is None else list(_shape(x)) for x in xs]}: {exc}"
         ) from exc
+    outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
     if static:
         outs = [o if o is None or _static(o) else np.array(o.detach().numpy()) for o in outs]
     if len(outs) < len([o for o in node.output if o]):
