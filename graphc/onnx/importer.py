@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 import eager
-import eager.nn.functional as F
+from eager.interop import NN_FUNCTIONAL as F
 
 from ..errors import GraphcError, UnsupportedOpError
 
@@ -1236,6 +1236,7 @@ def import_onnx(model_or_path: Any, *, trainable: bool = False, check: bool = Tr
     run.opset = opset  # type: ignore[attr-defined]
     run.parameters = params  # type: ignore[attr-defined]
     run.model = model  # type: ignore[attr-defined]
+    run.graphc_onnx_import = True  # type: ignore[attr-defined]  # graphc.compare's ORT column
     return run
 
 
