@@ -44,7 +44,7 @@ def _exporter() -> Optional[Callable]:
 def model_bytes(fn: Callable, example_args: tuple) -> tuple:
     """(serialized model or None, where it came from, why there is none or None)."""
     if getattr(fn, "graphc_onnx_import", False):
-        return fn.model.SerializeToString(), "the imported model", None
+        return getattr(fn, "model").SerializeToString(), "the imported model", None
     if not _have_ort():
         return None, None, None
     exp = _exporter()
