@@ -959,16 +959,38 @@ def _pad(node, at, xs, opset):
     full = [0] * (2 * rank)
     for j, a in enumerate(axes):
         full[a], full[a + rank] = pads[j], pads[j + k]
+    if mode != "constant":  # edge / reflect on any axes: gather the padded indices
+        out = x
+        for a in range(rank):
+            pb, pe = full[a], full[a + rank]
+            if not pb and not pe:
+                continue
+            n = _shape(out)[a]
+            idx = np.arange(-pb, n + pe, dtype=np.int64)
+            if mode == "edge":
+                if n == 0:
+                    raise OnnxImportError(
+                        f"import_onnx: node {_nname(node)} (Pad): edge padding of an empty axis"
+                    )
+                idx = np.clip(idx, 0, n - 1)
+            else:
+                if n < 2 or max(pb, pe) > n - 1:
+                    raise OnnxImportError(
+                        f"import_onnx: node {_nname(node)} (Pad): reflect padding {pb, pe} of "
+                        f"an axis of size {n} (needs pads smaller than the size)"
+                    )
+                m = 2 * (n - 1)
+                idx = np.mod(idx, m)
+                idx = np.where(idx >= n, m - idx, idx)
+            out = _index(out, a, idx)
+        return [out]
     fp: list = []
     lead = min([a for a in range(rank) if full[a] or full[a + rank]], default=rank)
     for a in reversed(range(lead, rank)):
         fp += [full[a], full[a + rank]]
     if not fp:
         return [x]
-    fmode = {"constant": "constant", "reflect": "reflect", "edge": "replicate"}[mode]
-    if fmode == "constant":
-        return [F.pad(x, fp, mode="constant", value=value)]
-    return [F.pad(x, fp, mode=fmode)]
+    return [F.pad(x, fp, mode="constant", value=value)]
 
 
 SUPPORTED_OPERATORS = tuple(sorted(_OPS))

@@ -198,6 +198,42 @@ CASES = [
     ("Pad", {"x": f32(1, 2, 4)}, {"mode": "reflect"}, {"p": np.array([0, 0, 2, 0, 0, 1], I64)}),
     ("Sum", {"a": f32(2, 3), "b": f32(3), "c": f32(2, 1)}, {}, {}),
     ("Max", {"a": f32(2, 3), "b": f32(3)}, {}, {}),
+    ("AveragePool", {"x": f32(1, 2, 7, 6)}, {"kernel_shape": [3, 2], "strides": [2, 2],
+                                             "ceil_mode": 1}, {}),
+    ("Conv", {"x": f32(1, 2, 6, 5)}, {"auto_pad": "SAME_LOWER", "strides": [2, 1]},
+     {"w": f32(3, 2, 2, 2)}),
+    ("Round", {"x": np.array([0.5, 1.5, 2.5, -0.5, -1.5, 0.49, 2.51], np.float32)}, {}, {}),
+    ("Cast", {"x": np.array([-2.7, -0.5, 0.5, 2.7], np.float32)}, {"to": TensorProto.INT32},
+     {}),
+    ("Cast", {"x": np.array([-2.0, 0.0, 0.5], np.float64)}, {"to": TensorProto.BOOL}, {}),
+    ("Clip", {"x": f32(3, 4)}, {"min": -0.2, "max": 0.3}, {}, 7),
+    ("Clip", {"x": RNG.integers(-9, 9, (5,))}, {}, {"lo": np.array(-2, I64),
+                                                     "hi": np.array(3, I64)}),
+    ("Range", {}, {}, {"a": np.array(1.0, np.float32), "b": np.array(2.2, np.float32),
+                       "c": np.array(0.25, np.float32)}),
+    ("Range", {}, {}, {"a": np.array(5, I64), "b": np.array(-4, I64), "c": np.array(-3, I64)}),
+    ("ConstantOfShape", {}, {"value": numpy_helper.from_array(np.array([7], I64))},
+     {"s": np.array([2, 3], I64)}),
+    ("Size", {"x": f32(2, 3)}, {}, {}),
+    ("ArgMax", {"x": f32(3, 4)}, {"axis": 1, "keepdims": 0}, {}),
+    ("ArgMin", {"x": f32(3, 4)}, {"axis": -2}, {}),
+    ("Not", {"x": RNG.random(4) > 0.5}, {}, {}),
+    ("And", {"a": RNG.random((2, 4)) > 0.5, "b": RNG.random(4) > 0.5}, {}, {}),
+    ("Xor", {"a": RNG.random(4) > 0.5, "b": RNG.random(4) > 0.5}, {}, {}),
+    ("Pow", {"a": RNG.integers(-3, 4, (5,)), "b": np.array([2, 3, 1, 0, 2])}, {}, {}),
+    ("Pow", {"a": np.abs(f64(3)) + 0.1, "b": np.array(2.5)}, {}, {}),
+    ("HardSigmoid", {"x": f32(3, 4) * 4}, {"alpha": 0.3}, {}),
+    ("Elu", {"x": f32(3, 4)}, {"alpha": 0.7}, {}),
+    ("PRelu", {"x": f32(2, 3, 2)}, {}, {"s": f32(3, 1)}),
+    ("Softplus", {"x": f32(3, 4)}, {}, {}),
+    ("Sign", {"x": np.array([-2.0, 0.0, 3.0], np.float32)}, {}, {}),
+    ("ReduceProd", {"x": f32(2, 3, 4)}, {"axes": [0, 2], "keepdims": 0}, {}, 13),
+    ("Gather", {"x": np.arange(12).reshape(3, 4)}, {"axis": 1},
+     {"i": np.array([[3], [-4]], I64)}),
+    ("Pad", {"x": f32(2, 3)}, {"mode": "edge"}, {"p": np.array([1, 0, 0, 2], I64)}),
+    ("Pad", {"x": f32(3, 4)}, {"mode": "reflect"}, {"p": np.array([2, 1, 1, 3], I64)}),
+    ("Pad", {"x": f32(3, 4)}, {"mode": "constant"}, {"p": np.array([-1, 1, 0, -2], I64)}),
+    ("MatMul", {"a": f32(3), "b": f32(3)}, {}, {}),
 ]
 
 
@@ -478,6 +514,23 @@ def test_bad_shapes_and_dtypes_at_call_time():
     m = model("Reshape", {"x": f32(2, 3)}, inits={"s": np.array([4, -1], I64)})
     with pytest.raises(OnnxImportError, match=r"'reshape_0' \(Reshape\): cannot reshape"):
         import_onnx(m, check=False)(f32(2, 3))
+
+
+def test_huge_declared_input_shape_is_only_checked_against_the_call():
+    m = model("Relu", {"x": f32(2)})
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1 << 40
+    f = import_onnx(m, check=False)
+    with pytest.raises(OnnxImportError, match=r"must have shape x: float32\[1099511627776\]"):
+        f(f32(2))
+
+
+def test_malformed_attribute_and_output_count_name_the_node():
+    m = model("Transpose", {"x": f32(2, 3)}, {"perm": [0, 0]})
+    with pytest.raises(OnnxImportError, match=r"'transpose_0' \(Transpose\): perm \[0, 0\]"):
+        import_onnx(m, check=False)(f32(2, 3))
+    m = model("Split", {"x": f32(2, 4)}, {"axis": 1}, {"s": np.array([1, 2], I64)}, n_out=2)
+    with pytest.raises(OnnxImportError, match=r"'split_0' \(Split\): sizes \[1, 2\]"):
+        import_onnx(m, check=False)(f32(2, 4))
 
 
 def test_unsupported_dtype_opset_and_inputs():
