@@ -274,8 +274,9 @@ def _div(node, at, xs, opset):
     # C integer division: the floor quotient, one more where a remainder has the
     # dividend's sign opposite the divisor's
     q = eager.floor_divide(a, b)
-    neg_b = (b < 0) if not isinstance(b, int) else eager.full_like(a, b < 0, dtype=eager.bool)
-    fix = (a - q * b != 0) & ((a < 0) != neg_b)
+    # (no factory here: a factory's tensor is a traced value even for constant inputs)
+    opposite = ((a > 0) if b < 0 else (a < 0)) if isinstance(b, int) else ((a < 0) != (b < 0))
+    fix = (a - q * b != 0) & opposite
     return [q + fix.to(q.dtype)]
 
 

@@ -333,6 +333,48 @@ def test_regenerated_torch_export_matches_torch_and_committed_file(name):
     np.testing.assert_allclose(committed(x.numpy()).numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+def test_torch_exported_attention_block_matches_torch_and_onnxruntime():
+    torch = pytest.importorskip("torch")
+    from .torch_models import attention_block, export_bytes
+
+    m, x = attention_block()
+    data = export_bytes("attention")
+    ops = {n.op_type for n in onnx.load_from_string(data).graph.node}
+    assert {"Shape", "Gather", "Reshape", "Softmax", "LayerNormalization"} <= ops
+    f = check(onnx.load_from_string(data), {"x": x.numpy()}, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(np.asarray(graphc.compile(f)(x.numpy())), want, rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_integer_shape_arithmetic_folds_under_compile():
+    """Shape -> Gather -> Div (int, truncating) / Mod -> Concat -> Reshape: all static, also
+    while graphc traces (no traced value may appear in a folded node).  8 columns:
+    -trunc(8 / -3) + 8 mod 3 = 2 + 2 = 4 columns out (floor division would give 5 and
+    fail)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+        helper.make_node("Div", ["c", "minus3"], ["h"]),
+        helper.make_node("Neg", ["h"], ["nh"]),
+        helper.make_node("Mod", ["c", "three"], ["r"]),
+        helper.make_node("Add", ["nh", "r"], ["cols"]),
+        helper.make_node("Unsqueeze", ["cols", "ax0"], ["cols1"]),
+        helper.make_node("Concat", ["minus1", "cols1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(v, I64), n) for n, v in
+             (("one", 1), ("minus3", -3), ("three", 3), ("ax0", [0]), ("minus1", [-1]))]
+    g = helper.make_graph(nodes, "intshape",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = _typed_outputs(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                                         ir_version=8))
+    f = check(m, {"x": f32(2, 8)})
+    assert f(f32(2, 8)).shape == (4, 4)
+
+
 # ---------------------------------------------------------------------------
 # transforms of imported models
 

@@ -34,11 +34,34 @@ def build(name: str):
     return m, x
 
 
+def attention_block():
+    """(a pre-norm self-attention block with GELU and a Linear, in eval mode; an input
+    of shape (2, 5, 8)): PyTorch's export of it has Shape/Gather/Div/Concat/Reshape
+    chains, LayerNormalization, Softmax, Transpose, MatMul.  Not committed."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nn.LayerNorm(8)
+            self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.ff = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.ln(x)
+            a, _ = self.att(h, h, h, need_weights=False)
+            return self.ff(torch.nn.functional.gelu(x + a)).mean(dim=1)
+
+    torch.manual_seed(0)
+    return Block().eval(), torch.randn(2, 5, 8)
+
+
 def export_bytes(name: str) -> bytes:
     """The ONNX export (TorchScript exporter, opset 17, dynamic batch) as bytes."""
     import torch
 
-    m, x = build(name)
+    m, x = attention_block() if name == "attention" else build(name)
     buf = io.BytesIO()
     torch.onnx.export(m, (x,), buf, input_names=["x"], output_names=["y"], opset_version=17,
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)
