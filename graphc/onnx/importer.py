@@ -1288,13 +1288,24 @@ def _eval(node: Any, at: dict, xs: list, opset: int) -> list:
         ) from exc
     outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
     if static:
-        outs = [o if o is None or _static(o) else np.array(o.detach().numpy()) for o in outs]
+        outs = [_concrete(o) for o in outs]
     if len(outs) < len([o for o in node.output if o]):
         raise OnnxImportError(
             f"import_onnx: node {_nname(node)} ({node.op_type}): {len(node.output)} outputs "
             "requested, graphc computes only the first"
         )
     return outs
+
+
+def _concrete(v: Any) -> Any:
+    """A static node's result as numpy; a value only a trace knows (an eager op made a
+    traced value from constants) stays as it is: operators needing it static refuse."""
+    if v is None or _static(v):
+        return v
+    try:
+        return np.array(v.detach().numpy())
+    except GraphcError:
+        return v
 
 
 def _fold_constants(nodes: list, consts: dict, opset: int) -> tuple:

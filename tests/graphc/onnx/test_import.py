@@ -596,6 +596,14 @@ def test_dynamic_shape_operand_is_refused_with_the_node_named():
         import_onnx(m)(x, s)
 
 
+def test_without_onnx_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install \.\[onnx\]"):
+        import_onnx(b"")
+
+
 def test_import_graphc_does_not_import_onnx():
     import subprocess
     import sys
