@@ -27,6 +27,7 @@ from .ir import Graph, verify
 from .tracer import Tracer, trace
 from .onnx import export_onnx
 from .tools.bisect import bisect_passes
+from .onnx import import_onnx
 from .tools.compare import compare
 from .tools.report import ComparisonReport
 from ._version import __version__
@@ -47,6 +48,7 @@ __all__ = [
     "compile",
     "export_onnx",
     "compare",
+    "import_onnx",
     "ComparisonReport",
     "CompiledFunction",
     "CacheInfo",

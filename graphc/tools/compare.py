@@ -19,6 +19,9 @@ as a table and serializes to JSON:
 * numerics: every output and gradient of both modes against a float64 eager
   run; when the compiled side disagrees, the first node of the optimized graph
   whose native value differs from the interpreter;
+* a third engine, ONNX Runtime, when the function came from ``graphc.import_onnx``
+  or ``graphc.export_onnx`` exists and onnx/onnxruntime are installed: its time per
+  forward call and its outputs' agreement (``graphc.tools.onnx_column``);
 * when tracing is impossible (``if`` on a value, ``.item()``...), the report
   keeps the eager column and says why, where, and what to do instead.
 """
@@ -350,6 +353,9 @@ def compare(
     ``backward()`` on the first (scalar) output, and the compiled side compiles
     ``graphc.value_and_grad`` of ``fn`` w.r.t. every argument made of float arrays
     (or only the arguments in ``argnums``, which are then the only ones eager tracks).
+    A function from ``graphc.import_onnx`` (or any function, when ``graphc.export_onnx``
+    exists and onnx/onnxruntime are installed) also gets an ONNX Runtime column: time
+    per forward call and agreement of its outputs (``report.onnxruntime``).
     ``repeat`` fixes the number of timing repeats (default: adaptive); ``budget``
     is the target seconds of timed calls per mode.
     """
@@ -392,6 +398,21 @@ def compare(
     if comp.error is None and not all_agree:
         divergence = _divergence(comp.cf, comp.args)
     speedup, break_even = _payoff(e_time, compiled_col)
+    ort_col, ort_error = None, None
+    if not ev.step:
+        from .onnx_column import COLUMN_NOTE, onnxruntime_column
+
+        ort_col, ort_error = onnxruntime_column(
+            fn,
+            [a for arrs in inputs.arrays for _, a in arrs],
+            ref.outputs,
+            ev.outputs,
+            lambda call: _measure(call, reps, warmup, budget),
+            _errors,
+            TOLERANCE,
+        )
+        if ort_col is not None:
+            notes.append(COLUMN_NOTE)
     return ComparisonReport(
         function=name,
         signature=inputs.signature(name),
@@ -405,6 +426,8 @@ def compare(
         agreement=rows,
         all_agree=all_agree if comp.error is None else None,
         divergence=divergence,
+        onnxruntime=ort_col,
+        onnxruntime_error=ort_error,
         timing={
             "repeat": reps,
             "warmup": warmup,

@@ -27,6 +27,8 @@ class ComparisonReport:
         "agreement",
         "all_agree",
         "divergence",
+        "onnxruntime",
+        "onnxruntime_error",
         "timing",
         "notes",
     )
@@ -76,6 +78,9 @@ class ComparisonReport:
         lines.append("")
         lines += self._numerics_rows()
         lines.append("")
+        if self.onnxruntime is not None or self.onnxruntime_error:
+            lines += self._onnxruntime_rows()
+            lines.append("")
         lines += self._timing_rows()
         return "\n".join(ln.rstrip() for ln in lines)
 
@@ -211,6 +216,42 @@ class ComparisonReport:
                 lines.append("  compiled values DIFFER from the reference")
                 if self.divergence:
                     lines.append(f"  first diverging node: {self.divergence}")
+        return lines
+
+    def _onnxruntime_rows(self) -> list:
+        """The third engine: ONNX Runtime's time per forward call and its agreement."""
+        o = self.onnxruntime
+        if o is None:
+            return textwrap.wrap(
+                f"ONNX Runtime: not run -- {self.onnxruntime_error}",
+                96,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
+        t = o["time_per_call_s"]
+        rel = []
+        for label, col in (("eager", self.eager), ("compiled", self.compiled)):
+            if col and t > 0:
+                rel.append(f"{label} / ORT = {col['time_per_call_s'] / t:.2f}x")
+        lines = [
+            f"  ONNX Runtime (CPU provider, model: {o['source']})",
+            _row("time per call (median)", _fmt_time(t), "", ", ".join(rel)),
+            _row("first call (session)", _fmt_time(o["first_call_s"]), ""),
+        ]
+        if self.grads:
+            lines.append(
+                "    (ORT runs the forward only; eager and compiled times include gradients)"
+            )
+        for a in o["agreement"]:
+            lines.append(
+                f"  {a['name']:<22} abs {a['abs']:.2e}  rel {a['rel']:.2e}  "
+                + ("ok" if a["ok"] else "DIFFERS")
+            )
+        lines.append(
+            "  ONNX Runtime agrees within tolerance"
+            if o["all_agree"]
+            else "  ONNX Runtime values DIFFER from the reference"
+        )
         return lines
 
     def _timing_rows(self) -> list:
