@@ -31,7 +31,10 @@ def test_imported_model_gets_an_onnxruntime_column():
 def test_no_column_without_an_exporter(monkeypatch):
     import graphc.onnx as gonnx
 
+    import graphc.onnx.export as gexport
+
     monkeypatch.delattr(gonnx, "export_onnx", raising=False)
+    monkeypatch.delattr(gexport, "export_onnx", raising=False)
     r = graphc.compare(lambda x: (x * 2).sum(), np.ones(3, np.float32), budget=0.01, repeat=3)
     assert r.onnxruntime is None and r.onnxruntime_error is None
     assert "ONNX Runtime" not in str(r)
