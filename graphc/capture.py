@@ -252,11 +252,11 @@ def _param_place(root: Place, gi: int, pi: int) -> Place:
     return place
 
 
-def _state_place(root: Place, gi: int, pi: int, k: str) -> Place:
+def _state_place(root: Place, p: Tensor, k: str) -> Place:
+    # keyed by the parameter itself: the optimizer's guard checks it still holds it
     def place(args: tuple) -> tuple:
         holder, key = root(args)
-        opt = holder[key]
-        return opt.state[opt.param_groups[gi]["params"][pi]], k
+        return holder[key].state[p], k
 
     return place
 
@@ -285,7 +285,7 @@ def _walk_optimizer(opt: Any, name: str, place: Place, found: dict) -> None:
         for k, v in (st or {}).items():
             if isinstance(v, Tensor) and id(v) not in found:
                 found[id(v)] = Captured(
-                    f"{name}.state[{pcap.name}][{k!r}]", _state_place(place, gi, pi, k), v
+                    f"{name}.state[{pcap.name}][{k!r}]", _state_place(place, pcap.tensor, k), v
                 )
 
 
@@ -311,6 +311,8 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
     if isinstance(obj, Tensor):
         if id(obj) not in found:
             found[id(obj)] = Captured(name, place, obj)
+        elif isinstance(found[id(obj)], OptParamCaptured):
+            found[id(obj)].also.append(place)  # an optimizer's parameter, read by name
     elif _is_module(obj):
         for mprefix, mod in obj.named_modules():
             chain = tuple(mprefix.split(".")) if mprefix else ()

@@ -46,6 +46,11 @@ class Optimizer:
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group of parameters, filling unspecified hyper-parameters from ``defaults``."""
+        if self.__dict__.get("_traced_by") is not None:
+            raise RuntimeError(
+                f"{type(self).__name__}.add_param_group() was called inside a function being "
+                "compiled; add param groups outside it (the next call traces again)"
+            )
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
         params = param_group["params"]
