@@ -391,7 +391,9 @@ def trace_flat(
     members = _alias_inputs(ctx, aliases, bound.inputs)
     n_args = len(specs)
     ctx.arg_tensors = {
-        id(leaf): f"argument {path}" for leaf, path, _ in bound.arg_leaves if isinstance(leaf, Tensor)
+        id(leaf): f"argument {path}"
+        for leaf, path, _ in bound.arg_leaves
+        if isinstance(leaf, Tensor)
     }
     lifted = _lift(ctx, fn, args, specs, bound.inputs, watched, bound.used_names)
     py_state, np_state = _global_random_states()
@@ -484,7 +486,17 @@ class _Installed:
     """An optimizer while traced: what it held before (restored after) and the state the
     traced step saw and left."""
 
-    __slots__ = ("oc", "groups", "params", "state", "trace_state", "before", "lrs", "n_after", "tracers")
+    __slots__ = (
+        "oc",
+        "groups",
+        "params",
+        "state",
+        "trace_state",
+        "before",
+        "lrs",
+        "n_after",
+        "tracers",
+    )
 
     def __init__(self, oc: Any) -> None:
         self.oc = oc
