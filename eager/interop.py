@@ -26,6 +26,7 @@ from .autograd.engine import NO_GRAD_HINTS
 from .autograd.function import AccumulateGrad
 from .autograd.grad_mode import STATE as GRAD_MODE
 from .nn.module import CALLS, Module
+from .optim.optimizer import Optimizer
 from .ops.movement import assigned_shape
 from .ops.registry import ATTR_TYPES, FAMILIES, MAX_BYTES, OPS, Meta, check_size, norm_axes, ops_of
 from .surface import Size, TensorOps, decode_index, encode_index, sum_to
@@ -84,6 +85,7 @@ __all__ = [
     "NO_GRAD_HINTS",  # callables explaining a missing grad_fn in errors
     "CALLS",  # thread-local: the nn.Module an error came through
     "Module",  # nn.Module, to recognise modules among arguments
+    "Optimizer",  # eager.optim.Optimizer: lifted with its state by a compiled training step
     "AccumulateGrad",  # the node that accumulates into a leaf's .grad
     # what the generated catalogue of ops (docs/ops.md) lists
     "METHOD_MODULES",  # eager/methods/: the op surface's mixins by topic

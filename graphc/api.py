@@ -392,7 +392,7 @@ class CompiledFunction(Inspection):
         if tr.tensor_io and tr.grad_on is not grad_on:
             entry = self._other_grad_mode(entry, args)
             tr = entry.trace
-        if tr.captured or tr.randoms:
+        if tr.captured or tr.randoms or tr.opt_guards:
             entry, dyn = self._with_captured(entry, args, dyn)
             tr = entry.trace
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
@@ -403,12 +403,18 @@ class CompiledFunction(Inspection):
             and tr.tensor_io
             and not tr.grad_writes
             and not tr.grad_clears
+            and not tr.opt_guards
             and any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn)
         ):
             return _run_differentiable(self, entry, dyn)
         outs = entry.run(_arrays(dyn, tr.in_specs))
-        n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes)
+        n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes) - len(tr.state_writes)
         _write_back(tr, dyn, outs)
+        if tr.opt_guards:  # the optimizer state the step created (its first step)
+            for holder, k, out_pos in tr.state_writes:
+                holder(args)[k] = tensor_from_array(np.array(outs[out_pos]))
+            for holder, k, v in tr.state_sets:
+                holder(args)[k] = v
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
             if grad_of(target) is None:
@@ -450,7 +456,11 @@ class CompiledFunction(Inspection):
             tr = entry.trace
             now = list(dyn)
             reason = None
-            for cap, spec in zip(tr.captured, tr.in_specs[tr.n_args :]):
+            for guard in tr.opt_guards:  # an optimizer's groups, hyper-parameters, state keys
+                reason = guard(args)
+                if reason is not None:
+                    break
+            for cap, spec in zip(tr.captured if reason is None else (), tr.in_specs[tr.n_args :]):
                 t = cap.current(args)
                 if t.__class__ is not Tensor:
                     if isinstance(t, Tensor) or t is None:

@@ -13,6 +13,14 @@ again from the call's arguments at each call, so a parameter rebound since
 (``m.weight = nn.Parameter(...)``) is seen too.  While tracing, each place holds the
 tensor's tracer instead (restored afterwards), so ``self.weight.t()`` is traced, not
 computed once.
+
+An ``eager.optim`` optimizer reached the same way is lifted too (a compiled training
+step, optimizer included): its parameters (the same Captured as the module's when
+both are reached), its state tensors (``exp_avg``, ``momentum_buffer``, ``step``...)
+at ``opt.state[param][key]``, and each param group's ``lr`` as a 0-d float64 input
+(so an lr scheduler's new value is read by the next call, not re-traced).  The other
+hyper-parameters, the groups' parameters and the state's keys are the
+:class:`OptCaptured`'s *structure*: a call that finds them changed re-traces.
 """
 
 from __future__ import annotations
@@ -60,12 +68,13 @@ class _Defaults:
 class Captured:
     """One lifted tensor: its name, its place, and the tensor seen while tracing."""
 
-    __slots__ = ("name", "place", "tensor")
+    __slots__ = ("name", "place", "tensor", "also")
 
     def __init__(self, name: str, place: Optional[Place], tensor: Tensor) -> None:
         self.name = name
         self.place = place  # None: reached some other way, lifted by identity
         self.tensor = tensor
+        self.also: list = []  # other places the same tensor was found at (swapped too)
 
     def current(self, args: tuple) -> Any:
         """The tensor at this place now (None if the place is gone)."""
@@ -83,6 +92,201 @@ class Captured:
         old = holder[key]
         holder[key] = value
         return old
+
+
+class OptParamCaptured(Captured):
+    """An optimizer's parameter found through the optimizer first: the module holding it,
+    found later, is one more place to swap (``also``)."""
+
+    __slots__ = ()
+
+
+class LrCaptured(Captured):
+    """A param group's learning rate: a graph input read at every call as a 0-d float64
+    tensor (``tensor`` is the one made when found)."""
+
+    __slots__ = ()
+
+    def current(self, args: tuple) -> Any:
+        """A fresh 0-d float64 tensor of the lr at this place now (None if gone)."""
+        try:
+            holder, key = self.place(args)  # type: ignore[misc]
+            return lr_tensor(holder[key], self.name)
+        except (LookupError, AttributeError, TypeError, ValueError):
+            return None
+
+
+def lr_tensor(value: Any, name: str) -> Tensor:
+    """``value`` (a Python or numpy real number) as a 0-d float64 tensor."""
+    import numpy as np
+    from eager.interop import tensor_from_array
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(
+            f"{name} is a {type(value).__name__}; a compiled optimizer step reads the "
+            "learning rate as a Python float"
+        )
+    return tensor_from_array(np.array(float(value), dtype=np.float64))
+
+
+class OptCaptured:
+    """An optimizer a traced function reaches by name: where it is, the Captured of its
+    parameters (``params``: (group, index, Captured)) and its structure when found."""
+
+    __slots__ = ("name", "place", "opt", "params", "structure")
+
+    def __init__(self, name: str, place: Place, opt: Any) -> None:
+        self.name = name
+        self.place = place
+        self.opt = opt
+        self.params: list = []
+        self.structure = opt_structure(opt)
+
+    def current(self, args: tuple) -> Any:
+        """The optimizer at this place now."""
+        holder, key = self.place(args)
+        return holder[key]
+
+    def param_name(self, gi: int, pi: int) -> str:
+        """The readable name of parameter ``pi`` of group ``gi``."""
+        for g, i, cap in self.params:
+            if (g, i) == (gi, pi):
+                return cap.name
+        return f"{self.name}.param_groups[{gi}]['params'][{pi}]"
+
+    def guard(self, args: tuple) -> Optional[str]:
+        """Why the trace made for this optimizer no longer fits (None: it does)."""
+        try:
+            opt = self.current(args)
+        except (LookupError, AttributeError, TypeError, ValueError):
+            return f"{self.name} is gone"
+        if opt is not self.opt:
+            return f"{self.name} is another optimizer"
+        now = opt_structure(opt)
+        if now != self.structure:
+            return describe_change(self, self.structure, now)
+        groups = opt.param_groups
+        for gi, pi, cap in self.params:
+            p = groups[gi]["params"][pi]
+            if cap.current(args) is not p:
+                return f"{cap.name} is no longer the tensor {self.name} updates"
+            for place in cap.also:
+                try:
+                    holder, key = place(args)
+                    same = holder[key] is p
+                except (LookupError, AttributeError, TypeError, ValueError):
+                    same = False
+                if not same:
+                    return f"a module no longer holds {cap.name}, the tensor {self.name} updates"
+        return None
+
+
+def opt_structure(opt: Any) -> tuple:
+    """What a compiled step bakes in: the optimizer's type; per group its parameters and
+    hyper-parameters but ``lr`` (an input); per parameter the keys of its state, with the
+    value of the keys that do not hold tensors."""
+    groups, states = [], []
+    state = opt.state
+    for g in opt.param_groups:
+        params = g["params"]
+        groups.append(
+            (
+                tuple([id(p) for p in params]),
+                tuple([(k, v) for k, v in g.items() if k != "params" and k != "lr"]),
+            )
+        )
+        for p in params:
+            st = state.get(p)
+            states.append(
+                None
+                if st is None
+                else tuple([(k, None if isinstance(v, Tensor) else v) for k, v in st.items()])
+            )
+    return type(opt), tuple(groups), tuple(states)
+
+
+def describe_change(oc: OptCaptured, old: tuple, new: tuple) -> str:
+    """The first difference between two structures, in words."""
+    if old[0] is not new[0]:
+        return f"{oc.name} is now a {new[0].__name__}"
+    if len(old[1]) != len(new[1]):
+        return f"{oc.name} has {len(new[1])} param groups (was {len(old[1])})"
+    for gi, ((ids0, hp0), (ids1, hp1)) in enumerate(zip(old[1], new[1])):
+        if ids0 != ids1:
+            return f"{oc.name}.param_groups[{gi}]['params'] changed"
+        if hp0 != hp1:
+            d0, d1 = dict(hp0), dict(hp1)
+            for k in list(d0) + [k for k in d1 if k not in d0]:
+                if d0.get(k, "<unset>") != d1.get(k, "<unset>"):
+                    return (
+                        f"{oc.name}.param_groups[{gi}][{k!r}]: {d0.get(k, '<unset>')!r} -> "
+                        f"{d1.get(k, '<unset>')!r}"
+                    )
+    flat = [(gi, pi) for gi, (ids, _) in enumerate(old[1]) for pi in range(len(ids))]
+    for (gi, pi), s0, s1 in zip(flat, old[2], new[2]):
+        if s0 != s1:
+            keys = "no state" if s1 is None else "state " + str([k for k, _ in s1])
+            return f"{oc.name}.state[{oc.param_name(gi, pi)}] now has {keys}"
+    return f"{oc.name} changed"
+
+
+def _is_optimizer(obj: Any) -> bool:
+    from eager.interop import Optimizer
+
+    return isinstance(obj, Optimizer)
+
+
+def _group_place(root: Place, gi: int) -> Place:
+    def place(args: tuple) -> tuple:
+        holder, key = root(args)
+        return holder[key].param_groups, gi
+
+    return place
+
+
+def _param_place(root: Place, gi: int, pi: int) -> Place:
+    def place(args: tuple) -> tuple:
+        holder, key = root(args)
+        return holder[key].param_groups[gi]["params"], pi
+
+    return place
+
+
+def _state_place(root: Place, p: Tensor, k: str) -> Place:
+    # keyed by the parameter itself: the optimizer's guard checks it still holds it
+    def place(args: tuple) -> tuple:
+        holder, key = root(args)
+        return holder[key].state[p], k
+
+    return place
+
+
+def _walk_optimizer(opt: Any, name: str, place: Place, found: dict) -> None:
+    """Lift an optimizer: its parameters, its state tensors and every group's lr."""
+    if ("optimizer", id(opt)) in found:
+        return
+    oc = OptCaptured(name, place, opt)
+    found[("optimizer", id(opt))] = oc
+    for gi, group in enumerate(opt.param_groups):
+        for pi, p in enumerate(group["params"]):
+            if id(p) not in found:
+                found[id(p)] = OptParamCaptured(
+                    f"{name}.param_groups[{gi}]['params'][{pi}]", _param_place(place, gi, pi), p
+                )
+            oc.params.append((gi, pi, found[id(p)]))
+        lr_name = f"{name}.param_groups[{gi}]['lr']"
+        found[("lr", id(opt), gi)] = LrCaptured(
+            lr_name,
+            _item_place(_group_place(place, gi), "lr"),
+            lr_tensor(group["lr"], lr_name),
+        )
+    for gi, pi, pcap in oc.params:
+        st = opt.state.get(pcap.tensor)
+        for k, v in (st or {}).items():
+            if isinstance(v, Tensor) and id(v) not in found:
+                found[id(v)] = Captured(
+                    f"{name}.state[{pcap.name}][{k!r}]", _state_place(place, pcap.tensor, k), v
+                )
 
 
 def _is_module(obj: Any) -> bool:
@@ -107,21 +311,26 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
     if isinstance(obj, Tensor):
         if id(obj) not in found:
             found[id(obj)] = Captured(name, place, obj)
+        elif isinstance(found[id(obj)], OptParamCaptured):
+            found[id(obj)].also.append(place)  # an optimizer's parameter, read by name
     elif _is_module(obj):
         for mprefix, mod in obj.named_modules():
             chain = tuple(mprefix.split(".")) if mprefix else ()
             for registry in ("_parameters", "_buffers"):
                 for pname, t in getattr(mod, registry).items():
-                    if t is not None and id(t) not in found:
-                        found[id(t)] = Captured(
-                            ".".join((name,) + chain + (pname,)),
-                            _member_place(place, chain, registry, pname),
-                            t,
-                        )
+                    if t is None:
+                        continue
+                    mplace = _member_place(place, chain, registry, pname)
+                    if id(t) not in found:
+                        found[id(t)] = Captured(".".join((name,) + chain + (pname,)), mplace, t)
+                    elif isinstance(found[id(t)], OptParamCaptured):
+                        found[id(t)].also.append(mplace)  # an optimizer's parameter
+    elif _is_optimizer(obj):
+        _walk_optimizer(obj, name, place, found)
     elif isinstance(obj, (list, dict)) and len(obj) <= 256:
         items = enumerate(obj) if isinstance(obj, list) else obj.items()
         for k, item in items:
-            if isinstance(item, Tensor) or _is_module(item):
+            if isinstance(item, Tensor) or _is_module(item) or _is_optimizer(item):
                 _walk(obj, k, f"{name}[{k!r}]", _item_place(place, k), found)
 
 
@@ -172,7 +381,9 @@ def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
 
 
 def find(fn: Callable, args: tuple) -> dict:
-    """``id(tensor) -> Captured`` for every eager tensor ``fn`` can reach by name."""
+    """``id(tensor) -> Captured`` for every eager tensor ``fn`` can reach by name; an
+    optimizer it reaches adds ``("optimizer", id) -> OptCaptured`` and its groups' learning
+    rates ``("lr", id, group) -> LrCaptured``."""
     found: dict = {}
     target = fn
     if _is_module(fn):  # graphc.compile(model)

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
-from ..autograd.grad_mode import enable_grad
+from ..autograd.grad_mode import enable_grad, no_grad
 from ..nn.module import _typename, _zero_grad
-from ..factories import TRACING
+from ..factories import TRACING, zeros, zeros_like
 from ..tensor import Tensor
 
 
@@ -46,6 +46,11 @@ class Optimizer:
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group of parameters, filling unspecified hyper-parameters from ``defaults``."""
+        if self.__dict__.get("_traced_by") is not None:
+            raise RuntimeError(
+                f"{type(self).__name__}.add_param_group() was called inside a function being "
+                "compiled; add param groups outside it (the next call traces again)"
+            )
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
         params = param_group["params"]
@@ -83,13 +88,42 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        _not_while_traced(self, "zero_grad")
+        """Reset the ``.grad`` of every parameter (to ``None``, or zeros in place)."""
+        self._ops("zero_grad")
         for group in self.param_groups:
             for p in group["params"]:
                 _zero_grad(p, set_to_none)
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One update of every parameter that has a gradient; ``closure`` (re-evaluating
+        the loss) is called first, with grad mode on, and its result returned."""
+        ops = self._ops("step")
+        if ops.traced:
+            _check_traceable(self, closure)
+        loss = self._closure(closure)
+        self._opt_called = True  # read by the lr schedulers' "step order" warning
+        if ops.traced:  # tensor ops on leaves that require grad: in place, off the tape
+            with no_grad():
+                for group in self.param_groups:
+                    self._update(group, ops)
+        else:
+            for group in self.param_groups:
+                self._update(group, ops)
+        return loss
+
+    def _update(self, group: dict, ops: Any) -> None:
         raise NotImplementedError
+
+    def _ops(self, what: str) -> Any:
+        """The primitives the update runs on: numpy buffers in eager; the tensors
+        themselves (tracers) when a compiler traces a function that reaches this optimizer
+        by name and has put its tracers in ``param_groups``/``state`` (``_traced_by``)."""
+        tr = TRACING.tracer
+        if tr is None:
+            return _ArrayOps
+        if self.__dict__.get("_traced_by") is not tr:
+            _not_while_traced(self, what)
+        return _TensorOps
 
     def _closure(self, closure: Optional[Callable[[], Any]]) -> Any:
         if closure is None:
@@ -146,31 +180,143 @@ class Optimizer:
                     s += f"    {key}: {group[key]}\n"
         return s + ")"
 
-    def _grads(self, group: dict):
-        """(param, param array, grad array) for every parameter of the group that has a grad."""
-        _not_while_traced(self, "step")
-        self._opt_called = True  # read by the lr schedulers' "step order" warning
+    def _grads(self, group: dict, ops: Any):
+        """(param, param values, grad values) for every parameter of the group that has a
+        grad: numpy arrays in eager, the tensors themselves when traced."""
         for p in group["params"]:
             g = p._grad
             if g is None:
                 continue
-            yield p, p._data, g._data
+            if ops.traced:
+                yield p, p, g
+            else:
+                yield p, p._data, g._data
+
+
+_IMPL_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _check_traceable(opt: Optimizer, closure: Any) -> None:
+    """What a compiled step cannot reproduce exactly: refused, named."""
+    name = type(opt).__name__
+    if closure is not None:
+        raise RuntimeError(
+            f"{name}.step(closure) inside a compiled function is not supported: call "
+            "the loss computation and backward() in the function itself, then step()"
+        )
+    for i, group in enumerate(opt.param_groups):
+        for flag in _IMPL_FLAGS:
+            if group.get(flag):
+                raise RuntimeError(
+                    f"{name}.step() inside a compiled function: param_groups[{i}] has "
+                    f"{flag}={group[flag]!r}; only the single-tensor implementation "
+                    f"({flag}=None/False) is compiled"
+                )
+
+
+class _ArrayOps:
+    """The update's primitives in eager: parameters, grads and state are the tensors'
+    numpy buffers, updated in place (the fast path; no tape, no dispatch)."""
+
+    traced = False
+    sqrt = staticmethod(np.sqrt)
+    scalar_sqrt = staticmethod(math.sqrt)
+    zeros_like = staticmethod(np.zeros_like)
+    wrap = staticmethod(Tensor._make)
+
+    @staticmethod
+    def data(t: Tensor) -> Any:
+        return t._data
+
+    @staticmethod
+    def clone(a: Any) -> Any:
+        return np.array(a, copy=True)
+
+    @staticmethod
+    def step_tensor() -> Tensor:
+        return Tensor._make(np.array(0.0, dtype=np.float32))
+
+    @staticmethod
+    def scalar(step_t: Any) -> Any:
+        return float(step_t)
+
+    @staticmethod
+    def maximum_(a: Any, b: Any) -> None:
+        np.maximum(a, b, out=a)
+
+    @staticmethod
+    def assign_(a: Any, b: Any) -> None:
+        a[...] = b
+
+    @staticmethod
+    def full_like(a: Any, value: float) -> Any:
+        return np.full_like(a, value)
+
+
+class _TensorOps:
+    """The same primitives on tensors (a compiler's tracers, under no_grad): the same
+    arithmetic in the same order and dtypes; Python scalars derived from the step count
+    are 0-d float64 tensors (as exact as Python's floats)."""
+
+    traced = True
+
+    @staticmethod
+    def data(t: Any) -> Any:
+        return t
+
+    @staticmethod
+    def wrap(a: Any) -> Any:
+        return a
+
+    @staticmethod
+    def sqrt(a: Any) -> Any:
+        return a.sqrt()
+
+    scalar_sqrt = sqrt
+
+    @staticmethod
+    def zeros_like(a: Any) -> Any:
+        return zeros_like(a)
+
+    @staticmethod
+    def clone(a: Any) -> Any:
+        return a.clone()
+
+    @staticmethod
+    def step_tensor() -> Any:
+        return zeros((), dtype=np.float32)
+
+    @staticmethod
+    def scalar(step_t: Any) -> Any:
+        return step_t.double()
+
+    @staticmethod
+    def maximum_(a: Any, b: Any) -> None:
+        a.copy_(a.maximum(b))
+
+    @staticmethod
+    def assign_(a: Any, b: Any) -> None:
+        a.copy_(b)
+
+    @staticmethod
+    def full_like(a: Any, value: float) -> Any:
+        return zeros_like(a) + value
 
 
 def _not_while_traced(opt: Optimizer, what: str) -> None:
-    """An optimizer updates the buffers of the eager tensors it holds, directly.  Inside a
-    function a compiler is tracing (``TRACING.tracer`` is set on this thread), that update
-    would happen once, while tracing, from whatever .grad the eager tensors had then, and
-    never be part of the compiled code: refuse it."""
-    if TRACING.tracer is not None:
-        raise RuntimeError(
-            f"{type(opt).__name__}.{what}() was called inside a function being compiled: "
-            "eager optimizers update the eager tensors' buffers directly, which the compiled "
-            "code would not contain. Call optimizer.zero_grad() and optimizer.step() outside "
-            "the compiled function (compile the model or the loss: its outputs carry "
-            "gradients to the parameters), or write the update on the tensors the function "
-            "reads (`p -= lr * p.grad` under no_grad() for p in model.parameters())."
-        )
+    """An optimizer updates the buffers of the eager tensors it holds.  Inside a function
+    a compiler is tracing (``TRACING.tracer`` is set on this thread) that did not lift
+    this optimizer (it reaches it only through an object the compiler does not walk),
+    that update would happen once, while tracing, and never be part of the compiled code:
+    refuse it."""
+    raise RuntimeError(
+        f"{type(opt).__name__}.{what}() was called inside a function being compiled, "
+        "but the compiler did not find the optimizer among what the function reads by "
+        "name (a global, a closure variable, a default argument, or a list/dict of those), "
+        "so its update would not be part of the compiled code. Make the optimizer a "
+        "global or closure variable of the compiled function, or call optimizer.zero_grad() "
+        "and optimizer.step() outside it."
+    )
 
 
 def _cast_state(key: str, value: Any, p: Tensor) -> Any:
@@ -246,31 +392,29 @@ class SGD(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            lr, momentum = group["lr"], group["momentum"]
-            dampening, wd = group["dampening"], group["weight_decay"]
-            nesterov, maximize = group["nesterov"], group["maximize"]
-            for p, x, g in self._grads(group):
-                if maximize:
-                    g = -g
-                if wd != 0:
-                    g = g + wd * x
-                if momentum != 0:
-                    state = self.state.setdefault(p, {})
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = Tensor._make(np.array(g, copy=True))
-                        state["momentum_buffer"] = buf
-                    else:
-                        b = buf._data
-                        b *= momentum
-                        b += (1 - dampening) * g
-                    g = g + momentum * buf._data if nesterov else buf._data
-                x += (-lr) * g
+    def _update(self, group: dict, ops: Any) -> None:
+        lr, momentum = group["lr"], group["momentum"]
+        dampening, wd = group["dampening"], group["weight_decay"]
+        nesterov, maximize = group["nesterov"], group["maximize"]
+        for p, x, g in self._grads(group, ops):
+            if maximize:
+                g = -g
+            if wd != 0:
+                g = g + wd * x
+            if momentum != 0:
+                state = self.state.setdefault(p, {})
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = ops.wrap(ops.clone(g))
+                    state["momentum_buffer"] = buf
+                else:
+                    b = ops.data(buf)
+                    b *= momentum
+                    b += (1 - dampening) * g
+                g = g + momentum * ops.data(buf) if nesterov else ops.data(buf)
+            x += (-lr) * g
+            if not ops.traced:
                 _written(p)
-        return loss
 
 
 class Adam(Optimizer):
@@ -329,54 +473,52 @@ class Adam(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-            wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
-            decoupled = group.get("decoupled_weight_decay", False)
-            for p, x, g in self._grads(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
-                    state["exp_avg"] = Tensor._make(np.zeros_like(x))
-                    state["exp_avg_sq"] = Tensor._make(np.zeros_like(x))
-                    if amsgrad:
-                        state["max_exp_avg_sq"] = Tensor._make(np.zeros_like(x))
-                if maximize:
-                    g = -g
-                step_t = state["step"]._data
-                step_t += 1
-                if wd != 0:
-                    if decoupled:
-                        x *= 1 - lr * wd
-                    else:
-                        g = g + wd * x
-                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
-                _lerp_(m, g, 1 - beta1)
-                v *= beta2
-                v += (1 - beta2) * g * g
-                step = float(step_t)
-                bias_correction1 = 1 - beta1**step
-                bias_correction2_sqrt = math.sqrt(1 - beta2**step)
-                step_size = lr / bias_correction1
+    def _update(self, group: dict, ops: Any) -> None:
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+        decoupled = group.get("decoupled_weight_decay", False)
+        for p, x, g in self._grads(group, ops):
+            state = self.state.setdefault(p, {})
+            if not state:
+                state["step"] = ops.step_tensor()
+                state["exp_avg"] = ops.wrap(ops.zeros_like(x))
+                state["exp_avg_sq"] = ops.wrap(ops.zeros_like(x))
                 if amsgrad:
-                    vmax = state["max_exp_avg_sq"]._data
-                    np.maximum(vmax, v, out=vmax)
-                    denom = np.sqrt(vmax) / bias_correction2_sqrt + eps
+                    state["max_exp_avg_sq"] = ops.wrap(ops.zeros_like(x))
+            if maximize:
+                g = -g
+            step_t = ops.data(state["step"])
+            step_t += 1
+            if wd != 0:
+                if decoupled:
+                    x *= 1 - lr * wd
                 else:
-                    denom = np.sqrt(v) / bias_correction2_sqrt + eps
-                x += (-step_size) * (m / denom)
+                    g = g + wd * x
+            m, v = ops.data(state["exp_avg"]), ops.data(state["exp_avg_sq"])
+            _lerp_(m, g, 1 - beta1, ops)
+            v *= beta2
+            v += (1 - beta2) * g * g
+            step = ops.scalar(step_t)
+            bias_correction1 = 1 - beta1**step
+            bias_correction2_sqrt = ops.scalar_sqrt(1 - beta2**step)
+            step_size = lr / bias_correction1
+            if amsgrad:
+                vmax = ops.data(state["max_exp_avg_sq"])
+                ops.maximum_(vmax, v)
+                denom = ops.sqrt(vmax) / bias_correction2_sqrt + eps
+            else:
+                denom = ops.sqrt(v) / bias_correction2_sqrt + eps
+            x += (-step_size) * (m / denom)
+            if not ops.traced:
                 _written(p)
-        return loss
 
 
-def _lerp_(start: np.ndarray, end: np.ndarray, weight: float) -> None:
+def _lerp_(start: Any, end: Any, weight: float, ops: Any = None) -> None:
     """``start += weight * (end - start)`` the way PyTorch's CPU lerp rounds it."""
     if weight < 0.5:
         start += weight * (end - start)
     else:
-        start[...] = end - (end - start) * (1 - weight)
+        (ops or _ArrayOps).assign_(start, end - (end - start) * (1 - weight))
 
 
 class AdamW(Adam):
@@ -460,46 +602,44 @@ class RMSprop(Optimizer):
         )
         super().__init__(params, defaults)
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """One RMSprop update of every parameter that has a gradient."""
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-            wd, momentum = group["weight_decay"], group["momentum"]
-            centered, maximize = group["centered"], group["maximize"]
-            for p, x, g in self._grads(group):
-                state = self.state.setdefault(p, {})
-                if not state:
-                    state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
-                    state["square_avg"] = Tensor._make(np.zeros_like(x))
-                    if momentum > 0:
-                        state["momentum_buffer"] = Tensor._make(np.zeros_like(x))
-                    if centered:
-                        state["grad_avg"] = Tensor._make(np.zeros_like(x))
-                if maximize:
-                    g = -g
-                state["step"]._data += 1
-                if wd != 0:
-                    g = g + wd * x
-                sq = state["square_avg"]._data
-                sq *= alpha
-                sq += (1 - alpha) * g * g
-                if centered:
-                    ga = state["grad_avg"]._data
-                    _lerp_(ga, g, 1 - alpha)
-                    avg = np.sqrt(sq + (-1) * ga * ga)
-                else:
-                    avg = np.sqrt(sq)
-                avg += eps
+    def _update(self, group: dict, ops: Any) -> None:
+        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        wd, momentum = group["weight_decay"], group["momentum"]
+        centered, maximize = group["centered"], group["maximize"]
+        for p, x, g in self._grads(group, ops):
+            state = self.state.setdefault(p, {})
+            if not state:
+                state["step"] = ops.step_tensor()
+                state["square_avg"] = ops.wrap(ops.zeros_like(x))
                 if momentum > 0:
-                    buf = state["momentum_buffer"]._data
-                    buf *= momentum
-                    buf += g / avg
-                    x += (-lr) * buf
-                else:
-                    x += (-lr) * g / avg
+                    state["momentum_buffer"] = ops.wrap(ops.zeros_like(x))
+                if centered:
+                    state["grad_avg"] = ops.wrap(ops.zeros_like(x))
+            if maximize:
+                g = -g
+            step_t = ops.data(state["step"])
+            step_t += 1
+            if wd != 0:
+                g = g + wd * x
+            sq = ops.data(state["square_avg"])
+            sq *= alpha
+            sq += (1 - alpha) * g * g
+            if centered:
+                ga = ops.data(state["grad_avg"])
+                _lerp_(ga, g, 1 - alpha, ops)
+                avg = ops.sqrt(sq + (-1) * ga * ga)
+            else:
+                avg = ops.sqrt(sq)
+            avg += eps
+            if momentum > 0:
+                buf = ops.data(state["momentum_buffer"])
+                buf *= momentum
+                buf += g / avg
+                x += (-lr) * buf
+            else:
+                x += (-lr) * g / avg
+            if not ops.traced:
                 _written(p)
-        return loss
 
 
 class Adagrad(Optimizer):
@@ -553,34 +693,32 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 self._init_state(p, group)
 
-    def _init_state(self, p: Tensor, group: dict) -> dict:
+    def _init_state(self, p: Tensor, group: dict, ops: Any = None) -> dict:
+        ops = ops or _ArrayOps
         state = self.state.setdefault(p, {})
         if not state:
             init = group["initial_accumulator_value"]
-            state["step"] = Tensor._make(np.array(0.0, dtype=np.float32))
-            state["sum"] = Tensor._make(np.full_like(p._data, init))
+            state["step"] = ops.step_tensor()
+            state["sum"] = ops.wrap(ops.full_like(ops.data(p), init))
         return state
 
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """One Adagrad update of every parameter that has a gradient."""
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
-            wd, maximize = group["weight_decay"], group["maximize"]
-            for p, x, g in self._grads(group):
-                state = self._init_state(p, group)
-                step_t = state["step"]._data
-                step_t += 1
-                step = float(step_t)
-                if maximize:
-                    g = -g
-                if wd != 0:
-                    g = g + wd * x
-                clr = lr / (1 + (step - 1) * lr_decay)
-                s = state["sum"]._data
-                s += g * g
-                std = np.sqrt(s)
-                std += eps
-                x += (-clr) * g / std
+    def _update(self, group: dict, ops: Any) -> None:
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        wd, maximize = group["weight_decay"], group["maximize"]
+        for p, x, g in self._grads(group, ops):
+            state = self._init_state(p, group, ops)
+            step_t = ops.data(state["step"])
+            step_t += 1
+            step = ops.scalar(step_t)
+            if maximize:
+                g = -g
+            if wd != 0:
+                g = g + wd * x
+            clr = lr / (1 + (step - 1) * lr_decay)
+            s = ops.data(state["sum"])
+            s += g * g
+            std = ops.sqrt(s)
+            std += eps
+            x += (-clr) * g / std
+            if not ops.traced:
                 _written(p)
-        return loss

@@ -580,29 +580,114 @@ class Lowerer:
     def _inplace_guard(self, b, ok, data, flags):
         """An input that an output is written over (``plan.inplace``) must be writeable and
         overlap no other input (``w -= g`` with ``g`` a shifted view of ``w`` would read
-        values already written); otherwise rc 1 makes the caller run on copies."""
+        values already written); otherwise rc 1 makes the caller run on copies.
+
+        The pairs are checked by a loop over constant tables (:meth:`_overlap_fn`), not
+        by straight-line code: a training step updating every parameter and optimizer
+        state in place has hundreds of targets and inputs, and LLVM's optimizer is
+        superlinear on the long chain of ``and``s unrolled pairs make (a 100-parameter
+        step took minutes to compile)."""
         targets = sorted(set(self.plan.inplace.values()))
         if not targets:
             return ok
         b.comment("in-place outputs: their inputs must be writeable and overlap no input")
+        w = ir.Constant(I32, NPY_WRITEABLE)
+        for i in targets:
+            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
         nbytes = [
             numel(self.g.nx.nodes[n]["shape"]) * np.dtype(self.g.nx.nodes[n]["dtype"]).itemsize
             for n in self.g.inputs
         ]
-        lo = [b.ptrtoint(p, I64) for p in data[: self.n_in]]
-        for i in targets:
-            w = ir.Constant(I32, NPY_WRITEABLE)
-            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
-            for j in range(self.n_in):
-                if j == i or not nbytes[i] or not nbytes[j]:
-                    continue
-                hi_i = b.add(lo[i], ir.Constant(I64, nbytes[i]))
-                hi_j = b.add(lo[j], ir.Constant(I64, nbytes[j]))
-                overlap = b.and_(
-                    b.icmp_unsigned("<", lo[i], hi_j), b.icmp_unsigned("<", lo[j], hi_i)
-                )
-                ok = b.and_(ok, b.xor(overlap, ir.Constant(I1, 1)))
-        return ok
+        n = self.n_in
+        lo = b.alloca(I64, size=ir.Constant(I64, n), name="inplace_lo")
+        for j in range(n):
+            b.store(b.ptrtoint(data[j], I64), b.gep(lo, [ir.Constant(I64, j)], source_etype=I64))
+        nb = self._table(f"{self.prefix}inplace_nbytes", nbytes)
+        tg = self._table(f"{self.prefix}inplace_targets", targets)
+        overlaps = b.call(
+            self._overlap_fn(),
+            [
+                lo,
+                nb,
+                tg,
+                ir.Constant(I64, n),
+                ir.Constant(I64, len(targets)),
+            ],
+        )
+        return b.and_(ok, b.xor(overlaps, ir.Constant(I1, 1)))
+
+    def _table(self, name: str, values: list):
+        """An internal constant ``[n x i64]`` global holding ``values``."""
+        ty = ir.ArrayType(I64, len(values))
+        gv = ir.GlobalVariable(self.module, ty, name=name)
+        gv.initializer = ir.Constant(ty, [int(v) for v in values])
+        gv.global_constant = True
+        gv.linkage = "internal"
+        return gv
+
+    def _overlap_fn(self):
+        """``i1 graphc_inplace_overlap(i64* lo, i64* nbytes, i64* targets, i64 n, i64 t)``:
+        whether an input ``targets[k]`` (k < t) with bytes ``[lo[i], lo[i] + nbytes[i])``
+        overlaps another input j < n (empty inputs overlap nothing)."""
+        name = "graphc_inplace_overlap"
+        fn = self.module.globals.get(name)
+        if fn is not None:
+            return fn
+        fnty = ir.FunctionType(I1, [PTR, PTR, PTR, I64, I64])
+        fn = ir.Function(self.module, fnty, name=name)
+        fn.linkage = "internal"
+        lo, nb, tg, n, t = fn.args
+        entry = fn.append_basic_block("entry")
+        outer = fn.append_basic_block("outer")
+        target = fn.append_basic_block("target")
+        inner = fn.append_basic_block("inner")
+        pair = fn.append_basic_block("pair")
+        test = fn.append_basic_block("test")
+        next_j = fn.append_basic_block("next_j")
+        next_k = fn.append_basic_block("next_k")
+        yes = fn.append_basic_block("overlap")
+        no = fn.append_basic_block("no_overlap")
+        b = ir.IRBuilder(entry)
+        zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+        b.branch(outer)
+
+        def at(arr, idx):
+            return b.load(b.gep(arr, [idx], source_etype=I64), typ=I64)
+
+        b.position_at_end(outer)
+        k = b.phi(I64, name="k")
+        k.add_incoming(zero, entry)
+        b.cbranch(b.icmp_unsigned("<", k, t), target, no)
+        b.position_at_end(target)
+        i = at(tg, k)
+        lo_i = at(lo, i)
+        nb_i = at(nb, i)
+        hi_i = b.add(lo_i, nb_i)
+        b.cbranch(b.icmp_unsigned("==", nb_i, zero), next_k, inner)
+        b.position_at_end(inner)
+        j = b.phi(I64, name="j")
+        j.add_incoming(zero, target)
+        b.cbranch(b.icmp_unsigned("<", j, n), pair, next_k)
+        b.position_at_end(pair)
+        nb_j = at(nb, j)
+        skip = b.or_(b.icmp_unsigned("==", j, i), b.icmp_unsigned("==", nb_j, zero))
+        b.cbranch(skip, next_j, test)
+        b.position_at_end(test)
+        lo_j = at(lo, j)
+        hi_j = b.add(lo_j, nb_j)
+        both = b.and_(b.icmp_unsigned("<", lo_i, hi_j), b.icmp_unsigned("<", lo_j, hi_i))
+        b.cbranch(both, yes, next_j)
+        b.position_at_end(next_j)
+        j.add_incoming(b.add(j, one), next_j)
+        b.branch(inner)
+        b.position_at_end(next_k)
+        k.add_incoming(b.add(k, one), next_k)
+        b.branch(outer)
+        b.position_at_end(yes)
+        b.ret(ir.Constant(I1, 1))
+        b.position_at_end(no)
+        b.ret(ir.Constant(I1, 0))
+        return fn
 
     def _get_malloc(self):
         if self._malloc is None:

@@ -3,11 +3,15 @@ PyTorch code (:mod:`.models`), run eagerly, compiled, and on PyTorch and JAX (ji
 written in :mod:`.bench_jax`) when importable.
 
 A step is what a training loop runs: ``opt.zero_grad()``, the loss, ``loss.backward()``
-and ``opt.step()``.  The compiled row compiles the loss function with ``graphc.compile``
-(forward and backward in native code); the optimizer step stays an eager call, as
-docs/models.md describes.  Every implementation starts from the same weights, and
-before anything is timed their losses over three steps must agree (eager vs compiled
-to float32 rounding; PyTorch and JAX, whose initial weights are copied in, likewise).
+and ``opt.step()``.  The compiled row compiles that whole step with ``graphc.compile``
+(forward, backward and the optimizer's update in one native call, as JAX's jitted step
+includes the update); the "compiled loss" row compiles only the loss function (forward
+and gradient function in native code) and runs the optimizer eagerly.  Every
+implementation starts from the same weights, and before anything is timed their losses
+over three steps must agree (eager vs compiled to float32 rounding; PyTorch and JAX,
+whose initial weights are copied in, likewise).  A compiled step's first call traces
+without optimizer state and its second traces again with it (state is made lazily by
+the first update): "compiled first call" is those two calls together.
 """
 
 from __future__ import annotations
@@ -71,18 +75,46 @@ def _workload(
     m_eager = make(M)
     eager.manual_seed(0)
     m_comp = make(M)
+    eager.manual_seed(0)
+    m_full = make(M)
     loss_fn = getattr(M, loss)
     batch = tuple(eager.tensor(a) for a in batch_np)
     c_loss = graphc_compile(lambda *b: loss_fn(m_comp, *b))
     e_step = _step_fn(lambda *b: loss_fn(m_eager, *b), make_opt(eager, m_eager), batch)
-    c_step = _step_fn(c_loss, make_opt(eager, m_comp), batch)
-    first = {"compiled first call": _first_call(c_step), "eager first call": _first_call(e_step)}
+    cl_step = _step_fn(c_loss, make_opt(eager, m_comp), batch)
+    opt_full = make_opt(eager, m_full)
+
+    def full_step(a, b):  # the training step as written for PyTorch, compiled whole
+        opt_full.zero_grad()
+        loss = loss_fn(m_full, a, b)
+        loss.backward()
+        opt_full.step()
+        return loss
+
+    c_full = graphc_compile(full_step)
+
+    def c_step():
+        return c_full(*batch)
+
+    first = {
+        "compiled first call": _first_call(c_step) + _first_call(c_step),
+        "compiled loss first call": _first_call(cl_step),
+        "eager first call": _first_call(e_step),
+    }
+    e_step(), cl_step()  # as many steps as the compiled step's two first calls
     for _ in range(2):
-        le, lc = e_step().item(), c_step().item()
-        if not np.isclose(le, lc, rtol=1e-4, atol=1e-5):
-            raise AssertionError(f"{wid}: eager loss {le} != compiled loss {lc}")
-    rows = {"eager": median_time(e_step, quick), "compiled": median_time(c_step, quick)}
-    nbytes = step_memory(e_step, c_loss, batch)
+        le, lc, lf = e_step().item(), cl_step().item(), c_step().item()
+        for name, got in (("compiled loss", lc), ("compiled step", lf)):
+            if not np.isclose(le, got, rtol=1e-4, atol=1e-5):
+                raise AssertionError(f"{wid}: eager loss {le} != {name} loss {got}")
+    if c_full.cache_info().traces != 2:
+        raise AssertionError(f"{wid}: the compiled step traced {c_full.cache_info().traces} times")
+    rows = {
+        "eager": median_time(e_step, quick),
+        "compiled": median_time(c_step, quick),
+        "compiled loss": median_time(cl_step, quick),
+    }
+    nbytes = step_memory(e_step, c_loss, batch, c_full)
     torch = optional("torch")
     if torch is not None:
         Mt = build(torch)
@@ -123,12 +155,14 @@ def _workload(
     }
 
 
-def step_memory(e_step: Callable, c_loss: Any, batch: tuple) -> dict:
+def step_memory(e_step: Callable, c_loss: Any, batch: tuple, c_step: Any = None) -> dict:
     """Peak bytes of a step's intermediates, as W5 measures them for W2: eager's
     tracemalloc peak during one whole step (zero_grad, loss, backward, optimizer), and
-    the compiled step's planned arenas.  The compiled loss runs its forward and then its
-    gradient function (two native calls, each with its own arena, freed before it
-    returns), so the compiled figure is the larger of the two arenas."""
+    the compiled step's planned arenas.  With ``c_step`` (the whole step compiled, one
+    native call) the compiled figure is its arena; the compiled loss's arenas follow.
+    The compiled loss runs its forward and then its gradient function (two native
+    calls, each with its own arena, freed before it returns): without ``c_step`` the
+    compiled figure is the larger of the two arenas."""
     gc.collect()
     tracemalloc.start()
     try:
@@ -143,9 +177,17 @@ def step_memory(e_step: Callable, c_loss: Any, batch: tuple) -> dict:
         for ventry in list(getattr(vjp, "_cache", {}).values()):
             plan = getattr(ventry.stages.get("_executable"), "plan", None)
             bwd = max(bwd, getattr(plan, "arena_bytes", 0))
+    if c_step is None:
+        return {
+            "eager (tracemalloc peak)": eager_peak,
+            "compiled (planned arena)": max(fwd, bwd),
+            "  forward arena": fwd,
+            "  backward arena": bwd,
+        }
     return {
         "eager (tracemalloc peak)": eager_peak,
-        "compiled (planned arena)": max(fwd, bwd),
+        "compiled (planned arena)": c_step.stats(*batch).get("arena_bytes", 0),
+        "compiled loss (arenas)": max(fwd, bwd),
         "  forward arena": fwd,
         "  backward arena": bwd,
     }

@@ -40,6 +40,9 @@ class TraceContext:
         # did the function read or write a .grad, or call backward()?  If not, whether a
         # lifted parameter has a .grad does not matter to the trace
         self.grads_used = False
+        self.optimizers: list = []  # graphc.capture.OptCaptured the function reaches
+        self.installed: list = []  # those installed while traced (driver._Installed)
+        self.arg_tensors: dict = {}  # id(eager tensor argument) -> its path
         self.nonleaf_args: set = set()  # input nodes of arguments that have a grad_fn
         self.where = user_src(3)
         # ops traced under eager.no_grad() inside a function traced with grad enabled give

@@ -61,6 +61,13 @@ class TraceResult:
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
+        # optimizers the function steps (graphc.capture.OptCaptured): each call checks
+        # their guard(args) (None: the trace fits), then sets the state the step created
+        # or rebound: [(holder(args) -> state dict of a parameter, key, graph output)] and
+        # [(holder, key, python value)]
+        self.opt_guards: list = []
+        self.state_writes: list = []
+        self.state_sets: list = []
 
 
 def _graph_input_pos(specs: list, idx: int) -> int:
@@ -163,8 +170,13 @@ def _lift(
     graphc.capture), after the arguments' inputs: [(Captured, Tracer)]."""
     from ..capture import find as find_captured
 
+    from ..capture import OptCaptured
+
     out = []
     for cap in find_captured(fn, args).values():
+        if isinstance(cap, OptCaptured):
+            ctx.optimizers.append(cap)
+            continue
         t = cap.tensor
         d = data_of(t).dtype
         if d not in _SUPPORTED:
@@ -378,6 +390,11 @@ def trace_flat(
     specs, watched = bound.specs, bound.watched
     members = _alias_inputs(ctx, aliases, bound.inputs)
     n_args = len(specs)
+    ctx.arg_tensors = {
+        id(leaf): f"argument {path}"
+        for leaf, path, _ in bound.arg_leaves
+        if isinstance(leaf, Tensor)
+    }
     lifted = _lift(ctx, fn, args, specs, bound.inputs, watched, bound.used_names)
     py_state, np_state = _global_random_states()
     try:
@@ -392,6 +409,7 @@ def trace_flat(
             specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         mutated = _record_writes(ctx, specs, members)
         grad_writes, grad_clears = _record_grads(ctx, specs, fname)
+        state_writes, state_sets = _record_optimizers(ctx, fname)
         layout_inputs = _layout_inputs(ctx, specs)
     finally:
         ctx.active = False
@@ -413,6 +431,9 @@ def trace_flat(
     res.grads_used = ctx.grads_used
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
+    res.opt_guards = [oc.guard for oc in ctx.optimizers]
+    res.state_writes = state_writes
+    res.state_sets = state_sets
     return res
 
 
@@ -436,10 +457,15 @@ def _call(
     from eager.interop import CALLS
 
     outer_tracer, outer_calls = TRACING.tracer, CALLS.tracing
+    installed: list = ctx.installed
     try:
         for cap, t in lifted:  # the function reads the tracer where it reads the
             if cap.place is not None:  # tensor: self.weight.t() is traced
-                swapped.append((cap, cap.swap(args, t)))
+                for place in [cap.place] + cap.also:
+                    holder, key = place(args)
+                    swapped.append((holder, key, holder[key]))
+                    holder[key] = t
+        _install_optimizers(ctx, lifted, installed, fname)
         TRACING.tracer = ctx  # eager.randn, eager.zeros & co. give traced values
         CALLS.tracing = []  # which module an error came through
         return fn(*call_args)
@@ -449,10 +475,100 @@ def _call(
     finally:
         CALLS.tracing = outer_calls
         TRACING.tracer = outer_tracer
-        for cap, old in reversed(swapped):
-            cap.swap(args, old)
+        _uninstall_optimizers(installed)
+        for holder, key, old in reversed(swapped):
+            holder[key] = old
         for t in pinned:
             PINNED.pop(id(t), None)
+
+
+class _Installed:
+    """An optimizer while traced: what it held before (restored after) and the state the
+    traced step saw and left."""
+
+    __slots__ = (
+        "oc",
+        "groups",
+        "params",
+        "state",
+        "trace_state",
+        "before",
+        "lrs",
+        "n_after",
+        "tracers",
+    )
+
+    def __init__(self, oc: Any) -> None:
+        self.oc = oc
+        opt = oc.opt
+        self.groups = list(opt.param_groups)  # the group dicts
+        self.params = [g["params"] for g in self.groups]  # their lists of eager tensors
+        self.state = opt.state
+        self.trace_state: dict = {}  # tracer of a parameter -> its state dict while traced
+        self.before: dict = {}  # id(tracer) -> (tracer, the state dict as the step found it)
+        self.lrs = [g["lr"] for g in self.groups]  # the lr tracers (after: still there?)
+        self.n_after = len(self.groups)  # how many groups the function left
+        self.tracers: list = []  # per group, the tracers of its parameters
+
+
+def _install_optimizers(ctx: TraceContext, lifted: list, installed: list, fname: str) -> None:
+    """Each optimizer the function reaches holds tracers while traced: its param groups'
+    parameters and lr, and a state dict keyed by the parameters' tracers whose values are
+    the lifted state tensors' tracers; its step() then runs as tensor ops on them."""
+    tracer_of = {id(cap.tensor): t for cap, t in lifted}
+    for oc in ctx.optimizers:
+        opt = oc.opt
+        inst = _Installed(oc)
+        eager_params = [[] for _ in inst.groups]  # the slots may hold tracers already
+        for gi, _, cap in oc.params:
+            eager_params[gi].append(cap.tensor)
+        for gi, (g, params) in enumerate(zip(inst.groups, eager_params)):
+            new = []
+            for pi, p in enumerate(params):
+                t = tracer_of.get(id(p))
+                if id(p) in ctx.arg_tensors:
+                    raise TracerError(
+                        f"{fname}: {ctx.arg_tensors[id(p)]} is passed as an argument and is "
+                        f"also a parameter {oc.name} updates "
+                        f"({oc.name}.param_groups[{gi}]['params'][{pi}]); a function that "
+                        "steps an optimizer must read its parameters by name (a module, a "
+                        "global or closure variable), not receive them as arguments"
+                    )
+                if t is None:
+                    raise TracerError(
+                        f"{fname}: {oc.name} updates a parameter of dtype "
+                        f"{data_of(p).dtype} ({oc.name}.param_groups[{gi}]['params'][{pi}]), "
+                        "which graphc does not compile; step that optimizer outside"
+                    )
+                new.append(t)
+                st = inst.state.get(p)
+                if st is not None:
+                    for k, v in st.items():
+                        if isinstance(v, Tensor) and not isinstance(v, Tracer):
+                            raise TracerError(
+                                f"{fname}: {oc.name}.state[...][{k!r}] is a tensor of dtype "
+                                f"{data_of(v).dtype}, which graphc does not compile"
+                            )
+                    inst.trace_state[t] = dict(st)
+                    inst.before[id(t)] = (t, dict(st))
+            g["params"] = new
+            inst.tracers.append(new)
+        installed.append(inst)
+        opt.state = inst.trace_state
+        opt._traced_by = ctx
+
+
+def _uninstall_optimizers(installed: list) -> None:
+    for inst in reversed(installed):
+        opt = inst.oc.opt
+        opt.__dict__.pop("_traced_by", None)
+        inst.trace_state = opt.state
+        opt.state = inst.state
+        inst.n_after = len(opt.param_groups)
+        inst.lrs = [g["lr"] is lr for g, lr in zip(inst.groups, inst.lrs)]  # still its tracer
+        for g, params in zip(inst.groups, inst.params):
+            g["params"] = params
+        del opt.param_groups[len(inst.groups) :]  # groups added while traced: refused after
 
 
 def _record_outputs(ctx: TraceContext, out: Any, fname: str) -> tuple:
@@ -537,6 +653,70 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
             grad_writes.append((idx, len(g.outputs)))
             g.outputs.append(gr.node)
     return grad_writes, grad_clears
+
+
+def _state_holder(oc: Any, gi: int, pi: int) -> Callable:
+    """``holder(args)``: the state dict of parameter ``pi`` of group ``gi`` (made if none)."""
+
+    def holder(args: tuple) -> dict:
+        opt = oc.current(args)
+        return opt.state.setdefault(opt.param_groups[gi]["params"][pi], {})
+
+    return holder
+
+
+def _record_optimizers(ctx: TraceContext, fname: str) -> tuple:
+    """Graph outputs for the optimizer state the traced steps created or rebound (the
+    state written in place is a lifted input written back like any other):
+    ([(holder, key, graph output)], [(holder, key, python value)])."""
+    g = ctx.graph
+    writes: list = []
+    sets: list = []
+    for inst in ctx.installed:
+        oc = inst.oc
+        if inst.n_after != len(inst.groups):
+            raise TracerError(
+                f"{fname}: {oc.name}.add_param_group() was called inside the compiled "
+                "function; add param groups outside it (the next call re-traces)"
+            )
+        for gi, kept in enumerate(inst.lrs):
+            if not kept:
+                raise TracerError(
+                    f"{fname}: {oc.name}.param_groups[{gi}]['lr'] was set inside the compiled "
+                    "function; set it (or call lr_scheduler.step()) outside: each call reads it"
+                )
+        pos = {id(t): (gi, pi) for gi, ts in enumerate(inst.tracers) for pi, t in enumerate(ts)}
+        for t, st in inst.trace_state.items():
+            where = pos.get(id(t))
+            if where is None:
+                raise TracerError(
+                    f"{fname}: {oc.name}.state got an entry for something that is not one of "
+                    "its parameters while traced; graphc cannot write that back"
+                )
+            gi, pi = where
+            _, old = inst.before.get(id(t), (None, {}))
+            pname = oc.param_name(gi, pi)
+            for k in old:
+                if k not in st:
+                    raise TracerError(
+                        f"{fname}: {oc.name}.state[{pname}][{k!r}] was deleted while traced; "
+                        "graphc cannot write that back"
+                    )
+            holder = _state_holder(oc, gi, pi)
+            for k, v in st.items():
+                if k in old and v is old[k]:
+                    continue  # the lifted tensor (written in place: a mutated input)
+                if isinstance(v, Tracer) and v._ctx is ctx:
+                    writes.append((holder, k, len(g.outputs)))
+                    g.outputs.append(v.node)
+                elif isinstance(v, Tensor):
+                    raise TracerError(
+                        f"{fname}: {oc.name}.state[{pname}][{k!r}] was set to an eager tensor "
+                        "while traced; set state tensors with tensor ops on the parameters"
+                    )
+                else:
+                    sets.append((holder, k, v))
+    return writes, sets
 
 
 def _layout_inputs(ctx: TraceContext, specs: list) -> list:

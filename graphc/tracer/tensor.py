@@ -347,7 +347,11 @@ class Tracer(TensorOps):
 
     @property
     def is_leaf(self) -> bool:
-        return self.node in self._ctx.input_paths or not self._rg
+        # an input that requires grad stays a leaf after in-place writes under no_grad()
+        # (an optimizer's update writes a parameter several times), as in eager
+        if self.node in self._ctx.input_paths or not self._rg:
+            return True
+        return any(t is self for t in self._ctx.leaves)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         Tracer._traced_backward(self, gradient)

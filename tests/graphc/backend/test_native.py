@@ -1000,3 +1000,44 @@ def test_disk_cache_key_covers_every_code_generator_file():
                 assert os.path.relpath(os.path.join(dirpath, f), root) in files, f
     assert os.path.join("graphc", "backend", "lowering", "elementwise.py") in files
     assert os.path.join("eager", "ops", "random.py") in files
+
+
+def test_in_place_guard_checks_every_pair_natively():
+    """The native guard of in-place outputs (a loop over constant tables) refuses, with
+    RC_LAYOUT, inputs an updated input overlaps or a read-only target; disjoint ones run."""
+    from graphc.backend import abi
+
+    def update(w, v, g, h):
+        w -= g
+        v += h
+
+    args = (np.zeros(4), np.zeros(4), np.ones(4), np.ones(4))
+    cf = graphc.compile(update)
+    cf(*args)
+    exe = _executable(cf, args)
+    assert sorted(set(exe.plan.inplace.values())) == [0, 1]
+    buf = np.zeros(16)
+    assert exe._native((buf[0:4], buf[4:8], buf[8:12], buf[12:16])).__class__ is tuple
+    base = np.zeros(8)
+    overlapping = [
+        (base[0:4], np.zeros(4), base[2:6], np.ones(4)),  # w and g share bytes
+        (np.zeros(4), base[0:4], np.ones(4), base[3:7]),  # v and h (last pair)
+        (base[0:4], base[3:7], np.ones(4), np.ones(4)),  # the two targets
+        (np.zeros(4), base[4:8], base[0:4].copy(), base[1:5]),  # v's neighbour h overlaps
+    ]
+    for arrays in overlapping:
+        rc = exe._native(arrays)
+        lo = [a.__array_interface__["data"][0] for a in arrays]
+        touching = any(
+            i != j and lo[i] < lo[j] + 32 and lo[j] < lo[i] + 32 for i in (0, 1) for j in range(4)
+        )
+        assert (rc == abi.RC_LAYOUT) == touching, (rc, lo)
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    assert exe._native((ro, np.zeros(4), np.ones(4), np.ones(4))) == abi.RC_LAYOUT
+    # the public call still computes eager's answer on overlapping arrays (through copies)
+    w = np.zeros(6)
+    cf(w[0:4], np.zeros(4), w[2:6], np.ones(4))
+    want = np.zeros(6)
+    want[0:4] -= want[2:6]
+    np.testing.assert_array_equal(w, want)
