@@ -467,7 +467,7 @@ def _optimizer_inputs(tr: Any) -> set:
             "than every later step. Run one step first (eagerly or compiled), then export: "
             "the state tensors become graph inputs and '<name>_updated' outputs"
         )
-    state_ids = set()
+    state_ids: set = set()
     for oc in opts:
         if oc is not None:
             for st in oc.opt.state.values():
