@@ -282,20 +282,15 @@ class _State:
     def __bool__(self) -> bool:
         return bool(self.tensors or self.opts)
 
-    def changed(self) -> bool:
-        """Whether a call changed a tensor, a .grad or an optimizer's state."""
-        for _, t, arr, g in self.tensors:
+    def grads_changed(self) -> bool:
+        """Whether a call set or changed the ``.grad`` of a tensor it reaches by name (it
+        called ``backward()``: a training step; a buffer updated by a forward, as batch
+        norm's running statistics, is not one)."""
+        for _, t, _arr, g in self.tensors:
             now = t.grad
             if (g is None) != (now is None) or (g is not None and now is not g[0]):
                 return True
             if g is not None and not np.array_equal(now.detach().numpy(), g[1], equal_nan=True):
-                return True
-            if not np.array_equal(t.detach().numpy(), arr, equal_nan=True):
-                return True
-        for oc, st, _ in self.opt_saved:
-            if set(oc.opt.state) != set(st) or any(
-                set(oc.opt.state[p]) != set(v) for p, v in st.items()
-            ):
                 return True
         return False
 
@@ -401,7 +396,7 @@ class _EagerRun:
         out = fn(*self.args)
         self.tape_nodes = _tape_nodes(_first(out))
         called_backward = any(t.grad is not None for t in self.leaves) or bool(
-            state and state.changed()
+            state and state.grads_changed()
         )
         if grads and called_backward:
             raise _CallsBackward()

@@ -100,3 +100,24 @@ def test_bisect_step_with_optimizer_changes_nothing(stepped):
     rep = bisect_passes(step, x, y, native=False)
     assert rep.ok
     _same(before, _snapshot(m, opt))
+
+
+def test_compare_forward_that_updates_a_buffer_is_not_a_step():
+    """A forward that updates a tensor it reads by name (a counter, running statistics)
+    without backward() is still compared as value and gradients, and the tensor and the
+    .grad eager's backward set are restored afterwards."""
+    count = eager.zeros(())
+    w = eager.tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+
+    def f(x):
+        with eager.no_grad():
+            count.add_(1.0)
+        return (x * w).tanh().sum()
+
+    x = np.random.RandomState(1).randn(3).astype(np.float32)
+    r = graphc.compare(f, x, budget=0.01, repeat=2)
+    assert r.mode == "value and gradients"
+    assert r.compiled_error is None, r.compiled_error
+    assert r.all_agree, str(r)
+    assert count.item() == 0.0
+    assert w.grad is None
