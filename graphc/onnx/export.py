@@ -438,6 +438,47 @@ def graph_to_model(
     return model
 
 
+def _graph_pos(tr: Any) -> list:
+    """Graph input position of each dynamic leaf (a leaf whose .grad is traced is followed
+    by a second graph input, that .grad)."""
+    pos, k = [], 0
+    for spec in tr.in_specs:
+        pos.append(k)
+        k += 2 if spec.has_grad else 1
+    return pos
+
+
+def _optimizer_inputs(tr: Any) -> set:
+    """Positions (in ``tr.captured``) of the optimizer state tensors and learning rates the
+    trace lifted; refuses a step that creates optimizer state (an optimizer's first step)."""
+    from ..capture import LrCaptured
+
+    opts = [getattr(guard, "__self__", None) for guard in tr.opt_guards]
+    if tr.state_writes or tr.state_sets:
+        fresh = [
+            oc.name
+            for oc in opts
+            if oc is not None and any(not oc.opt.state.get(cap.tensor) for _, _, cap in oc.params)
+        ]
+        names = ", ".join(fresh) or "an optimizer"
+        raise ValueError(
+            f"export_onnx: this call is the first step of {names}: it creates the optimizer's "
+            "state (exp_avg, momentum_buffer, step...), so the model would have other inputs "
+            "than every later step. Run one step first (eagerly or compiled), then export: "
+            "the state tensors become graph inputs and '<name>_updated' outputs"
+        )
+    state_ids: set = set()
+    for oc in opts:
+        if oc is not None:
+            for st in oc.opt.state.values():
+                state_ids.update(id(v) for v in st.values() if isinstance(v, eager.Tensor))
+    return {
+        k
+        for k, cap in enumerate(tr.captured)
+        if isinstance(cap, LrCaptured) or id(cap.tensor) in state_ids
+    }
+
+
 def _output_names(tr: Any, in_names: list) -> list:
     """ONNX output names: the user outputs (``output`` or ``output_k``), then each
     argument written in place (``<input>_updated``) and each ``.grad`` set
@@ -445,10 +486,12 @@ def _output_names(tr: Any, in_names: list) -> list:
     n_out = len(tr.graph.outputs)
     names = [""] * n_out
     special = {}
+    gpos = _graph_pos(tr)
     for idx, pos in tr.mutated_inputs:
-        special[pos] = f"{in_names[idx]}_updated"
-    for idx, pos in tr.grad_writes:
-        special[pos] = f"{in_names[idx]}_grad"
+        special[pos] = f"{in_names[gpos[idx]]}_updated"
+    for idx, pos in tr.grad_writes:  # '<x>_grad_updated' when the old .grad is input '<x>_grad'
+        nm = f"{in_names[gpos[idx]]}_grad"
+        special[pos] = f"{nm}_updated" if nm in in_names else nm
     user = [p for p in range(n_out) if p not in special]
     for k, p in enumerate(user):
         names[p] = "output" if len(user) == 1 else f"output_{k}"
@@ -515,12 +558,20 @@ def export_onnx(
     defaults: dict = {}
     constants: dict = {}
     written = {i for i, _ in tr.mutated_inputs} | {i for i, _ in tr.grad_writes}
+    opt_inputs = _optimizer_inputs(tr)
+    gpos = _graph_pos(tr)
     for k, cap in enumerate(tr.captured):
         t = cap.current(example_args)
-        pos = tr.n_args + k
+        idx = tr.n_args + k
+        pos = gpos[idx]
         if isinstance(t, eager.Tensor):
-            keep = keep_initializers_as_inputs or pos in written
+            keep = keep_initializers_as_inputs or idx in written or k in opt_inputs
             (defaults if keep else constants)[pos] = np.array(data_of(t))
+            if tr.in_specs[idx].has_grad:  # its .grad, as it is now: an input too
+                g_now = t.grad
+                defaults[pos + 1] = (
+                    np.array(data_of(g_now)) if g_now is not None else np.zeros(tuple(t.shape))
+                )
     model = graph_to_model(
         g,
         input_names=in_names,

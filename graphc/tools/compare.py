@@ -233,6 +233,119 @@ class _Inputs:
         return out
 
 
+class _State:
+    """What ``fn`` reaches by name and a call may change (module parameters and buffers,
+    closed-over tensors, their ``.grad``, ``eager.optim`` optimizers' state and groups):
+    snapshotted once, restored between compare's runs (eager, float64 reference,
+    compiled, timing), so that each run starts from the same model and optimizer and
+    compare leaves them as it found them."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        from ..capture import Captured, LrCaptured, OptCaptured, find
+
+        found = find(fn, args)
+        self.opts = [oc for oc in found.values() if isinstance(oc, OptCaptured)]
+        state_ids = {
+            id(v)
+            for oc in self.opts
+            for st in oc.opt.state.values()
+            for v in st.values()
+            if isinstance(v, Tensor)
+        }
+        self.tensors = [
+            (c.name, c.tensor, np.array(c.tensor.detach().numpy()), self._grad(c.tensor))
+            for c in found.values()
+            if isinstance(c, Captured)
+            and not isinstance(c, LrCaptured)
+            and id(c.tensor) not in state_ids
+        ]
+        self.opt_saved = [
+            (
+                oc,
+                {
+                    p: {
+                        k: (v, np.array(v.detach().numpy())) if isinstance(v, Tensor) else v
+                        for k, v in st.items()
+                    }
+                    for p, st in oc.opt.state.items()
+                },
+                [{k: v for k, v in g.items() if k != "params"} for g in oc.opt.param_groups],
+            )
+            for oc in self.opts
+        ]
+
+    @staticmethod
+    def _grad(t: Tensor) -> Any:
+        g = t.grad
+        return None if g is None else (g, np.array(g.detach().numpy()))
+
+    def __bool__(self) -> bool:
+        return bool(self.tensors or self.opts)
+
+    def grads_changed(self) -> bool:
+        """Whether a call set or changed the ``.grad`` of a tensor it reaches by name (it
+        called ``backward()``: a training step; a buffer updated by a forward, as batch
+        norm's running statistics, is not one)."""
+        for _, t, _arr, g in self.tensors:
+            now = t.grad
+            if (g is None) != (now is None) or (g is not None and now is not g[0]):
+                return True
+            if g is not None and not np.array_equal(now.detach().numpy(), g[1], equal_nan=True):
+                return True
+        return False
+
+    def updates(self) -> list:
+        """(name, array) of every tensor, .grad and optimizer state tensor a call changed."""
+        out = []
+        for name, t, arr, g in self.tensors:
+            now = t.detach().numpy()
+            if not np.array_equal(now, arr, equal_nan=True):
+                out.append((f"{name} (updated)", np.array(now)))
+            if t.grad is not None and (
+                g is None or not np.array_equal(t.grad.detach().numpy(), g[1], equal_nan=True)
+            ):
+                out.append((f"{name}.grad", np.array(t.grad.detach().numpy())))
+        for oc in self.opts:
+            for gi, pi, cap in oc.params:
+                for k, v in (oc.opt.state.get(cap.tensor) or {}).items():
+                    if isinstance(v, Tensor):
+                        out.append((f"{oc.name}.state[{cap.name}][{k!r}]", np.array(v.numpy())))
+        return out
+
+    def restore(self) -> None:
+        """Put every snapshotted value back (in place: the same tensor objects)."""
+        with eager.no_grad():
+            for _, t, arr, g in self.tensors:
+                _copy_into(t, arr)
+                if g is None:
+                    if t.grad is not None:
+                        t.grad = None
+                else:
+                    _copy_into(g[0], g[1])
+                    if t.grad is not g[0]:
+                        t.grad = g[0]
+            for oc, st, groups in self.opt_saved:
+                opt = oc.opt
+                opt.state.clear()
+                for p, entries in st.items():
+                    new = {}
+                    for k, v in entries.items():
+                        if isinstance(v, tuple):
+                            _copy_into(v[0], v[1])
+                            v = v[0]
+                        new[k] = v
+                    opt.state[p] = new
+                for g, saved in zip(opt.param_groups, groups):
+                    g.update(saved)
+
+
+def _copy_into(t: Tensor, arr: np.ndarray) -> None:
+    """``t``'s values set to ``arr`` in place (left alone when equal: a read-only view a
+    function closes over, never written, is never written here either)."""
+    if not np.array_equal(t.detach().numpy(), arr, equal_nan=True):
+        t.copy_(eager.from_numpy(np.array(arr, copy=True)))
+
+
 def _leaf_tensors(args: tuple) -> list:
     return [x for x in flatten(args)[0] if isinstance(x, Tensor) and x.requires_grad]
 
@@ -272,6 +385,7 @@ class _EagerRun:
         track: set,
         cast: Optional[np.dtype] = None,
         measure_memory: bool = False,
+        state: Optional[_State] = None,
     ) -> None:
         self.args = inputs.build(_tensor_maker(track, cast))
         self.leaves = _leaf_tensors(self.args)
@@ -281,6 +395,11 @@ class _EagerRun:
         t0 = time.perf_counter()
         out = fn(*self.args)
         self.tape_nodes = _tape_nodes(_first(out))
+        called_backward = any(t.grad is not None for t in self.leaves) or bool(
+            state and state.grads_changed()
+        )
+        if grads and called_backward:
+            raise _CallsBackward()
         if grads:
             self._backward(out)
         self.first_call_s = time.perf_counter() - t0
@@ -290,8 +409,8 @@ class _EagerRun:
             np.zeros(t.shape, t.numpy().dtype) if t.grad is None else _as_array(t.grad)
             for t in self.grad_tensors
         ]
-        self.step = not grads and any(t.grad is not None for t in self.leaves)
-        self.updated = _updated(inputs, self.args)
+        self.step = not grads and called_backward
+        self.updated = _updated(inputs, self.args) + (state.updates() if state else [])
         if measure_memory:  # after the checked first call, so errors come from there
             self.peak_bytes = self._peak()
 
@@ -376,8 +495,43 @@ def compare(
         )
         grads = False
 
-    ev, ref = _eager_runs(fn, inputs, grads, grad_pos, track, notes)
+    state = _State(fn, args)
+    try:
+        return _compare(
+            fn, name, inputs, grads, grad_pos, track, notes, state, repeat, warmup, budget
+        )
+    finally:
+        if state:  # compare leaves the model and optimizer as it found them
+            state.restore()
+
+
+class _CallsBackward(Exception):
+    """The function called backward() itself: a training step, compared with grads=False."""
+
+
+def _compare(
+    fn: Callable,
+    name: str,
+    inputs: _Inputs,
+    grads: bool,
+    grad_pos: list,
+    track: set,
+    notes: list,
+    state: _State,
+    repeat: Optional[int],
+    warmup: int,
+    budget: float,
+) -> ComparisonReport:
+    try:
+        ev, ref = _eager_runs(fn, inputs, grads, grad_pos, track, notes, state)
+    except _CallsBackward:
+        if state:
+            state.restore()
+        grads, grad_pos = False, []  # the step's .grad are its results (noted below)
+        ev, ref = _eager_runs(fn, inputs, grads, grad_pos, track, notes, state)
     e_time, e_number, reps = _measure(ev.call, repeat, warmup, budget)
+    if state:  # the timed calls stepped the model: the compiled side starts where eager did
+        state.restore()
     eager_col = {
         "time_per_call_s": e_time,
         "first_call_s": ev.first_call_s,
@@ -391,7 +545,7 @@ def compare(
             "the first call are compared as values)"
         )
 
-    comp = _CompiledRun(fn, inputs, ev, grads, grad_pos, track)
+    comp = _CompiledRun(fn, inputs, ev, grads, grad_pos, track, state)
     compiled_col = comp.measure(reps, warmup, budget) if comp.error is None else None
     rows, all_agree = _agreement(inputs, grad_pos, ev, ref, comp)
     divergence = None
@@ -455,18 +609,34 @@ def _tracked(inputs: _Inputs, argnums: Optional[Sequence[int]]) -> set:
 
 
 def _eager_runs(
-    fn: Callable, inputs: _Inputs, grads: bool, grad_pos: list, track: set, notes: list
+    fn: Callable,
+    inputs: _Inputs,
+    grads: bool,
+    grad_pos: list,
+    track: set,
+    notes: list,
+    state: Optional[_State] = None,
 ) -> tuple:
-    """The eager run (with its peak memory) and the float64 reference run."""
-    ev = _EagerRun(fn, inputs, grads, grad_pos, track, measure_memory=True)
+    """The eager run (with its peak memory) and the float64 reference run, each from the
+    snapshotted model and optimizer state (restored after each)."""
     try:
-        ref = _EagerRun(fn, inputs, grads, grad_pos, track, cast=np.dtype(np.float64))
+        ev = _EagerRun(fn, inputs, grads, grad_pos, track, measure_memory=True, state=state)
+    finally:
+        if state:
+            state.restore()
+    try:
+        ref = _EagerRun(fn, inputs, grads, grad_pos, track, cast=np.dtype(np.float64), state=state)
+    except _CallsBackward:
+        raise
     except Exception as exc:  # e.g. code that mixes dtypes and breaks in float64
         ref = ev
         notes.append(
             f"the float64 reference run failed ({type(exc).__name__}: {exc}); errors "
             "are measured against the eager run instead"
         )
+    finally:
+        if state:
+            state.restore()
     return ev, ref
 
 
@@ -475,7 +645,14 @@ class _CompiledRun:
     why it could not compile (``error``, from ``_error_info``)."""
 
     def __init__(
-        self, fn: Callable, inputs: _Inputs, ev: _EagerRun, grads: bool, grad_pos: list, track: set
+        self,
+        fn: Callable,
+        inputs: _Inputs,
+        ev: _EagerRun,
+        grads: bool,
+        grad_pos: list,
+        track: set,
+        state: Optional[_State] = None,
     ) -> None:
         # arrays in, or for a step the same kind of Tensors eager got
         self.args = cargs = inputs.build(
@@ -491,7 +668,7 @@ class _CompiledRun:
             res = cf(*cargs)
             first = time.perf_counter() - t0
             self.outs, self.grads = _split_compiled(res, grads, ev.out_is_tensor)
-            self.updated = _updated(inputs, cargs)
+            self.updated = _updated(inputs, cargs) + (state.updates() if state else [])
             # a call that creates .grad changes the next call's signature: keep calling
             # (cold) while calls still trace, so compile time covers every signature a
             # loop meets
