@@ -399,27 +399,66 @@ def find(fn: Callable, args: tuple) -> dict:
     for i, a in enumerate(args):  # modules passed as arguments (self of a method)
         if _is_module(a):
             _walk(args, i, "self" if i == 0 else f"args[{i}]", lambda a, i=i: (a, i), found)
-    code = getattr(target, "__code__", None)
-    if code is None:
-        return found
-    for var, cell in zip(code.co_freevars, getattr(target, "__closure__", None) or ()):
-        try:
-            cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        holder = _Cell(cell)
-        _walk(holder, 0, var, lambda a, h=holder: (h, 0), found)
-    glob = getattr(target, "__globals__", None)
-    if glob is not None:
-        for var in sorted(_code_names(code)):
-            if var in glob:
-                _walk(glob, var, var, lambda a, g=glob, v=var: (g, v), found)
-    if getattr(target, "__defaults__", None):
-        holder = _Defaults(target)
-        for i in range(len(target.__defaults__)):
-            _walk(holder, i, f"default[{i}]", lambda a, h=holder, i=i: (h, i), found)
-    kwdefaults = getattr(target, "__kwdefaults__", None)  # def f(*xs, model=model)
-    if kwdefaults:  # the function's own dict: a write through it is what the call reads
-        for var in sorted(kwdefaults):
-            _walk(kwdefaults, var, var, lambda a, d=kwdefaults, v=var: (d, v), found)
+    _walk_functions(target, found)
     return found
+
+
+#: Packages whose functions are library code: their globals hold no user state to lift
+#: (eager's own module state, numpy's), so :func:`_walk_functions` does not enter them.
+_LIBRARY = ("eager", "numpy", "networkx", "llvmlite", "onnx", "scipy", "threadpoolctl")
+#: At most this many functions are walked per compiled function (a bound on the work).
+_MAX_FUNCTIONS = 256
+
+
+def _walk_functions(target: Any, found: dict) -> None:
+    """Lift what ``target`` reads by name (closure cells, the globals its code names,
+    defaults), and likewise for every Python function it reaches that way: a helper
+    ``loss(x) -> helper(x) -> model(x)``, or the user function a transform such as
+    ``graphc.value_and_grad(f)`` wraps, reads ``model``'s parameters as live inputs too
+    (otherwise they would be constants of the trace: stale after an update).  Breadth
+    first, each function once; names of what a called function reads are prefixed with
+    the function's name (``helper.model.weight``)."""
+    import types
+
+    queue: list = [(target, "")]
+    seen: set = set()
+    while queue and len(seen) < _MAX_FUNCTIONS:
+        fn, prefix = queue.pop(0)
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+
+        def follow(obj: Any, name: str) -> None:
+            if (
+                isinstance(obj, types.FunctionType)
+                and id(obj) not in seen
+                and not str(getattr(obj, "__module__", "") or "").startswith(_LIBRARY)
+            ):
+                queue.append((obj, f"{name}."))
+
+        for var, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            holder = _Cell(cell)
+            _walk(holder, 0, prefix + var, lambda a, h=holder: (h, 0), found)
+            follow(contents, prefix + var)
+        glob = getattr(fn, "__globals__", None)
+        if glob is not None:
+            for var in sorted(_code_names(code)):
+                if var in glob:
+                    _walk(glob, var, prefix + var, lambda a, g=glob, v=var: (g, v), found)
+                    follow(glob[var], prefix + var)
+        if getattr(fn, "__defaults__", None):
+            holder = _Defaults(fn)
+            for i in range(len(fn.__defaults__)):
+                name = f"{prefix}default[{i}]"
+                _walk(holder, i, name, lambda a, h=holder, i=i: (h, i), found)
+                follow(fn.__defaults__[i], name)
+        kwdefaults = getattr(fn, "__kwdefaults__", None)  # def f(*xs, model=model)
+        if kwdefaults:  # the function's own dict: a write through it is what the call reads
+            for var in sorted(kwdefaults):
+                _walk(kwdefaults, var, prefix + var, lambda a, d=kwdefaults, v=var: (d, v), found)
+                follow(kwdefaults[var], prefix + var)
