@@ -979,6 +979,8 @@ def _pad(node, at, xs, opset):
     full = [0] * (2 * rank)
     for j, a in enumerate(axes):
         full[a], full[a + rank] = pads[j], pads[j + k]
+    shape = _shape(x)
+    _check_size([max(0, shape[a] + full[a] + full[a + rank]) for a in range(rank)], node)
     if mode != "constant":  # edge / reflect on any axes: gather the padded indices
         out = x
         for a in range(rank):
@@ -1271,6 +1273,72 @@ def _tensor_array(t: Any, what: str) -> np.ndarray:
     return np.array(arr, dtype=dt, copy=True).reshape(tuple(int(d) for d in t.dims))
 
 
+def _order_nodes(model: Any) -> Any:
+    """``model`` with its nodes in topological order (ONNX requires it; ONNX Runtime sorts
+    them itself): a sorted copy when they are out of order, the model itself otherwise.
+    Checked whatever ``check`` says: every value is defined once (single assignment: no
+    node output named as a graph input, initializer or another node's output), every
+    initializer's data is loaded (not in an external file), and there is no cycle."""
+    import heapq
+
+    onnx = require_onnx()
+    g = model.graph
+    for t in g.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            where = next((e.value for e in t.external_data if e.key == "location"), "?")
+            raise OnnxImportError(
+                f"import_onnx: initializer {t.name!r} keeps its data in the external file "
+                f"{where!r}, which was not loaded: pass the path of the .onnx file (with its "
+                "data file next to it) or onnx.load(path)"
+            )
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
+    producer: Dict[str, int] = {}
+    for k, node in enumerate(g.node):
+        for o in node.output:
+            if not o:
+                continue
+            if o in given or o in producer:
+                first = (
+                    "a graph input or initializer"
+                    if o in given
+                    else f"node {_nname(g.node[producer[o]])}"
+                )
+                raise OnnxImportError(
+                    f"import_onnx: value {o!r} is defined twice, by {first} and by node "
+                    f"{_nname(node)} ({node.op_type}); ONNX graphs assign each name once"
+                )
+            producer[o] = k
+    deps = [sorted({producer[i] for i in node.input if i in producer}) for node in g.node]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return model
+    users: List[List[int]] = [[] for _ in g.node]
+    waiting = [len(ds) for ds in deps]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:  # Kahn's algorithm, the earliest node first (deterministic)
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(g.node):
+        stuck = [_nname(g.node[k]) for k in range(len(g.node)) if waiting[k]]
+        raise OnnxImportError(
+            f"import_onnx: the graph has a cycle: nodes {', '.join(stuck[:10])}"
+            f"{' ...' if len(stuck) > 10 else ''} depend on each other's outputs"
+        )
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend([g.node[k] for k in order])
+    return out
+
+
 def _validate(model: Any, check: bool) -> int:
     onnx = require_onnx()
     if check:
@@ -1387,7 +1455,7 @@ def import_onnx(model_or_path: Any, *, trainable: bool = False, check: bool = Tr
     initializer becomes a leaf Tensor with ``requires_grad=True`` in ``parameters``
     (for training the imported model); otherwise initializers are constants.
     """
-    model = _load(model_or_path)
+    model = _order_nodes(_load(model_or_path))
     opset = _validate(model, check)
     g = model.graph
     inits = {t.name: _tensor_array(t, f"initializer {t.name!r}") for t in g.initializer}

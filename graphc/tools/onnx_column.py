@@ -117,7 +117,9 @@ def onnxruntime_column(
         feeds = {n: np.ascontiguousarray(a) for n, a in zip(names, arrays)}
         out_names = [o.name for o in sess.get_outputs()]
         if source == "graphc.export_onnx":  # user outputs, not the updated arguments
-            out_names = [n for n in out_names if n == "output" or n.startswith("output_")]
+            every = [i.name for i in sess.get_inputs()]
+            special = {f"{n}_updated" for n in every} | {f"{n}_grad" for n in every}
+            out_names = [n for n in out_names if n not in special]
         outs = sess.run(out_names, feeds)
         first = time.perf_counter() - t0
         t, number, _ = measure(lambda: sess.run(out_names, feeds))
