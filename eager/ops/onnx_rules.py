@@ -71,7 +71,7 @@ def simple(op_type: str, cast: str = "out", **fixed: Any) -> Callable:
         elif cast == "common":
             dt = np.result_type(*[m.dtype for m in ms])
             if dt.kind == "b" and op_type not in ("Equal", "NotEqual"):
-                dt = np.dtype(np.int8)  # ONNX orders numbers, not bools
+                dt = np.dtype(np.int32)  # ONNX orders numbers, not bools
         else:
             dt = np.dtype(bool)
         ins = [_to(b, x, m, dt) for x, m in zip(xs, ms)]
@@ -180,10 +180,10 @@ def clamp(b, xs, ms, out, min=None, max=None):
             r = b.op("Min", [r, hi])
         return b.op("Identity", [r]) if r == x else r
     if np.dtype(out.dtype).kind == "b":
-        wide = type(out)(out.shape, np.int8)
+        wide = type(out)(out.shape, np.int32)
         lo_b = None if min is None else int(bool(min))  # numpy casts the bounds to bool
         hi_b = None if max is None else int(bool(max))
-        r = clamp(b, [_to(b, x, out, np.int8)], [wide], wide, min=lo_b, max=hi_b)
+        r = clamp(b, [_to(b, x, out, np.int32)], [wide], wide, min=lo_b, max=hi_b)
         return _to(b, r, wide, bool)
     return b.op("Clip", [x, lo, hi])
 

@@ -57,8 +57,18 @@ class _Builder:
     """What an op's export rule sees (duck-typed; eager never imports this class): ``op``,
     ``const``, ``cast`` and ``fail``.  It collects ONNX nodes and initializers."""
 
-    def __init__(self, onnx: Any, used: set, where: str = "", sub: bool = False) -> None:
+    def __init__(
+        self,
+        onnx: Any,
+        used: set,
+        where: str = "",
+        sub: bool = False,
+        opset: int = 18,
+        single_ops: bool = True,
+    ) -> None:
         self.onnx = onnx
+        self.opset = opset  # the model's opset (which single operators exist)
+        self.single_ops = single_ops  # write recognized regions as one operator
         self.sub = sub  # a loop body: constants are Constant nodes (no initializers)
         self.nodes: list = []
         self.inits: list = []
@@ -122,7 +132,14 @@ class _Builder:
         ``step(sub_builder, states, slices)`` returns (new states, ys) as (name, Meta)
         pairs.  Its results: the final states, then each ys stacked."""
         onnx = self.onnx
-        sub = _Builder(onnx, self.used, where=self.where, sub=True)
+        sub = _Builder(
+            onnx,
+            self.used,
+            where=self.where,
+            sub=True,
+            opset=self.opset,
+            single_ops=self.single_ops,
+        )
         sub.src, sub.opname, sub.base = self.src, self.opname, self.base
         ins, states, slices = [], [], []
         for _, m in init:
@@ -242,11 +259,34 @@ def _export_node(b: _Builder, g: Graph, nid: int, names: dict, sub: Callable) ->
 
 def _walk(b: _Builder, g: Graph, names: dict, sub: Callable) -> None:
     """Every non-input node in deterministic topological order (no recursion: loop
-    bodies are exported by ``sub`` with a builder of their own)."""
+    bodies are exported by ``sub`` with a builder of their own).  Regions recognized as
+    one ONNX operator (softmax, layer norm... see :mod:`graphc.onnx.fuse`) are written as
+    that operator at their result's place; their interior nodes are skipped."""
+    regions: dict = {}
+    skip: set = set()
+    if b.single_ops:
+        from .fuse import single_operators
+
+        regions, skip = single_operators(g, b.opset)
     for nid in g.topo_order():
-        if g.nx.nodes[nid]["op"] == "input":
+        if g.nx.nodes[nid]["op"] == "input" or nid in skip:
+            continue
+        if nid in regions:
+            _export_region(b, g, nid, regions[nid], names)
             continue
         _export_node(b, g, nid, names, sub)
+
+
+def _export_region(b: _Builder, g: Graph, nid: int, r: Any, names: dict) -> None:
+    """One recognized region as its single ONNX operator, named as its result node."""
+    d = g.nx.nodes[nid]
+    b.src = _utf8(d.get("src") or "")
+    b.opname = d["op"]
+    want = b.fresh(f"v{nid}")
+    b.base = want
+    start = len(b.nodes)
+    ins = [names[i] if i >= 0 else b.const(r.const_inputs[k]) for k, i in enumerate(r.inputs)]
+    names[nid] = _rename_result(b, start, b.op(r.op_type, ins, **r.attrs), want)
 
 
 def _body(
@@ -256,7 +296,14 @@ def _body(
     body's own; ``outer`` maps body input positions to outer values (consts, read from
     the enclosing scope); ``tail(sub, bnames, outs)`` may add outputs in front."""
     onnx = b.onnx
-    sub = _Builder(onnx, b.used, where=f" in the {what} of {want}", sub=True)
+    sub = _Builder(
+        onnx,
+        b.used,
+        where=f" in the {what} of {want}",
+        sub=True,
+        opset=b.opset,
+        single_ops=b.single_ops,
+    )
     ins = [_value_info(onnx, n, s_, dt) for n, s_, dt in lead]
     bnames: dict = {}
     for i, nid in enumerate(body.inputs):
@@ -383,12 +430,15 @@ def graph_to_model(
     name: str = "graphc",
     opset: Optional[int] = None,
     doc: str = "",
+    single_operators: bool = True,
 ) -> Any:
     """An ``onnx.ModelProto`` computing graph ``g``: graph input ``k`` named
     ``input_names[k]``, output ``k`` ``output_names[k]``; ``defaults`` maps input
     positions to arrays stored as initializers of those inputs (overridable defaults, as
     ONNX allows), ``constants`` input positions to arrays that become initializers and
-    are not graph inputs."""
+    are not graph inputs.  ``single_operators`` writes the regions
+    :mod:`graphc.onnx.fuse` recognizes (softmax, log-softmax, layer norm, GELU) as one ONNX
+    operator each; ``False`` keeps every primitive."""
     onnx = _onnx()
     latest = int(onnx.defs.onnx_opset_version())
     opset = DEFAULT_OPSET if opset is None else opset
@@ -398,7 +448,7 @@ def graph_to_model(
             f"onnx's newest), got {opset!r}"
         )
     used: set = set()
-    b = _Builder(onnx, used)
+    b = _Builder(onnx, used, opset=opset, single_ops=single_operators)
     names: dict = {}
     inputs = []
     for k, nid in enumerate(g.inputs):
@@ -506,6 +556,7 @@ def export_onnx(
     path: Any = None,
     opset: Optional[int] = None,
     keep_initializers_as_inputs: bool = False,
+    single_operators: bool = True,
 ) -> Any:
     """Export what ``graphc.compile(fn)`` runs for ``example_args`` as an ONNX model.
 
@@ -524,6 +575,11 @@ def export_onnx(
     ``doc_string``.  ``fn`` may be a plain function, a module, a
     :class:`graphc.CompiledFunction` (its ``static_argnums`` and ``opt_level`` are used)
     or a transform such as ``graphc.grad(f)``.  ``opset`` defaults to 18.
+    ``single_operators`` (default True) writes the primitives graphc records for
+    softmax, log-softmax and layer norm (and GELU from opset 20) as ONNX's single
+    ``Softmax``, ``LogSoftmax``, ``LayerNormalization`` (``Gelu``) operator when the region
+    is intact in the optimized graph (its intermediate values used nowhere else);
+    ``False`` exports every primitive.
 
     Raises :class:`graphc.UnsupportedOpError` naming the op and its source line when an op
     has no ONNX form (random draws, advanced indexing), and ImportError naming the
@@ -580,6 +636,7 @@ def export_onnx(
         constants=constants,
         name=getattr(cf, "__name__", "graphc"),
         opset=opset,
+        single_operators=single_operators,
         doc=f"graphc.export_onnx of {getattr(cf, '__name__', '?')}",
     )
     if path is not None:

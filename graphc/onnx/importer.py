@@ -217,6 +217,16 @@ for _name, _fn in {
     "Round": eager.round,
     "Not": eager.logical_not,
     "Softplus": F.softplus,
+    "Tan": eager.tan,
+    "Asin": eager.asin,
+    "Acos": eager.acos,
+    "Atan": eager.atan,
+    "Sinh": eager.sinh,
+    "Cosh": eager.cosh,
+    "Asinh": eager.asinh,
+    "Acosh": eager.acosh,
+    "Atanh": eager.atanh,
+    "IsNaN": eager.isnan,
 }.items():
     _OPS[_name] = _unary(_fn)
 
@@ -487,19 +497,28 @@ def _pool_common(node, at, x):
 @_op("MaxPool")
 def _maxpool(node, at, xs, opset):
     x = _t(xs[0])
-    if len(node.output) > 1 and node.output[1]:
-        raise OnnxImportError(
-            f"import_onnx: node {_nname(node)} (MaxPool): the Indices output is not supported"
-        )
+    want_indices = len(node.output) > 1 and bool(node.output[1])
     if int(at.get("storage_order", 0)):
         raise OnnxImportError(f"import_onnx: node {_nname(node)} (MaxPool): storage_order=1")
     nsp, kernel, strides, dil, pads, ceil = _pool_common(node, at, x)
-    if pads[:nsp] == pads[nsp:] and all(2 * p <= k for p, k in zip(pads[:nsp], kernel)):
+    symmetric = pads[:nsp] == pads[nsp:] and all(2 * p <= k for p, k in zip(pads[:nsp], kernel))
+    if want_indices and (nsp != 2 or not symmetric):
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (MaxPool): the Indices output is supported for "
+            f"2-D pooling with symmetric pads only (got {nsp}-D, pads {pads})"
+        )
+    if symmetric:
         padding = pads[:nsp]
     else:
         x, padding = _pad_explicit(x, pads, nsp, -math.inf), [0] * nsp
     pool = F.max_pool2d if nsp == 2 else F.max_pool1d
-    return [pool(x, kernel, strides, padding, dil, ceil_mode=ceil)]
+    if not want_indices:
+        return [pool(x, kernel, strides, padding, dil, ceil_mode=ceil)]
+    y, idx = F.max_pool2d(x, kernel, strides, padding, dil, ceil_mode=ceil, return_indices=True)
+    # PyTorch's indices count within each (n, c) plane; ONNX's within the whole tensor
+    n, c, h, w = _shape(x)
+    base = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
+    return [y, idx + eager.from_numpy(base)]
 
 
 @_op("AveragePool")
@@ -960,6 +979,8 @@ def _pad(node, at, xs, opset):
     full = [0] * (2 * rank)
     for j, a in enumerate(axes):
         full[a], full[a + rank] = pads[j], pads[j + k]
+    shape = _shape(x)
+    _check_size([max(0, shape[a] + full[a] + full[a + rank]) for a in range(rank)], node)
     if mode != "constant":  # edge / reflect on any axes: gather the padded indices
         out = x
         for a in range(rank):
@@ -992,6 +1013,167 @@ def _pad(node, at, xs, opset):
     if not fp:
         return [x]
     return [F.pad(x, fp, mode="constant", value=value)]
+
+
+# --- operators graphc.export_onnx emits (so that import(export(f)) reads back) -----------
+
+
+@_op("IsInf")
+def _isinf(node, at, xs, opset):
+    x = _t(xs[0])
+    pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
+    r = eager.isinf(x)
+    if pos and not neg:
+        r = eager.logical_and(r, x > 0)
+    elif neg and not pos:
+        r = eager.logical_and(r, x < 0)
+    elif not pos and not neg:
+        r = eager.zeros(_shape(x), dtype=eager.bool)
+    return [r]
+
+
+def _int_indices(idx: Any, dim: int, node: Any) -> Any:
+    """Integer indices with negative ones counted from the end (ONNX allows -dim..dim-1);
+    static out-of-range indices are refused naming the node."""
+    if _static(idx):
+        i = np.asarray(idx).astype(np.int64)
+        if i.size and np.any((i < -dim) | (i >= dim)):
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} ({node.op_type}): indices out of range for "
+                f"an axis of size {dim}"
+            )
+        return eager.from_numpy(np.where(i < 0, i + dim, i))
+    it = _t(idx).to(eager.int64)
+    return eager.where(it < 0, it + dim, it)
+
+
+@_op("GatherElements")
+def _gather_elements(node, at, xs, opset):
+    x = _t(xs[0])
+    shape = _shape(x)
+    ax = _axis(int(at.get("axis", 0)), len(shape), node)
+    return [eager.gather(x, ax, _int_indices(xs[1], shape[ax] if shape else 1, node))]
+
+
+@_op("ScatterElements")
+def _scatter_elements(node, at, xs, opset):
+    x, upd = _t(xs[0]), _t(xs[2])
+    shape = _shape(x)
+    ax = _axis(int(at.get("axis", 0)), len(shape), node)
+    idx = _int_indices(xs[1], shape[ax] if shape else 1, node)
+    red = at.get("reduction", "none")
+    if red == "none":
+        return [eager.scatter(x, ax, idx, upd)]
+    if red == "add":
+        return [eager.scatter_add(x, ax, idx, upd)]
+    raise OnnxImportError(
+        f"import_onnx: node {_nname(node)} (ScatterElements): reduction {red!r} is not "
+        "supported (none and add are)"
+    )
+
+
+@_op("ScatterND")
+def _scatter_nd(node, at, xs, opset):
+    x, upd = _t(xs[0]), _t(xs[2])
+    shape = _shape(x)
+    ishape = _shape(xs[1])
+    if not shape or not ishape or ishape[-1] != 1:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (ScatterND): only indices whose last dimension "
+            f"is 1 (whole rows of the first axis) are supported, got indices of shape "
+            f"{list(ishape)} for data of shape {list(shape)}"
+        )
+    rows = _int_indices(xs[1], shape[0], node).reshape(-1)
+    n = int(np.prod(ishape[:-1], dtype=np.int64))
+    vals = upd.reshape((n,) + shape[1:])
+    red = at.get("reduction", "none")
+    if red == "add":
+        return [eager.index_add(x, 0, rows, vals)]
+    if red != "none":
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (ScatterND): reduction {red!r} is not "
+            "supported (none and add are)"
+        )
+    out = x.clone()
+    out[rows] = vals
+    return [out]
+
+
+@_op("TopK")
+def _topk(node, at, xs, opset):
+    x = _t(xs[0])
+    shape = _shape(x)
+    ax = _axis(int(at.get("axis", -1)), len(shape), node)
+    (k,) = _ints(xs[1], node, "k")
+    if not 0 <= k <= (shape[ax] if shape else 1):
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (TopK): k={k} for an axis of size {shape[ax]}"
+        )
+    largest = bool(int(at.get("largest", 1)))
+    # eager's topk is stable (equal values in index order), as ONNX specifies; sorted=0
+    # leaves the order unspecified, so the sorted order is a valid answer
+    r = eager.topk(x, k, dim=ax, largest=largest, sorted=True)
+    return [r.values, r.indices]
+
+
+@_op("CumSum")
+def _cumsum(node, at, xs, opset):
+    x = _t(xs[0])
+    shape = _shape(x)
+    (a,) = _ints(xs[1], node, "axis")
+    if not shape:
+        return [x]
+    ax = _axis(a, len(shape), node)
+    rev = bool(int(at.get("reverse", 0)))
+    if rev:
+        x = x.flip(ax)
+    c = eager.cumsum(x, ax)
+    if int(at.get("exclusive", 0)) and shape[ax]:  # shift by one: 0, x0, x0+x1...
+        zero = eager.zeros(shape[:ax] + (1,) + shape[ax + 1 :], dtype=c.dtype)
+        c = eager.cat([zero, c.narrow(ax, 0, shape[ax] - 1)], ax)
+    return [c.flip(ax) if rev else c]
+
+
+@_op("ConvTranspose")
+def _conv_transpose(node, at, xs, opset):
+    x, w = _t(xs[0]), _t(xs[1])
+    b = _t(xs[2]) if len(xs) > 2 and xs[2] is not None else None
+    nsp = len(_shape(x)) - 2
+    if nsp != 2 or _shape(w)[2:] != tuple(at.get("kernel_shape", _shape(w)[2:])):
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (ConvTranspose): only 2-D transposed "
+            f"convolutions are supported, got input of shape {list(_shape(x))}"
+        )
+    if at.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET") or "output_shape" in at:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (ConvTranspose): auto_pad and output_shape "
+            "are not supported; give pads and output_padding"
+        )
+    strides = list(at.get("strides", [1, 1]))
+    dil = list(at.get("dilations", [1, 1]))
+    pads = list(at.get("pads", [0, 0, 0, 0]))
+    opad = list(at.get("output_padding", [0, 0]))
+    group = int(at.get("group", 1))
+    # the full transposed convolution, then crop pads (begin/end) and extend by
+    # output_padding (zeros before the bias), as ONNX defines the output
+    y = F.conv_transpose2d(x, w, None, stride=strides, dilation=dil, groups=group)
+    for a in range(2):
+        ax = 2 + a
+        full = _shape(y)[ax]
+        begin, end = pads[a], pads[a + 2]
+        size = full + opad[a] - begin - end
+        if size < 0:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} (ConvTranspose): pads {pads} leave no output"
+            )
+        extra = max(0, begin + size - full)
+        if extra:
+            fp = [0, extra] if a == 1 else [0, 0, 0, extra]
+            y = F.pad(y, fp)
+        y = y.narrow(ax, begin, size)
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return [y]
 
 
 SUPPORTED_OPERATORS = tuple(sorted(_OPS))
@@ -1089,6 +1271,72 @@ def _tensor_array(t: Any, what: str) -> np.ndarray:
             f"import_onnx: {what} declares shape {list(t.dims)} but holds {arr.size} values"
         )
     return np.array(arr, dtype=dt, copy=True).reshape(tuple(int(d) for d in t.dims))
+
+
+def _order_nodes(model: Any) -> Any:
+    """``model`` with its nodes in topological order (ONNX requires it; ONNX Runtime sorts
+    them itself): a sorted copy when they are out of order, the model itself otherwise.
+    Checked whatever ``check`` says: every value is defined once (single assignment: no
+    node output named as a graph input, initializer or another node's output), every
+    initializer's data is loaded (not in an external file), and there is no cycle."""
+    import heapq
+
+    onnx = require_onnx()
+    g = model.graph
+    for t in g.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            where = next((e.value for e in t.external_data if e.key == "location"), "?")
+            raise OnnxImportError(
+                f"import_onnx: initializer {t.name!r} keeps its data in the external file "
+                f"{where!r}, which was not loaded: pass the path of the .onnx file (with its "
+                "data file next to it) or onnx.load(path)"
+            )
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
+    producer: Dict[str, int] = {}
+    for k, node in enumerate(g.node):
+        for o in node.output:
+            if not o:
+                continue
+            if o in given or o in producer:
+                first = (
+                    "a graph input or initializer"
+                    if o in given
+                    else f"node {_nname(g.node[producer[o]])}"
+                )
+                raise OnnxImportError(
+                    f"import_onnx: value {o!r} is defined twice, by {first} and by node "
+                    f"{_nname(node)} ({node.op_type}); ONNX graphs assign each name once"
+                )
+            producer[o] = k
+    deps = [sorted({producer[i] for i in node.input if i in producer}) for node in g.node]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return model
+    users: List[List[int]] = [[] for _ in g.node]
+    waiting = [len(ds) for ds in deps]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:  # Kahn's algorithm, the earliest node first (deterministic)
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(g.node):
+        stuck = [_nname(g.node[k]) for k in range(len(g.node)) if waiting[k]]
+        raise OnnxImportError(
+            f"import_onnx: the graph has a cycle: nodes {', '.join(stuck[:10])}"
+            f"{' ...' if len(stuck) > 10 else ''} depend on each other's outputs"
+        )
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend([g.node[k] for k in order])
+    return out
 
 
 def _validate(model: Any, check: bool) -> int:
@@ -1207,7 +1455,7 @@ def import_onnx(model_or_path: Any, *, trainable: bool = False, check: bool = Tr
     initializer becomes a leaf Tensor with ``requires_grad=True`` in ``parameters``
     (for training the imported model); otherwise initializers are constants.
     """
-    model = _load(model_or_path)
+    model = _order_nodes(_load(model_or_path))
     opset = _validate(model, check)
     g = model.graph
     inits = {t.name: _tensor_array(t, f"initializer {t.name!r}") for t in g.initializer}

@@ -553,7 +553,11 @@ def _compare(
         divergence = _divergence(comp.cf, comp.args)
     speedup, break_even = _payoff(e_time, compiled_col)
     ort_col, ort_error = None, None
-    if not ev.step:
+    if ev.step:
+        from .onnx_column import step_note
+
+        ort_error = step_note(fn)
+    else:
         from .onnx_column import COLUMN_NOTE, onnxruntime_column
 
         ort_col, ort_error = onnxruntime_column(
@@ -564,6 +568,7 @@ def _compare(
             lambda call: _measure(call, reps, warmup, budget),
             _errors,
             TOLERANCE,
+            example_args=inputs.build(lambda a, i: a.copy()),
         )
         if ort_col is not None:
             notes.append(COLUMN_NOTE)

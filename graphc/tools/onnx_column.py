@@ -64,6 +64,18 @@ def model_bytes(fn: Callable, example_args: tuple) -> tuple:
     return None, "graphc.export_onnx", f"export returned a {type(m).__name__}, not a model"
 
 
+def step_note(fn: Callable) -> Optional[str]:
+    """Why a training step gets no ONNX Runtime column (None when there would be no
+    column anyway: onnx/onnxruntime or the exporter missing, and not an imported model)."""
+    if not getattr(fn, "graphc_onnx_import", False) and (not _have_ort() or _exporter() is None):
+        return None
+    return (
+        "not run for a training step (compare compares .grad and in-place updates, which "
+        "an ONNX model returns as extra outputs: run graphc.export_onnx's model with ONNX "
+        "Runtime and feed the <name>_updated outputs back)"
+    )
+
+
 def onnxruntime_column(
     fn: Callable,
     arrays: list,
@@ -72,12 +84,19 @@ def onnxruntime_column(
     measure: Callable,
     errors: Callable,
     tolerance: dict,
+    example_args: Optional[tuple] = None,
 ) -> tuple:
     """(the column as a dict, or None; an error message, or None).
 
-    ``arrays`` are the function's array inputs in order; ``measure(call)`` times a call
-    as the other columns are timed; ``errors(x, ref)`` gives (abs, rel) errors."""
-    data, source, why = model_bytes(fn, tuple(a.copy() for a in arrays))
+    ``arrays`` are the function's array inputs in order (its pytree arguments' leaves);
+    ``example_args`` the arguments as the function takes them (pytrees), which the
+    exporter traces (default: ``arrays``, one per argument); ``measure(call)`` times a
+    call as the other columns are timed; ``errors(x, ref)`` gives (abs, rel) errors.
+    An exported model's extra inputs (parameters kept as inputs, with their initializer
+    as default) are not fed, and only its user outputs (``output``, ``output_k``; not
+    ``<name>_updated`` / ``<name>_grad``) are compared."""
+    ex = example_args if example_args is not None else tuple(a.copy() for a in arrays)
+    data, source, why = model_bytes(fn, ex)
     if data is None:
         return None, why
     try:
@@ -88,17 +107,30 @@ def onnxruntime_column(
         t0 = time.perf_counter()
         sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
+        if source == "graphc.export_onnx" and len(names) > len(arrays):
+            names = names[: len(arrays)]  # the rest are parameters with initializers
         if len(names) != len(arrays):
             return None, (
                 f"the model has {len(names)} inputs ({', '.join(names)}) but the function "
                 f"received {len(arrays)} arrays"
             )
         feeds = {n: np.ascontiguousarray(a) for n, a in zip(names, arrays)}
-        outs = sess.run(None, feeds)
+        out_names = [o.name for o in sess.get_outputs()]
+        if source == "graphc.export_onnx":  # user outputs, not the updated arguments
+            every = [i.name for i in sess.get_inputs()]
+            special = {f"{n}_updated" for n in every} | {f"{n}_grad" for n in every}
+            out_names = [n for n in out_names if n not in special]
+        outs = sess.run(out_names, feeds)
         first = time.perf_counter() - t0
-        t, number, _ = measure(lambda: sess.run(None, feeds))
+        t, number, _ = measure(lambda: sess.run(out_names, feeds))
     except Exception as exc:  # ONNX Runtime refuses the model or the inputs
-        return None, f"ONNX Runtime failed: {type(exc).__name__}: {exc}"
+        hint = ""
+        if "NOT_IMPLEMENTED" in str(exc) and any(a.dtype == np.float64 for a in arrays):
+            hint = (
+                " (ONNX Runtime's CPU provider has no float64 kernel for this operator; "
+                "compare float32 inputs to get the column)"
+            )
+        return None, f"ONNX Runtime failed: {type(exc).__name__}: {exc}{hint}"
     rows = []
     all_ok = True
     for k, (o, r, e) in enumerate(zip(outs, ref_outputs, eager_outputs)):
@@ -125,4 +157,4 @@ def onnxruntime_column(
     }, None
 
 
-__all__ = ["onnxruntime_column", "model_bytes", "COLUMN_NOTE"]
+__all__ = ["onnxruntime_column", "model_bytes", "step_note", "COLUMN_NOTE"]

@@ -205,8 +205,13 @@ def parse_args_spec(spec: str, seed: int = 0) -> tuple:
             ) from None
         if dt.kind not in "fiub":
             raise UsageError(f"bad --args item {item!r}: dtype {dt.name} is not supported")
+        parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
+        if parts and parts[-1] == "":  # a trailing comma, as in Python's (3,)
+            parts.pop()
+        if any(d == "" for d in parts):  # f32[2,,3] is a typo, not f32[2,3]
+            raise UsageError(f"bad --args item {item!r}: an empty dimension between commas")
         try:
-            shape = tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
+            shape = tuple(int(d) for d in parts)
         except ValueError:
             raise UsageError(f"bad --args item {item!r}: dimensions must be integers") from None
         n = math.prod(shape)
