@@ -50,6 +50,27 @@ def _same_in_output_type(op: str, sdt: np.dtype, dt: np.dtype, acc_t: np.dtype) 
     )
 
 
+class _Freeze(ir.instructions.Instruction):
+    """LLVM's ``freeze`` (llvmlite has no builder method for it)."""
+
+    def __init__(self, parent, val, name=""):
+        super().__init__(parent, val.type, "freeze", [val], name=name)
+
+    def descr(self, buf):
+        (val,) = self.operands
+        md = self._stringify_metadata(leading_comma=True)
+        buf.append(f"freeze {val.type} {val.get_reference()}{md}\n")
+
+
+def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``freeze v``: the same value, opaque to InstCombine's folds through ``v``'s select
+    (which turn ``maximum(m, select(c, -inf, x))`` into a select of the reduction that the
+    loop vectorizer does not recognize)."""
+    instr = _Freeze(b.block, v)
+    b._insert(instr)
+    return instr
+
+
 class KernelBuilder:
     """Emits one kernel function: loop nests, loads/stores through views, scalar op code."""
 
@@ -619,7 +640,7 @@ class KernelBuilder:
             name = "llvm.maximum" if op == "max" else "llvm.minimum"
             ty = reg_type(acc_t)
             fn = self.module.declare_intrinsic(name, [ty], fnty=ir.FunctionType(ty, [ty, ty]))
-            return b.call(fn, [cur, v])
+            return b.call(fn, [cur, _freeze(b, v)])
         if op == "add":
             if fl:
                 return b.fadd(cur, v, flags=("reassoc",))

@@ -129,6 +129,14 @@ def test_the_fast_form_is_emitted_only_where_it_is_safe():
     assert "llvm.maximum" in ll
     ll = graphc.compile(lambda t: t.amax()).llvm_ir(x)  # a full reduction: exact step
     assert "llvm.maximum" not in ll
+    # a masked row (softmax's causal mask): the where's -inf must not hide the reduction
+    # from LLVM's vectorizer (the freeze in KernelBuilder._combine)
+    mask = np.triu(np.ones((64, 64), bool), 1)
+    x4 = np.zeros((2, 3, 64, 64), np.float32)
+    ll = graphc.compile(lambda t, m: (t * 0.25).masked_fill(m, float("-inf")).amax(-1)).llvm_ir(
+        x4, mask, optimized=True
+    )
+    assert "llvm.vector.reduce.fmaximum" in ll
     xi = np.zeros((8, 64), np.int32)
     assert "llvm.maximum" not in graphc.compile(lambda t: t.amax(-1)).llvm_ir(xi)
 
