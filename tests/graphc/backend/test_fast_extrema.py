@@ -148,3 +148,30 @@ def test_values_match_pytorch():
     got = np.asarray(graphc.compile(lambda t: t.amax(-1))(x))
     want = torch.from_numpy(x).amax(-1).numpy()
     np.testing.assert_array_equal(got, want)  # == : a zero's sign is PyTorch's lanes' choice
+
+
+def test_row_max_inside_a_scan_body_and_in_place_updates():
+    rng = np.random.default_rng(21)
+    xs = _nasty((6, 5, 40), "float32", rng, nans=True)
+    h0 = _nasty((5, 40), "float32", rng)
+
+    def f(h, xs):
+        def step(c, x):
+            m = (c + x).amax(-1, keepdim=True)
+            return (c + x) - m, m
+
+        return graphc.scan(step, h, xs)
+
+    (cf, ysf), (ce, yse) = _both(f, h0, xs)
+    np.testing.assert_array_equal(_bits(cf), _bits(ce))
+    np.testing.assert_array_equal(_bits(ysf), _bits(yse))
+
+    def g(a):
+        a = a * 1.0
+        a -= a.amax(-1, keepdim=True)  # an in-place update next to the reduction
+        return a
+
+    x = _nasty((4, 64), "float64", rng)
+    fast, exact = _both(g, x)
+    np.testing.assert_array_equal(_bits(fast), _bits(exact))
+    np.testing.assert_array_equal(np.asarray(fast), x - x.max(-1, keepdims=True))
