@@ -30,6 +30,11 @@ from .strided import cstrides, numel
 # LLVM pipeline").  ``UNROLL_ALL = True`` lets LLVM unroll every loop again (the code
 # before this change, for measurements).
 UNROLL_ALL = False
+# Float max/min rows of loop kernels are vectorized with llvm.maximum/minimum and checked
+# for the results where that could differ from the exact step (KernelBuilder.
+# _fast_extrema_kernel).  ``FAST_EXTREMA = False`` keeps the scalar exact step alone (the
+# code before, for measurements).
+FAST_EXTREMA = True
 _NO_UNROLL = "llvm.loop.unroll.disable"
 
 
@@ -43,6 +48,27 @@ def _same_in_output_type(op: str, sdt: np.dtype, dt: np.dtype, acc_t: np.dtype) 
         and dt == np.dtype(np.float32)
         and acc_t == np.dtype(np.float64)
     )
+
+
+class _Freeze(ir.instructions.Instruction):
+    """LLVM's ``freeze`` (llvmlite has no builder method for it)."""
+
+    def __init__(self, parent, val, name=""):
+        super().__init__(parent, val.type, "freeze", [val], name=name)
+
+    def descr(self, buf):
+        (val,) = self.operands
+        md = self._stringify_metadata(leading_comma=True)
+        buf.append(f"freeze {val.type} {val.get_reference()}{md}\n")
+
+
+def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``freeze v``: the same value, opaque to InstCombine's folds through ``v``'s select
+    (which turn ``maximum(m, select(c, -inf, x))`` into a select of the reduction that the
+    loop vectorizer does not recognize)."""
+    instr = _Freeze(b.block, v)
+    b._insert(instr)
+    return instr
 
 
 class KernelBuilder:
@@ -65,6 +91,8 @@ class KernelBuilder:
         self.in_place = False  # an output is written over an input (plan.alias_kernels)
         self.trig_flag = None  # i8 slot: a sin/cos argument beyond vecmath's accurate range
         self.trig_exact = False  # emit sin/cos that are exact for every argument
+        self.extrema_fast = False  # row max/min by llvm.maximum/minimum (see loop_kernel)
+        self.extrema_used: list = []  # the reductions that took that form
 
     def finish(self) -> None:
         self.b.branch(self.exit)
@@ -263,7 +291,10 @@ class KernelBuilder:
             for n in self.plan.expr_nodes(self.plan.kernel_roots(kern))
         )
         if not trig:
-            self._loop_kernel(kern)
+            if FAST_EXTREMA and self.par is None and not self.in_place and numel(kern.space):
+                self._fast_extrema_kernel(kern)
+            else:
+                self._loop_kernel(kern)
             return
         if self.in_place:
             self.trig_exact = True
@@ -281,6 +312,49 @@ class KernelBuilder:
         self.trig_exact = True
         self._loop_kernel(kern)
         self.trig_exact = False
+        b.branch(done)
+        b.position_at_end(done)
+
+    def _fast_extrema_kernel(self, kern: Kernel) -> None:
+        """The loop nest of ``kern`` with its float max/min rows reduced by
+        ``llvm.maximum``/``llvm.minimum``, which LLVM vectorizes (the exact step, "a later
+        element wins when greater or NaN", is a compare-and-select chain it keeps scalar).
+
+        The two differ only where the result is a zero or NaN: ``maximum`` makes +0.0 win
+        over -0.0 wherever they are, the exact step keeps the first zero met; of several
+        NaNs the exact step keeps the last.  So after the loop every result is checked:
+        if a max is +0.0 (a min -0.0) or any is NaN, the whole kernel runs again with the
+        exact step (safe: a kernel writes no buffer it reads, and in-place kernels never
+        get here).  A max that is -0.0 is exact either way (no +0.0 was in its row)."""
+        b = self.b
+        self.extrema_fast, self.extrema_used = True, []
+        self._loop_kernel(kern)
+        self.extrema_fast = False
+        used, self.extrema_used = self.extrema_used, []
+        if not used:
+            return
+        flag = self.alloca(I8, name="extrema_ambiguous")
+        b.store(ir.Constant(I8, 0), flag)
+        for r in used:
+            d = self.g.nx.nodes[r]
+            dt = np.dtype(d["dtype"])
+            ity = ir.IntType(8 * dt.itemsize)
+            zero_bits = 0 if reduction(d["op"]).combine == "max" else 1 << (8 * dt.itemsize - 1)
+
+            def check(ix, r=r, dt=dt, ity=ity, zero_bits=zero_bits):
+                v = self.load(r, dt, ix[0])
+                bad = b.or_(
+                    self.isnan(v),
+                    b.icmp_unsigned("==", b.bitcast(v, ity), ir.Constant(ity, zero_bits)),
+                )
+                b.store(b.or_(b.load(flag, typ=I8), b.zext(bad, I8)), flag)
+
+            self.loop([numel(d["shape"])], check, name=f"chk_n{r}_", unroll=False)
+        again = self.fn.append_basic_block("exact_extrema")
+        done = self.fn.append_basic_block("extrema_done")
+        b.cbranch(b.icmp_unsigned("!=", b.load(flag, typ=I8), ir.Constant(I8, 0)), again, done)
+        b.position_at_end(again)
+        self._loop_kernel(kern)
         b.branch(done)
         b.position_at_end(done)
 
@@ -356,8 +430,19 @@ class KernelBuilder:
                         self.store(r, dt, off, self._combine(d["op"], self.load(r, dt, off), v, dt))
                         continue
                     cur = self.convert(self.load(r, dt, off), dt, acc_t)
+                    fast = (
+                        self.extrema_fast
+                        and acc_t.kind == "f"
+                        and acc_t == dt == sdt
+                        and reduction(d["op"]).combine in ("max", "min")
+                    )
+                    if fast and r not in self.extrema_used:
+                        self.extrema_used.append(r)
                     self.store(
-                        r, dt, off, self.convert(self._combine(d["op"], cur, v, acc_t), acc_t, dt)
+                        r,
+                        dt,
+                        off,
+                        self.convert(self._combine(d["op"], cur, v, acc_t, fast), acc_t, dt),
                     )
 
         if self.par is not None:
@@ -547,10 +632,15 @@ class KernelBuilder:
             memo[n] = self.emit_op(n, vals, dts)
         return roots_set
 
-    def _combine(self, op, cur, v, acc_t):
+    def _combine(self, op, cur, v, acc_t, fast: bool = False):
         b = self.b
         op = reduction(op).combine
         fl = acc_t.kind == "f"
+        if fast:  # llvm.maximum/minimum: vectorizable, exact but for zeros and NaNs
+            name = "llvm.maximum" if op == "max" else "llvm.minimum"
+            ty = reg_type(acc_t)
+            fn = self.module.declare_intrinsic(name, [ty], fnty=ir.FunctionType(ty, [ty, ty]))
+            return b.call(fn, [cur, _freeze(b, v)])
         if op == "add":
             if fl:
                 return b.fadd(cur, v, flags=("reassoc",))
