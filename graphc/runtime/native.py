@@ -592,8 +592,13 @@ class NativeExecutable:
         me = weakref.ref(self)  # the counter must not keep the executable alive
 
         def counting_native(arrays):
-            outs = quick_native(arrays)
             exe = me()
+            if exe is not None and exe.tier != 0:
+                # a call path still bound to this function after the switch (a fast
+                # path made while the switch ran, or a fork that interrupted it): the
+                # optimized code, which gives the same bits
+                return exe._native(arrays)
+            outs = quick_native(arrays)
             if exe is not None and exe.tier == 0:
                 exe._tier_calls += 1
                 if exe._tier_calls >= up:
@@ -621,12 +626,15 @@ class NativeExecutable:
             self._upgrade_locked()
         except Exception as e:  # the quick code is correct: keep running it
             self._tier_calls = -(1 << 62)  # never try again
-            warnings.warn(
-                f"graphc: {self.name}: re-compiling with the full LLVM pipeline failed "
-                f"({type(e).__name__}: {e}); keeping the quick code",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            try:
+                warnings.warn(
+                    f"graphc: {self.name}: re-compiling with the full LLVM pipeline failed "
+                    f"({type(e).__name__}: {e}); keeping the quick code",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            except Exception:  # warnings turned into errors (-W error): the call's
+                pass  # outputs are already computed and correct; do not lose them
         finally:
             self._tier_lock.release()
 

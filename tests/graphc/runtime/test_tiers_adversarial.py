@@ -410,3 +410,28 @@ def test_autograd_bridge_gradient_executable_has_its_own_tier():
     t = eager.tensor(X.copy(), requires_grad=True)
     ((t * 1.3).tanh() * t.exp()).sum().backward()
     np.testing.assert_allclose(grads[0], t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_failed_switch_never_fails_the_call_even_with_warnings_as_errors(monkeypatch):
+    f = graphc.compile(_loss)
+    want = f(X)
+    exe = _exe(f)
+    monkeypatch.setattr(native, "optimized_functions", lambda text, names: {n: text for n in names})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pytest -W error, python -W error
+        for _ in range(2 * native.TIER_UP_CALLS):
+            assert tierdiff.same_bits(f(X), want)
+    assert exe.tier == 0
+
+
+def test_a_call_path_bound_before_the_switch_runs_the_optimized_code():
+    f = graphc.compile(_loss)
+    want = f(X)
+    (entry,) = f._cache.values()
+    exe = entry.stages["_executable"]
+    stale = entry.call  # e.g. made by a thread while another one switched
+    assert exe.upgrade() is True and entry.call is not stale
+    n = exe._tier_calls
+    for _ in range(3):
+        assert tierdiff.same_bits(stale((X,)), want)
+    assert exe._tier_calls == n  # not counted: forwarded to the optimized code
