@@ -54,8 +54,8 @@ def executables(f) -> list:
 
 
 def variant_inputs(prog: fuzzgen.Program, seed: int) -> list:
-    """The program's inputs, with more special values and (for some seeds) passed as
-    non-contiguous views."""
+    """The program's inputs, with more special values, (for some seeds) passed as
+    non-contiguous views, or with the last input in the other float dtype."""
     rng = np.random.default_rng(seed)
     out = []
     for a in prog.inputs:
@@ -71,6 +71,16 @@ def variant_inputs(prog: fuzzgen.Program, seed: int) -> list:
             big = np.repeat(a, 2, axis=-1)  # a strided view holding the same values
             a = big[..., ::2]
         out.append(a)
+    if seed % 5 == 2 and len(out) > 1:  # mixed dtypes: the last input in the other float
+        other = np.float64 if out[-1].dtype == np.float32 else np.float32
+        mixed = out[:-1] + [out[-1].astype(other)]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prog.fn()(*[eager.tensor(a.copy()) for a in mixed])
+            out = mixed
+        except Exception:  # noqa: BLE001 - eager refuses the mix: keep one dtype
+            pass
     return out
 
 

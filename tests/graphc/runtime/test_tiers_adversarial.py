@@ -5,6 +5,7 @@ could differ between an optnone and an O3 build, and across the switch itself (t
 errors, fork, profiling, transforms, the autograd bridge, memory)."""
 
 import gc
+import re
 import os
 import signal
 import threading
@@ -435,3 +436,77 @@ def test_a_call_path_bound_before_the_switch_runs_the_optimized_code():
     for _ in range(3):
         assert tierdiff.same_bits(stale((X,)), want)
     assert exe._tier_calls == n  # not counted: forwarded to the optimized code
+
+
+# --- no undefined behaviour in generated code (where O3 and optnone may legally differ) --
+
+_DEF = re.compile(r'^\s*(%"?[\w.]+"?) = (\w+) (.*)$')
+_FN = re.compile(r'^define [^@]*@"?([\w.]+)"?\(')
+
+
+def _ub_findings(ir_text: str) -> list:
+    """Instructions whose result LLVM may treat as poison/UB for some inputs: a shift
+    by a non-constant or too large amount, an integer division by a non-constant, 0 or
+    -1, and fptosi/fptoui of a value not first clamped by a select."""
+    defs: dict = {}  # this function's values -> the instruction defining them
+    bad, fn = [], ""
+    for ln in ir_text.splitlines():
+        fm = _FN.match(ln)
+        if fm:
+            fn, defs = fm.group(1), {}
+        m = _DEF.match(ln)
+        if not m:
+            continue
+        defs[m.group(1)] = m.group(2)
+        op, rest = m.group(2), m.group(3)
+        if op in ("shl", "lshr", "ashr", "sdiv", "srem", "udiv", "urem"):
+            ty, operands = rest.split(" ", 1)
+            amount = operands.rsplit(",", 1)[1].strip()
+            if not re.fullmatch(r"-?\d+", amount):
+                if not (op in ("sdiv", "srem") and fn.endswith("_chunk")):  # chunks >= 1
+                    bad.append(f"{fn}: {ln.strip()}")
+                continue
+            k, width = int(amount), int(ty.lstrip("i<>x 0123456789").strip() or ty[1:])
+            if op in ("shl", "lshr", "ashr") and not 0 <= k < width:
+                bad.append(f"{fn}: {ln.strip()}")
+            if op in ("sdiv", "srem", "udiv", "urem") and k in (0, -1):
+                bad.append(f"{fn}: {ln.strip()}")
+        if op in ("fptosi", "fptoui"):
+            src = rest.split(" ")[1]
+            if defs.get(src) != "select":
+                bad.append(f"{fn}: {ln.strip()}")
+    return bad
+
+
+def test_generated_code_has_no_undefined_integer_or_conversion_ops():
+    bad = 'define void @"k"(i64 %"y") {\n  %"a" = fptosi double 1.0 to i64\n'
+    bad += '  %"b" = shl i64 %"y", %"y"\n  %"c" = lshr i64 %"y", 64\n  %"d" = sdiv i64 %"y", -1\n}'
+    assert len(_ub_findings(bad)) == 4  # the checker finds what it looks for
+    progs = {
+        "casts": (lambda a: (a.long(), a.int(), (a * 1e12).long().to(a.dtype)), (_vals(np.float64),)),
+        "int div": (lambda a: (a // 3, a % 7, a // -5), (np.arange(-20, 20),)),
+        "int pow": (lambda a: a**3, (np.arange(-5, 5),)),
+        "vecmath": (
+            lambda a: (a.exp(), a.log(), a.tanh(), a.erf(), a.sigmoid(), a**1.7, a.expm1(), a.sin()),
+            (_vals(np.float32),),
+        ),
+        "reductions": (lambda a: (a.sum(0), a.amax(1), a.var(0), a.logsumexp(1)), (X,)),
+        "big sum": (lambda a: (a * 2.0).sum(), (np.ones(1 << 19),)),  # parallel chunks
+    }
+    for seed in range(30):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            p = fuzzgen.generate(seed, tierdiff.features_for(seed))
+        progs[f"seed{seed}"] = (p.fn(), tuple(p.inputs))
+    found = []
+    for name, (fn, args) in progs.items():
+        f = graphc.compile(fn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                f(*[a.copy() for a in args])
+            except graphc.TracerError:
+                continue
+        for exe in tierdiff.executables(f):
+            found += [f"{name}: {x}" for x in _ub_findings(exe.jit.llvm_ir(False))]
+    assert not found, "\n".join(found[:20])
