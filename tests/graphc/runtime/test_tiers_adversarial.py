@@ -510,3 +510,46 @@ def test_generated_code_has_no_undefined_integer_or_conversion_ops():
         for exe in tierdiff.executables(f):
             found += [f"{name}: {x}" for x in _ub_findings(exe.jit.llvm_ir(False))]
     assert not found, "\n".join(found[:20])
+
+
+_FMULADD_IR = r"""
+define double @f(double %x) ATTR {
+  %r = call double @llvm.fmuladd.f64(double 0x3FF0000002000000, double 0x3FF0000002000000,
+                                     double 0xBFF0000004000000)
+  %s = fadd double %r, %x
+  ret double %s
+}
+declare double @llvm.fmuladd.f64(double, double, double)
+"""
+
+
+def _fmuladd_demo(features: str, opt: int) -> float:
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    with native.jit.LLVM_LOCK:
+        tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=features, opt=opt, jit=True
+        )
+        m = llvm.parse_assembly(_FMULADD_IR.replace("ATTR", "noinline optnone" if not opt else ""))
+        if opt:
+            pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt))
+            pb.getModulePassManager().run(m, pb)
+        ee = llvm.create_mcjit_compiler(m, tm)
+        ee.finalize_object()
+        fn = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(ee.get_function_address("f"))
+        out = fn(0.0)
+        ee.close()
+    return out
+
+
+def test_why_hosts_without_fma_skip_the_quick_tier():
+    # (1 + 2^-27)^2 - (1 + 2^-26) is 2^-54 fused, 0 rounded twice.  The optnone build
+    # rounds twice where the CPU lacks FMA; O3 constant-folds llvm.fmuladd fused anyway.
+    feats = native.jit.host_cpu_features().split(",")
+    off = ",".join("-" + f[1:] if f[1:] in ("fma", "fma4", "avx512f") else f for f in feats)
+    assert _fmuladd_demo(off, 0) == 0.0
+    assert _fmuladd_demo(off, 3) == 2.0**-54
+    if native._host_has_fma():  # this host: fused in both builds
+        assert _fmuladd_demo(",".join(feats), 0) == _fmuladd_demo(",".join(feats), 3) == 2.0**-54
