@@ -163,6 +163,10 @@ EXCUSED = {
         "the worked-example test runs these pytest commands on a copy of the project (slow)",
     ("benchmarks.md", ".venv/bin/graphc bench            # about a minute; --quick for fewer repeats, --json for data"):
         "takes about a minute and prints timings",
+    ("backend.md", "PYTHONPATH=. python3 -m tests.parity.tierdiff 2000 1000   # 2000 programs from seed 1000"):
+        "a tier fuzz campaign: minutes; CI runs a sample (test_tiers_adversarial.py)",
+    ("testing.md", "PYTHONPATH=. python3 -m tests.parity.tierdiff 2000 1000   # 2000 programs from seed 1000"):
+        "a tier fuzz campaign: minutes; CI runs a sample (test_tiers_adversarial.py)",
     ("testing.md", "python3 -m pytest tests/parity/test_fuzz.py --fuzz 2000             # 2000 programs"):
         "runs thousands of fuzz programs (minutes)",
     ("backend-accuracy.md", '.venv/bin/python -c "'):

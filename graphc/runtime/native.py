@@ -273,28 +273,52 @@ def _mark_functions(module, reductions: frozenset, quick: bool) -> None:
 
 _DEFINE = re.compile(r"^define [^\n]*?@\"?([^\s\"(]+)\"?\(", re.M)
 _ATTR_REF = re.compile(r"#\d+|!\d+")
+# pointer facts LLVM infers from the callers (which differ between the tiers): they
+# never change the arithmetic, so they are dropped before the bodies are compared
+_POINTER_FACTS = re.compile(
+    r"\b(?:nonnull|noundef|nocapture|readonly|writeonly|"
+    r"dereferenceable(?:_or_null)?\(\d+\)|captures\([^)]*\)) "
+)
 
 
 def optimized_functions(ir_text: str, names: frozenset) -> dict:
     """{name: its body} for the functions ``names`` in optimized LLVM IR: the instructions,
     which decide the arithmetic, without the ``define`` line (LLVM infers parameter
-    attributes such as ``nonnull`` from the callers, which differ between the tiers) and
-    with attribute group and metadata numbers blanked (they differ between modules)."""
+    attributes such as ``nonnull`` from the callers, which differ between the tiers),
+    without such pointer facts on the calls inside (``nonnull``, ``noundef``,
+    ``dereferenceable(n)``...: they never change the arithmetic) and with attribute group
+    and metadata numbers blanked (they differ between modules)."""
     out = {}
     for m in _DEFINE.finditer(ir_text):
         if m.group(1) in names:
             start = ir_text.find("\n", m.start())
             end = ir_text.find("\n}\n", start)
-            out[m.group(1)] = _ATTR_REF.sub("#", ir_text[start:end])
+            out[m.group(1)] = _POINTER_FACTS.sub("", _ATTR_REF.sub("#", ir_text[start:end]))
     return out
+
+
+_HOST_HAS_FMA: Optional[bool] = None  # the host CPU has fused multiply-add (read once)
+
+
+def _host_has_fma() -> bool:
+    """Does the host CPU have FMA?  ``llvm.fmuladd`` is fused by the code generator only
+    where it does, while LLVM's constant folder always folds it as one fused operation:
+    without FMA an optimized build (which folds more) and a quick one could round a
+    polynomial differently, so such hosts never start on quick code."""
+    global _HOST_HAS_FMA
+    if _HOST_HAS_FMA is None:
+        feats = jit.host_cpu_features().split(",")
+        _HOST_HAS_FMA = "+fma" in feats or "+fma4" in feats
+    return _HOST_HAS_FMA
 
 
 def quick_tier_ok(plan: Schedule) -> bool:
     """Does ``plan`` start on quick code?  Only plans whose kernels are elementwise and
     reduction loops or BLAS products (the products' time is BLAS's at either tier; hand-
     written loop nests such as convolutions or matmul fallbacks need the optimizer), no
-    scan/while loops, and at most :data:`TIER0_MAX_WORK` loop elements."""
-    if plan.loops:
+    scan/while loops, at most :data:`TIER0_MAX_WORK` loop elements, and only on a host
+    CPU with fused multiply-add (see :func:`_host_has_fma`)."""
+    if plan.loops or not _host_has_fma():
         return False
     for k in plan.kernels:
         if k.kind == "loop":
@@ -303,6 +327,28 @@ def quick_tier_ok(plan: Schedule) -> bool:
             continue
         return False
     return parallel_policy.work(plan) <= TIER0_MAX_WORK
+
+
+_QUICK: "weakref.WeakSet" = weakref.WeakSet()  # executables started on quick code
+
+
+def _new_tier_locks_in_child() -> None:
+    """After ``fork``: a thread of the parent may have held an executable's tier lock
+    (compiling its full build), and that thread does not exist in the child; give every
+    quick-tier executable a fresh lock, and finish a switch the fork interrupted after
+    the new code was installed but before the call paths were re-bound."""
+    for exe in list(_QUICK):
+        exe._tier_lock = threading.Lock()
+        if exe.tier != 0 and exe._tier_listeners:
+            listeners, exe._tier_listeners = exe._tier_listeners, []
+            for ref in listeners:
+                cb = ref()
+                if cb is not None:
+                    cb()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_tier_locks_in_child)
 
 
 class NativeExecutable:
@@ -538,6 +584,7 @@ class NativeExecutable:
         """
         quick_native = self._native
         self._tier_lock = threading.Lock()
+        _QUICK.add(self)  # a forked child gets a fresh lock (_new_tier_locks_in_child)
         self._tier_calls = 0
         self._tier_listeners: list = []
         # calls after which the code is upgraded: TIER_UP_CALLS, fewer for big graphs
@@ -545,8 +592,13 @@ class NativeExecutable:
         me = weakref.ref(self)  # the counter must not keep the executable alive
 
         def counting_native(arrays):
-            outs = quick_native(arrays)
             exe = me()
+            if exe is not None and exe.tier != 0:
+                # a call path still bound to this function after the switch (a fast
+                # path made while the switch ran, or a fork that interrupted it): the
+                # optimized code, which gives the same bits
+                return exe._native(arrays)
+            outs = quick_native(arrays)
             if exe is not None and exe.tier == 0:
                 exe._tier_calls += 1
                 if exe._tier_calls >= up:
@@ -574,12 +626,15 @@ class NativeExecutable:
             self._upgrade_locked()
         except Exception as e:  # the quick code is correct: keep running it
             self._tier_calls = -(1 << 62)  # never try again
-            warnings.warn(
-                f"graphc: {self.name}: re-compiling with the full LLVM pipeline failed "
-                f"({type(e).__name__}: {e}); keeping the quick code",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            try:
+                warnings.warn(
+                    f"graphc: {self.name}: re-compiling with the full LLVM pipeline failed "
+                    f"({type(e).__name__}: {e}); keeping the quick code",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            except Exception:  # warnings turned into errors (-W error): the call's
+                pass  # outputs are already computed and correct; do not lose them
         finally:
             self._tier_lock.release()
 
