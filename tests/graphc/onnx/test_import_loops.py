@@ -355,3 +355,91 @@ def test_scan_carry_changing_dtype_is_refused_when_compiled():
     f = graphc.import_onnx(m, check=False)
     with pytest.raises(TypeError, match="carry"):
         graphc.compile(f)(np.zeros(3, np.float32), np.zeros((2, 3), np.float32))
+
+
+def _passthrough_scan_model():
+    # the body returns an outer value (w) and its own state input (s) as scan outputs
+    body = h.make_graph(
+        [
+            h.make_node("Identity", ["w"], ["y"]),
+            h.make_node("Mul", ["s", "x"], ["sx"]),
+            h.make_node("Mul", ["sx", "w"], ["s2"]),
+        ],
+        "b",
+        [_vi("s", [3]), _vi("x", [3])],
+        [_vi("s2", [3]), _vi("y", [3]), _vi("s", [3])],
+    )
+    node = h.make_node("Scan", ["s0", "xs"], ["sN", "ys", "ss"], body=body, num_scan_inputs=1)
+    w = onnx.numpy_helper.from_array(np.array([0.5, 2.0, -1.0], np.float32), "w")
+    return _model(
+        [node],
+        [_vi("s0", [3]), _vi("xs", [4, 3])],
+        [_vi("sN", [3]), _vi("ys", [4, 3]), _vi("ss", [4, 3])],
+        inits=[w],
+    )
+
+
+@pytest.mark.parametrize("trainable", [False, True])
+def test_scan_outputs_passing_values_through_noncontiguous(trainable):
+    """Checked against onnx's reference evaluator: ONNX Runtime 1.32 returns zeros for a
+    scan output that is the body's own state input."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = _passthrough_scan_model()
+    r = np.random.RandomState(0)
+    s0 = r.randn(3).astype(np.float32)
+    xs = r.randn(4, 6).astype(np.float32)[:, ::2]  # non-contiguous
+    want = ReferenceEvaluator(m).run(None, {"s0": s0, "xs": np.ascontiguousarray(xs)})
+    f = graphc.import_onnx(m, trainable=trainable)
+    for got in (f(s0, xs), graphc.compile(f)(s0, xs)):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(_np(g), w, rtol=1e-5, atol=1e-6)
+
+
+def test_trainable_parameter_read_inside_a_scan_body_gets_its_gradient():
+    f = graphc.import_onnx(_passthrough_scan_model(), trainable=True)
+    w = f.parameters["w"]
+    r = np.random.RandomState(2)
+    s0, xs = r.randn(3).astype(np.float32), r.randn(4, 3).astype(np.float32)
+
+    def step(a, b):
+        loss = f(a, b)[0].sum()
+        loss.backward()
+        return loss
+
+    step(eager.from_numpy(s0), eager.from_numpy(xs))
+    g_eager = w.grad.numpy().copy()
+    w.grad = None
+    graphc.compile(step)(eager.from_numpy(s0), eager.from_numpy(xs))
+    np.testing.assert_allclose(w.grad.numpy(), g_eager, rtol=1e-5, atol=1e-6)
+    w0, num = w.detach().numpy().astype(np.float64), np.zeros(3)
+    s64, x64 = s0.astype(np.float64), xs.astype(np.float64)
+    for i in range(3):  # the same recurrence in float64
+        for sgn in (1, -1):
+            ww = w0.copy()
+            ww[i] += sgn * 1e-6
+            s = s64
+            for x in x64:
+                s = s * x * ww
+            num[i] += sgn * s.sum() / 2e-6
+    np.testing.assert_allclose(g_eager, num, rtol=1e-3, atol=1e-4)
+
+
+def test_grad_through_imported_static_loop_matches_finite_differences():
+    m = graphc.export_onnx(
+        lambda x: graphc.fori_loop(0, 3, lambda i, c: (c * 1.5 + i).sin(), x),
+        eager.randn(4, dtype=eager.float64),
+    )
+    assert "Loop" in _ops(m)
+    f = graphc.import_onnx(m)
+    loss = lambda x: f(x).sum()
+    x = np.random.RandomState(3).randn(4)
+    g = graphc.grad(loss)(eager.tensor(x))
+    gc = graphc.compile(graphc.grad(loss))(eager.tensor(x))
+    num = np.zeros(4)
+    for i in range(4):
+        d = np.zeros(4)
+        d[i] = 1e-6
+        num[i] = (float(_np(loss(x + d))) - float(_np(loss(x - d)))) / 2e-6
+    np.testing.assert_allclose(_np(g), num, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(_np(gc), num, rtol=1e-6, atol=1e-8)
