@@ -1434,7 +1434,9 @@ def _loop_node(node, at, xs, opset):
         m = 0
     if n_ys:
         why = (
-            "its trip count is known only at run time"
+            "its initial condition is false (the scan outputs' shapes are unknown)"
+            if c0 is False
+            else "its trip count is known only at run time"
             if m is None and _always_true(body)
             else "its condition is computed"
         )
