@@ -1176,6 +1176,304 @@ def _conv_transpose(node, at, xs, opset):
     return [y]
 
 
+# ---------------------------------------------------------------------------
+# control flow: Scan and Loop (their body subgraph runs with this module's evaluator)
+
+# how deeply Scan/Loop bodies may nest (a body inside a body inside ...)
+MAX_BODY_NESTING = 32
+
+
+class _Body:
+    """A Scan/Loop ``body`` subgraph, parsed once: its input and output names, its
+    initializers (numpy), its nodes with their attributes, and ``outer``: the names it
+    (or a body nested in it) reads from the enclosing scopes, in first-read order."""
+
+    def __init__(self, graph: Any, owner: Any, depth: int) -> None:
+        if depth > MAX_BODY_NESTING:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(owner)} ({owner.op_type}): subgraphs nest more "
+                f"than {MAX_BODY_NESTING} deep"
+            )
+        self.name = graph.name or "body"
+        self.inputs = [i.name for i in graph.input]
+        self.outputs = [o.name for o in graph.output]
+        self.inits = {
+            t.name: _tensor_array(t, f"initializer {t.name!r} of the body of {_nname(owner)}")
+            for t in graph.initializer
+        }
+        self.nodes = [(n, _attrs(n, depth + 1)) for n in graph.node]
+        defined = set(self.inputs) | set(self.inits) | {""}
+        outer: List[str] = []
+        for node, at in self.nodes:
+            for name in _reads(node, at):
+                if name not in defined and name not in outer:
+                    outer.append(name)
+            defined.update(node.output)
+        for name in self.outputs:
+            if name not in defined and name not in outer:
+                outer.append(name)
+        self.outer = outer
+
+    def run(self, values: list, outer: dict, opset: int) -> list:
+        """The body's outputs for input ``values`` (the enclosing scope's values in
+        ``outer``)."""
+        env: Dict[str, Any] = dict(outer)
+        env.update(self.inits)
+        for name, v in zip(self.inputs, values):
+            env[name] = np.asarray(v) if isinstance(v, np.generic) else v
+        _run_nodes(self.nodes, env, opset)
+        return [env[n] for n in self.outputs]
+
+
+def _reads(node: Any, at: dict) -> List[str]:
+    """The names a node reads: its inputs, then what its body reads from outside."""
+    body = at.get("body")
+    extra = body.outer if isinstance(body, _Body) else []
+    return list(node.input) + [n for n in extra if n not in node.input]
+
+
+def _outer_env(node: Any, at: dict, xs: list) -> dict:
+    body = at.get("body")
+    if not isinstance(body, _Body):
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} ({node.op_type}) has no body subgraph"
+        )
+    vals = dict(zip(node.input, xs))
+    vals.update(zip([n for n in body.outer if n not in node.input], xs[len(node.input) :]))
+    return {n: vals[n] for n in body.outer}
+
+
+def _move_axis(v: Any, src: int, dst: int) -> Any:
+    if src == dst:
+        return v
+    if _static(v):
+        return np.ascontiguousarray(np.moveaxis(v, src, dst))
+    return eager.movedim(v, src, dst)
+
+
+def _flip0(v: Any) -> Any:
+    if _static(v):
+        return np.ascontiguousarray(v[::-1])
+    return eager.flip(v, [0])
+
+
+def _scan_attr(at: dict, key: str, n: int, node: Any, allowed: tuple) -> List[int]:
+    vals = [int(v) for v in at.get(key, [0] * n)]
+    if len(vals) != n:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): {key} has {len(vals)} entries for {n} values"
+        )
+    for v in vals:
+        if v not in allowed:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} (Scan): {key} value {v} is not "
+                f"supported (only {', '.join(map(str, allowed))})"
+            )
+    return vals
+
+
+@_op("Scan")
+def _scan_node(node, at, xs, opset):
+    from ..loops import scan
+
+    if opset < 9:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): Scan before opset 9 (with a batch axis "
+            "and sequence_lens) is not supported"
+        )
+    body: _Body = at["body"]
+    outer = _outer_env(node, at, xs)
+    ins = xs[: len(node.input)]
+    m = int(at["num_scan_inputs"])
+    k = len(ins) - m
+    if m < 1 or k < 0:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): num_scan_inputs={m} with {len(ins)} inputs"
+        )
+    if any(v is None for v in ins):
+        raise OnnxImportError(f"import_onnx: node {_nname(node)} (Scan): an input is empty")
+    if len(body.inputs) != k + m or len(body.outputs) < k:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): the body takes {len(body.inputs)} "
+            f"inputs and returns {len(body.outputs)} outputs, but the node has {k} states "
+            f"and {m} scan inputs"
+        )
+    n_ys = len(body.outputs) - k
+    if len(node.output) > k + n_ys:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): {len(node.output)} outputs but the "
+            f"body returns {k + n_ys}"
+        )
+    in_dirs = _scan_attr(at, "scan_input_directions", m, node, (0, 1))
+    out_dirs = _scan_attr(at, "scan_output_directions", n_ys, node, (0, 1))
+    # axes: any in range (moved to the front before, and back after, the loop)
+    in_axes = [int(a) for a in at.get("scan_input_axes", [0] * m)]
+    out_axes = [int(a) for a in at.get("scan_output_axes", [0] * n_ys)]
+    if len(in_axes) != m or len(out_axes) != n_ys:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Scan): scan_input_axes/scan_output_axes "
+            "must have one entry per scan input/output"
+        )
+    seqs = []
+    for j, (x, a) in enumerate(zip(ins[k:], in_axes)):
+        r = len(_shape(x))
+        if not -r <= a < r:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} (Scan): scan_input_axes[{j}]={a} is out "
+                f"of range for scan input {node.input[k + j]!r} of rank {r}"
+            )
+        seqs.append(_move_axis(x, a % r, 0))
+    # the exporter's reverse scan (every direction 1) is graphc's reverse=True; other mixes
+    # run forward over flipped inputs and flip the outputs written in reverse
+    reverse = all(d == 1 for d in in_dirs) and all(d == 1 for d in out_dirs)
+    if not reverse:
+        seqs = [_flip0(s) if d == 1 else s for s, d in zip(seqs, in_dirs)]
+
+    def step(carry, x):
+        outs = body.run(list(carry) + list(x), outer, opset)
+        return tuple(outs[:k]), tuple(outs[k:])
+
+    step.__name__ = re.sub(r"\W", "_", body.name)
+    final, ys = scan(step, tuple(ins[:k]), tuple(seqs), reverse=reverse)
+    ys = list(ys)
+    res = list(final)
+    for j, (y, a) in enumerate(zip(ys, out_axes)):
+        if not reverse and out_dirs[j] == 1:
+            y = _flip0(y)
+        r = len(_shape(y))
+        if not -r <= a < r:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} (Scan): scan_output_axes[{j}]={a} is out "
+                f"of range for scan output {j} of rank {r}"
+            )
+        res.append(_move_axis(y, 0, a % r))
+    return res
+
+
+def _tv(v: Any) -> Any:
+    """An eager tensor for a numpy array or scalar (tensors and tracers as they are)."""
+    return _t(np.array(v)) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _static_scalar(v: Any, node: Any, what: str) -> Any:
+    """A static size-1 value as a Python scalar, or None for a value known at run time."""
+    if v is None or not _static(v):
+        return None
+    if v.size != 1:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Loop): {what} must be a scalar, got shape "
+            f"{list(v.shape)}"
+        )
+    return v.reshape(()).item()
+
+
+def _always_true(body: _Body) -> bool:
+    """Whether the body's condition output is its condition input passed through or a
+    constant true (then the loop runs its trip count)."""
+    cin, cout = body.inputs[1], body.outputs[0]
+    for _ in range(len(body.nodes) + 1):
+        if cout == cin:
+            return True
+        if cout in body.inits:
+            v = body.inits[cout]
+            return v.size == 1 and bool(v.reshape(-1)[0])
+        prod = next(((n, at) for n, at in body.nodes if cout in n.output), None)
+        if prod is None:
+            return False
+        n, at = prod
+        if n.op_type == "Identity":
+            cout = n.input[0]
+            continue
+        if n.op_type == "Constant" and isinstance(at.get("value"), np.ndarray):
+            v = at["value"]
+            return v.size == 1 and bool(v.reshape(-1)[0])
+        return False
+    return False
+
+
+@_op("Loop")
+def _loop_node(node, at, xs, opset):
+    from ..loops import scan, while_loop
+
+    body: _Body = at["body"]
+    outer = _outer_env(node, at, xs)
+    ins = xs[: len(node.input)] + [None] * max(0, 2 - len(node.input))
+    trips, cond0, carried = ins[0], ins[1], ins[2:]
+    n = len(carried)
+    if any(v is None for v in carried):
+        raise OnnxImportError(f"import_onnx: node {_nname(node)} (Loop): a carried input is empty")
+    if len(body.inputs) != 2 + n or len(body.outputs) < 1 + n:
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Loop): the body takes {len(body.inputs)} "
+            f"inputs and returns {len(body.outputs)} outputs for {n} loop-carried values "
+            "(it must take iteration number, condition and the carried values, and return "
+            "the condition, the carried values and the scan outputs)"
+        )
+    n_ys = len(body.outputs) - 1 - n
+    m = _static_scalar(trips, node, "the trip count M")
+    c0 = _static_scalar(cond0, node, "the condition")
+    name = re.sub(r"\W", "_", body.name)
+    if (cond0 is None or c0 is True) and _always_true(body):
+        if trips is None:
+            raise OnnxImportError(
+                f"import_onnx: node {_nname(node)} (Loop): no trip count and a condition that "
+                "is always true: the loop never ends"
+            )
+        if m is not None:  # a static trip count: a scan over the iteration numbers
+            true = np.array(True)
+
+            def step(carry, i):
+                outs = body.run([i, true] + list(carry), outer, opset)
+                return tuple(outs[1 : 1 + n]), tuple(outs[1 + n :])
+
+            step.__name__ = name
+            its = np.arange(max(int(m), 0), dtype=np.int64)
+            final, ys = scan(step, tuple(carried), its)
+            return list(final) + list(ys)
+    elif c0 is False and _always_true(body):
+        m = 0
+    if n_ys:
+        why = (
+            "its initial condition is false (the scan outputs' shapes are unknown)"
+            if c0 is False
+            else "its trip count is known only at run time"
+            if m is None and _always_true(body)
+            else "its condition is computed"
+        )
+        raise OnnxImportError(
+            f"import_onnx: node {_nname(node)} (Loop): a Loop with scan outputs is imported "
+            f"only with a static trip count and a condition that stays true, but {why}"
+        )
+    if m == 0:  # a loop that never runs
+        return list(carried)
+    # a computed condition (or a trip count known at run time): a while loop
+    if trips is not None and not _static(trips) and len(_shape(trips)) != 0:
+        trips = trips.reshape(())
+    if cond0 is None:
+        cond0 = np.array(True)
+    elif not _static(cond0) and len(_shape(cond0)) != 0:
+        cond0 = cond0.reshape(())
+    elif _static(cond0):
+        cond0 = cond0.reshape(())
+    limit = None if trips is None else (np.asarray(m, np.int64) if m is not None else trips)
+
+    def cond(c):
+        if limit is None:
+            return c[1]
+        return eager.logical_and(_tv(c[1]), _tv(c[0]) < _tv(limit))
+
+    def step(c):
+        outs = body.run([c[0], c[1]] + list(c[2]), outer, opset)
+        new_cond = outs[0]
+        if len(_shape(new_cond)) != 0:
+            new_cond = new_cond.reshape(())
+        return (c[0] + 1, new_cond, tuple(outs[1 : 1 + n]))
+
+    cond.__name__ = step.__name__ = name
+    final = while_loop(cond, step, (np.array(0, np.int64), cond0, tuple(carried)))
+    return list(final[2])
+
+
 SUPPORTED_OPERATORS = tuple(sorted(_OPS))
 
 
@@ -1221,7 +1519,7 @@ def _opset(model: Any) -> int:
     return opset
 
 
-def _attrs(node: Any) -> dict:
+def _attrs(node: Any, depth: int = 0) -> dict:
     from onnx import helper, numpy_helper
 
     out = {}
@@ -1231,6 +1529,8 @@ def _attrs(node: Any) -> dict:
             v = _tensor_array(v, f"attribute {a.name!r} of node {_nname(node)}")
         elif isinstance(v, bytes):
             v = v.decode()
+        elif a.type == a.GRAPH and a.name == "body" and node.op_type in ("Scan", "Loop"):
+            v = _Body(v, node, depth)
         elif a.type in (a.GRAPH, a.GRAPHS, a.SPARSE_TENSOR):
             raise OnnxImportError(
                 f"import_onnx: node {_nname(node)} ({node.op_type}): attribute {a.name!r} "
@@ -1349,7 +1649,7 @@ def _validate(model: Any, check: bool) -> int:
     opset = _opset(model)
     g = model.graph
     bad = []
-    for node in g.node:
+    for node in _all_nodes(g):
         if node.domain not in ("", "ai.onnx") or node.op_type not in _OPS:
             dom = f"{node.domain}." if node.domain not in ("", "ai.onnx") else ""
             bad.append((dom + node.op_type, node.name or "<unnamed>"))
@@ -1375,6 +1675,36 @@ def _validate(model: Any, check: bool) -> int:
         if o.name not in known:
             raise OnnxImportError(f"import_onnx: graph output {o.name!r} is never computed")
     return opset
+
+
+def _all_nodes(g: Any) -> list:
+    """Every node of graph ``g`` and of the subgraphs in its nodes' attributes, in a
+    deterministic order (an iterative walk)."""
+    out = []
+    stack = [iter(g.node)]
+    while stack:
+        node = next(stack[-1], None)
+        if node is None:
+            stack.pop()
+            continue
+        out.append(node)
+        for a in node.attribute:
+            subs = [a.g] if a.type == a.GRAPH else list(a.graphs) if a.type == a.GRAPHS else []
+            stack.extend(iter(sub.node) for sub in reversed(subs))
+    return out
+
+
+def _check_outer_reads(nodes: list, known: set) -> None:
+    """Every name a Scan/Loop body reads from outside is defined before its node."""
+    known = set(known) | {""}
+    for node, at in nodes:
+        for name in _reads(node, at):
+            if name not in known:
+                raise OnnxImportError(
+                    f"import_onnx: node {_nname(node)} ({node.op_type}) reads {name!r} (in its "
+                    "body), which no graph input, initializer or earlier node defines"
+                )
+        known.update(node.output)
 
 
 # ---------------------------------------------------------------------------
@@ -1470,6 +1800,7 @@ def import_onnx(model_or_path: Any, *, trainable: bool = False, check: bool = Tr
         else:
             consts[name] = arr
     nodes = [(n, _attrs(n)) for n in g.node]
+    _check_outer_reads(nodes, {i.name for i in g.input} | set(inits))
     # fold the nodes that depend on constants only, once
     nodes, folded = _fold_constants(nodes, consts, opset)
     consts.update(folded)
@@ -1513,7 +1844,7 @@ def import_onnx(model_or_path: Any, *, trainable: bool = False, check: bool = Tr
 
 def _run_nodes(nodes: list, env: dict, opset: int) -> None:
     for node, at in nodes:
-        xs = [env[i] if i else None for i in node.input]
+        xs = [env[i] if i else None for i in _reads(node, at)]
         outs = _eval(node, at, xs, opset)
         for name, v in zip(node.output, outs):
             if name:
@@ -1562,8 +1893,9 @@ def _fold_constants(nodes: list, consts: dict, opset: int) -> tuple:
     rest = []
     folded: Dict[str, Any] = {}
     for node, at in nodes:
-        if all(not i or i in env for i in node.input):
-            outs = _eval(node, at, [env[i] if i else None for i in node.input], opset)
+        reads = _reads(node, at)
+        if all(not i or i in env for i in reads):
+            outs = _eval(node, at, [env[i] if i else None for i in reads], opset)
             if all(o is None or _static(o) for o in outs):
                 for name, v in zip(node.output, outs):
                     if name:

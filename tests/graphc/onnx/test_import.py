@@ -489,7 +489,7 @@ def test_unsupported_operators_listed_in_one_error():
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok"),
         helper.make_node("NonMaxSuppression", ["a"], ["b"], name="nms1"),
-        helper.make_node("Loop", ["a"], ["c"], name="loop7"),
+        helper.make_node("If", ["a"], ["c"], name="loop7"),
         helper.make_node("NonMaxSuppression", ["c"], ["y"], name="nms2"),
     ]
     g = helper.make_graph(nodes, "bad",
@@ -499,9 +499,9 @@ def test_unsupported_operators_listed_in_one_error():
     with pytest.raises(UnsupportedOnnxOperatorError) as e:
         import_onnx(m, check=False)
     msg = str(e.value)
-    assert "Loop, NonMaxSuppression" in msg and "nms1" in msg and "nms2" in msg
+    assert "If, NonMaxSuppression" in msg and "nms1" in msg and "nms2" in msg
     assert "loop7" in msg and "Relu (node ok)" not in msg
-    assert e.value.operators == [("NonMaxSuppression", "nms1"), ("Loop", "loop7"),
+    assert e.value.operators == [("NonMaxSuppression", "nms1"), ("If", "loop7"),
                                  ("NonMaxSuppression", "nms2")]
     assert isinstance(e.value, NotImplementedError)
     # a custom domain is unsupported too
