@@ -72,6 +72,28 @@ def _split_default_dtype(key: tuple) -> tuple:
     return key, "float32"
 
 
+try:  # numpy >= 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # pragma: no cover - numpy 1.x
+    _byte_bounds = np.byte_bounds
+
+
+def _disjoint(arrays: list, written: list) -> bool:
+    """True if no written array's bytes can overlap another array's: the byte ranges of
+    all arrays compared at once (a training step writes every parameter and optimizer
+    state, so pairwise ``np.may_share_memory`` calls cost more than the native step).
+    False means "maybe": the caller then tests the pairs exactly."""
+    try:
+        bounds = np.array([_byte_bounds(a) for a in arrays], dtype=np.int64)
+    except (TypeError, AttributeError, ValueError, OverflowError):  # not plain ndarrays
+        return False
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    w = np.asarray(written, dtype=np.intp)
+    hit = (lo[w, None] < hi[None, :]) & (lo[None, :] < hi[w, None])
+    hit[np.arange(len(w)), w] = False  # an array and itself
+    return not hit.any()
+
+
 class CompiledFunction(Inspection):
     """A function compiled per input signature.  Call it like the original."""
 
@@ -530,6 +552,9 @@ class CompiledFunction(Inspection):
                     "np.ascontiguousarray(...)."
                 )
         written = list(tr.written) + list(range(n_dyn, len(arrays)))
+        if not written or _disjoint(arrays, written):
+            entry.mem_ok = tuple(weakref.ref(a) for a in arrays)
+            return entry
         share = np.may_share_memory  # a bounds test in C: the common call is cheap
         for w in written:
             aw = arrays[w]

@@ -614,3 +614,31 @@ def test_a_module_created_inside_a_compiled_function_is_refused_clearly():
     with pytest.raises(TypeError, match="cannot be created inside a function a compiler is "
                                         "tracing"):
         graphc.compile(f)(np.ones(2, np.float32))
+
+
+def test_the_vectorized_disjointness_filter_never_misses_an_overlap():
+    """graphc.api._disjoint (the byte-range filter in front of the pairwise aliasing test)
+    may say "maybe" for disjoint arrays but never "disjoint" where np.may_share_memory
+    sees shared bytes."""
+    from graphc.api import _disjoint
+
+    rng = np.random.default_rng(0)
+    base = np.zeros(64)
+    for _ in range(300):
+        arrays = []
+        for _ in range(rng.integers(1, 6)):
+            if rng.random() < 0.5:
+                a, b = sorted(rng.integers(0, 64, size=2))
+                step = int(rng.integers(1, 3))
+                arrays.append(base[a:b:step])
+            else:
+                arrays.append(np.zeros(int(rng.integers(0, 5))))
+        written = sorted(set(rng.integers(0, len(arrays), size=2).tolist()))
+        exact = not any(
+            np.may_share_memory(arrays[w], b) for w in written for j, b in enumerate(arrays) if j != w
+        )
+        if _disjoint(arrays, written):
+            assert exact
+    assert _disjoint([np.zeros(3), np.zeros(3)], [0, 1])
+    assert not _disjoint([base[0:4], base[2:6]], [0])
+    assert not _disjoint([base, 3.0], [0])  # not an array: "maybe"
