@@ -32,6 +32,7 @@ from .entry import _Entry, _foreign_byte_order, _inplace_pairs, _native_order
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
 from .interpreter import Program
 from .runtime import cache as _engine_cache
+from .runtime import imports as _imports
 from .runtime.gcpause import paused as _gc_paused
 from .ir import verify
 from .signature import describe_key_item, diff_item, same_kind
@@ -53,6 +54,25 @@ def _new_locks_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_in_child)
+
+_loaded = {False: False, True: False}  # the compiler's modules, without / with the backend
+
+
+def _load_compiler(native: bool) -> None:
+    """Import the modules a compile uses (the native backend's too with ``native``) under
+    the lock ``fork`` waits for (graphc.runtime.imports): a child forked while another
+    thread compiles for the first time never waits on a half-done import."""
+    if _loaded[native]:
+        return
+    with _imports.IMPORT_LOCK:
+        import numpy.ma  # noqa: F401  (the native entry refuses masked arrays)
+
+        from .capture import _is_module as _c  # noqa: F401
+        from .passes import PASSES as _p  # noqa: F401
+
+        if native:
+            from .runtime import native as _native_backend  # noqa: F401
+        _loaded[native] = True
 
 
 class _InlineCall(Exception):
@@ -124,6 +144,7 @@ class CompiledFunction(Inspection):
         if "__name__" not in self.__dict__:  # a callable object or functools.partial
             self.__name__ = type(fn).__name__
         self.static_argnums = tuple(static_argnums)
+        _load_compiler(native=False)
         from .capture import _is_module
 
         # the module whose train()/eval() modes are part of every call's signature
@@ -379,6 +400,7 @@ class CompiledFunction(Inspection):
         stages["optimized"] = opt
         stages["_passes"] = pm
         if self.backend == "native":
+            _load_compiler(native=True)
             from .runtime.native import NativeExecutable
 
             # arguments sharing memory are never written while the code still reads them

@@ -34,6 +34,7 @@ from llvmlite import ir
 
 from graphc.backend import irtext
 from graphc.errors import GraphcError
+from graphc.runtime import imports as _imports
 
 __all__ = [
     "LLVM_LOCK",
@@ -59,7 +60,9 @@ def _ffi_lock():
 def _hold_for_fork() -> None:
     """``fork`` waits for a compile in flight on another thread, and for any call into
     LLVM: LLVM's state and llvmlite's lock are then consistent in the child, where that
-    thread does not exist."""
+    thread does not exist.  graphc's lazy-import lock comes first: the order every thread
+    takes the two in (graphc.runtime.imports)."""
+    _imports.IMPORT_LOCK.acquire()
     LLVM_LOCK.acquire()
     ffi = _ffi_lock()
     if ffi is not None:
@@ -71,6 +74,7 @@ def _release_after_fork() -> None:
     if ffi is not None:
         ffi.release()
     LLVM_LOCK.release()
+    _imports.IMPORT_LOCK.release()
 
 
 def _new_lock_in_child() -> None:

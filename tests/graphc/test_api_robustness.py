@@ -101,6 +101,51 @@ def test_fork_while_another_thread_compiles():
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr[-3000:])
 
 
+def test_fork_while_another_thread_imports_the_backend_for_its_first_compile():
+    """graphc imports its backend at the first compile.  A fork while another thread is
+    inside that import once left the child waiting forever on the module's import lock
+    (held by a thread the child does not have): fork now waits for the import.  An
+    import hook makes one backend module slow, so the fork lands inside the import."""
+    code = textwrap.dedent("""
+        import importlib.abc, os, sys, threading, time, faulthandler
+        import numpy as np, graphc
+
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name != "graphc.backend.lower":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(name)
+                run = spec.loader.exec_module
+                def exec_module(module):
+                    started.set()
+                    time.sleep(1.0)
+                    run(module)
+                spec.loader.exec_module = exec_module
+                return spec
+
+        import importlib.util
+        started = threading.Event()
+        sys.meta_path.insert(0, Slow())
+        t = threading.Thread(target=lambda: graphc.compile(lambda x: x.exp().sum())(np.ones(3)))
+        t.start()
+        assert started.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(60, exit=True)
+            r = float(graphc.compile(lambda x: (x + 1).sum())(np.ones(4)))
+            os._exit(0 if r == 8.0 else 3)
+        _, status = os.waitpid(pid, 0)
+        t.join()
+        assert status == 0, status
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr[-3000:])
+
+
 def test_a_0d_bool_index_is_refused_when_tracing_and_assignment_works():
     """x[b] for a 0-d bool b has a dim of size 1 or 0 depending on b: no static shape."""
     def f(x):
