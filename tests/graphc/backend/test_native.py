@@ -925,31 +925,33 @@ def _rss_mb() -> float:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_memory_bounded_over_2000_distinct_compiles(engine_limit):
-    """2,000 compile-and-call cycles of distinct signatures: with the LRU at 64 engines the
-    resident size plateaus.  opt_level=0 because llvmlite leaks ~90 KB per *optimized*
-    compile (graphc.runtime.llvm_engine docstring); that leak is llvmlite's, not the engines'."""
-    engine_limit(64)
+def test_memory_bounded_over_600_distinct_compiles(engine_limit):
+    """600 compile-and-call cycles of distinct signatures: with the LRU at 16 engines the
+    resident size plateaus (after 200 compiles, 12 times the limit, it must stop growing:
+    400 more engines kept alive would add far more than the bound).  opt_level=0 because
+    llvmlite leaks ~90 KB per *optimized* compile (graphc.runtime.llvm_engine docstring);
+    that leak is llvmlite's, not the engines'."""
+    engine_limit(16)
     cf = graphc.compile(lambda x, y: (x * 2 + y).exp().sum(), opt_level=0,
                         recompile_limit=10 ** 6)
     gc.collect()
     start = _rss_mb()
     marks = {}
-    for n in range(1, 2001):
+    for n in range(1, 601):
         x = np.full(n, 0.001)
         out = cf(x, x)
-        if n % 100 == 0:
+        if n % 50 == 0:
             assert abs(out - np.exp(0.003) * n) < 1e-9 * n
-        if n in (400, 2000):
+        if n in (200, 600):
             gc.collect()
             marks[n] = _rss_mb()
-    assert cf.cache_info().traces == 2000
-    assert cf.cache_info().entries <= 64 and cache.live_engines() <= 64
-    assert cf.evictions >= 2000 - 64
-    assert marks[2000] - start < 300, f"RSS grew {marks[2000] - start:.0f} MB"
-    # after the LRU filled up (400 compiles in), growth must have stopped
-    assert marks[2000] - marks[400] < 40, \
-        f"RSS still growing: {marks[400]:.0f} MB at 400 compiles, {marks[2000]:.0f} at 2000"
+    assert cf.cache_info().traces == 600
+    assert cf.cache_info().entries <= 16 and cache.live_engines() <= 16
+    assert cf.evictions >= 600 - 16
+    assert marks[600] - start < 200, f"RSS grew {marks[600] - start:.0f} MB"
+    # after the LRU filled up (200 compiles in), growth must have stopped
+    assert marks[600] - marks[200] < 20, \
+        f"RSS still growing: {marks[200]:.0f} MB at 200 compiles, {marks[600]:.0f} at 600"
 
 
 @pytest.mark.slow
