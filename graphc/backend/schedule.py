@@ -92,6 +92,7 @@ class Schedule:
         self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
         self.reuse: dict = {}  # arena buffer -> the operand whose slot it is written over
         self.intervals: list = []  # (first kernel, last kernel, buffer, nbytes, offset)
+        self.kernel_of: dict = {}  # arena buffer -> the kernel writing it
         self.order = g.topo_order()
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.views: dict = {}  # node -> View for buffer-backed nodes
@@ -438,13 +439,45 @@ class Schedule:
                     continue
                 nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
+                self.kernel_of[b] = ki
             for key, nbytes in k.scratch:  # a loop kernel's carries and its graphs' arenas
                 intervals.append((ki, ki, key, nbytes))
+        # with values stored over their operands, and without (tying lifetimes together
+        # can leave worse holes): the smaller arena wins, the reusing one on a tie
+        top = self._place(intervals, reuse=True)
+        if self.reuse:
+            kept = (dict(self.buffers), list(self.intervals), dict(self.reuse), top)
+            self.reuse = {}
+            alt = self._place(intervals, reuse=False)
+            if alt < top:
+                top = alt
+            else:
+                self.buffers, self.intervals, self.reuse, top = kept
+        for b in self.reuse:  # one pointer for value and operand, no noalias
+            self.alias_kernels.add(self.kernel_of[b])
+        if self.poison:
+            handed = set(self.reuse.values())
+            for start, end, b, nbytes, slot in self.intervals:
+                if end < len(self.kernels) and not isinstance(b, tuple) and b not in handed:
+                    self.poison_after.setdefault(end, []).append(b)
+        if top > MAX_BYTES:
+            raise TooBigError(
+                f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
+                f"once, more than the {MAX_BYTES} bytes memory can address; use smaller sizes "
+                "or split the computation"
+            )
+        self.arena_bytes = top
+
+    def _place(self, intervals: list, reuse: bool) -> int:
+        """Arena offsets for ``intervals`` [(first kernel, last kernel, buffer, nbytes)],
+        in order of first kernel, then placed again by size when that is smaller
+        (``_repack_by_size``); ``reuse``: values may take their operand's slot.  Sets
+        ``buffers``, ``intervals``, ``reuse``; returns the arena's size."""
         free: list = []  # (offset, size) blocks available, sorted by offset, merged
         live: list = []  # heap of (end kernel, offset, size, buffer)
         owner: dict = {}  # arena slot offset -> (end, size, buffer) of its live buffer
         top = 0
-        self.intervals = []  # (start, end, buffer, nbytes, offset), for peak_report
+        self.intervals = []  # (start, end, buffer, nbytes, offset), for peak()
         for start, end, b, nbytes in sorted(intervals, key=_interval_key):
             while live and live[0][0] < start:
                 e, off, size, ob = heapq.heappop(live)
@@ -454,11 +487,12 @@ class Schedule:
                 top = _release(free, off, size, top)
             size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
             slot = None
-            donor = self._reusable(start, b, size, owner) if isinstance(b, int) else None
+            donor = None
+            if reuse and isinstance(b, int):
+                donor = self._reusable(start, b, size, owner)
             if donor is not None:
                 slot = self.buffers[donor][1]
                 self.reuse[b] = donor
-                self.alias_kernels.add(start)  # one pointer for both, no noalias
             else:
                 best = None
                 for i, (off, fsize) in enumerate(free):
@@ -481,25 +515,70 @@ class Schedule:
             self.intervals.append((start, end, b, nbytes, slot))
             owner[slot] = (end, size, b)
             heapq.heappush(live, (end, slot, size, b))
-        if self.poison:
-            handed = set(self.reuse.values())
-            for start, end, b, nbytes, slot in self.intervals:
-                if end < len(self.kernels) and not isinstance(b, tuple) and b not in handed:
-                    self.poison_after.setdefault(end, []).append(b)
-        if top > MAX_BYTES:
-            raise TooBigError(
-                f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
-                f"once, more than the {MAX_BYTES} bytes memory can address; use smaller sizes "
-                "or split the computation"
-            )
-        self.arena_bytes = top
+        return self._repack_by_size(top)
+
+    def _repack_by_size(self, top: int) -> int:
+        """Place the buffers again, largest first, each at the lowest offset where no
+        buffer live at the same time overlaps it (best-fit among the gaps), and keep that
+        layout when its arena is smaller than the in-order one's (``top``).  Placing big
+        blocks first avoids the holes the in-order allocation leaves when a large value
+        is made after smaller ones whose lives straddle it.  A value stored over its
+        operand (``reuse``) moves with it: a chain of them is one block over their joint
+        lifetime.  Skipped above ``REPACK_LIMIT`` blocks (quadratic in the worst case)."""
+        ivs = self.intervals
+        if len(ivs) < 2 or len(ivs) > REPACK_LIMIT:
+            return top
+        root: dict = {}
+        for b, donor in self.reuse.items():
+            r = donor
+            while r in self.reuse:
+                r = self.reuse[r]
+            root[b] = r
+        chains: dict = {}  # root buffer -> [start, end, size]
+        for start, end, b, nbytes, _ in ivs:
+            r = root.get(b, b)
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            c = chains.get(r)
+            if c is None:
+                chains[r] = [start, end, size]
+            else:
+                c[0], c[1], c[2] = min(c[0], start), max(c[1], end), max(c[2], size)
+        keys = sorted(chains, key=lambda r: (-chains[r][2], chains[r][0], _sort_key(r)))
+        n = len(keys)
+        ps, pe = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        po, pz = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        offset: dict = {}
+        new_top = 0
+        for i, r in enumerate(keys):
+            s, e, size = chains[r]
+            hit = np.nonzero((ps[:i] <= e) & (pe[:i] >= s))[0]
+            busy = sorted(zip(po[hit].tolist(), (po[hit] + pz[hit]).tolist()))
+            best, prev = None, 0
+            for lo, hi in busy:
+                if lo - prev >= size and (best is None or lo - prev < best[1]):
+                    best = (prev, lo - prev)
+                prev = max(prev, hi)
+            off = prev if best is None else best[0]
+            ps[i], pe[i], po[i], pz[i] = s, e, off, size
+            offset[r] = off
+            new_top = max(new_top, off + size)
+            if new_top >= top:
+                return top  # no better than in order: keep that layout
+        out = []
+        for start, end, b, nbytes, _ in ivs:
+            off = offset[root.get(b, b)]
+            self.buffers[b] = ("arena", off, nbytes)
+            out.append((start, end, b, nbytes, off))
+        self.intervals = out
+        return new_top
 
     def _reusable(self, ki: int, b: int, size: int, owner: dict) -> Optional[int]:
         """An arena buffer whose slot ``b`` (stored by kernel ``ki``) may take over: its
         last reader is ``ki``, a loop kernel storing ``b`` at every element of its index
         space, which reads that buffer only at the element it writes (offset 0, the
         space's own contiguous strides) and loads every element before storing it; the
-        slot has ``b``'s size and no other value of the kernel takes it."""
+        operand has the space's shape and ``b``'s element size, and no other value of the
+        kernel takes its slot."""
         kern = self.kernels[ki]
         if (
             kern.kind != "loop"
@@ -520,6 +599,11 @@ class Schedule:
                 continue
             end, osize, ob = owner[spec[1]]
             if ob != o or end != ki or osize != size:
+                continue
+            # element i of the value lands exactly on element i of the operand: the same
+            # shape (the space) and element size (a float64 over a float32 operand would
+            # overwrite elements 2i and 2i+1 before they are loaded)
+            if self.shape(o) != kern.space or self.dtype(o).itemsize != self.dtype(b).itemsize:
                 continue
             if all(
                 v.offset == 0 and v.shape == kern.space and v.strides == ident
@@ -737,6 +821,15 @@ def _release(free: list, off: int, size: int, top: int) -> int:
         i -= 1
     free.insert(i, (off, size))
     return top
+
+
+def _sort_key(b) -> tuple:
+    """A deterministic order over buffer keys (node ids, then loop scratch tuples)."""
+    return (0, b, "") if isinstance(b, int) else (1, 0, repr(b))
+
+
+# the most arena blocks Schedule._repack_by_size places again (it is quadratic at worst)
+REPACK_LIMIT = 4000
 
 
 def _interval_key(t: tuple) -> tuple:
