@@ -90,6 +90,9 @@ class Schedule:
         self.fuse = fuse
         self.poison = poison  # debugging: overwrite arena buffers after their last use
         self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
+        self.reuse: dict = {}  # arena buffer -> the operand whose slot it is written over
+        self.intervals: list = []  # (first kernel, last kernel, buffer, nbytes, offset)
+        self.kernel_of: dict = {}  # arena buffer -> the kernel writing it
         self.order = g.topo_order()
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.views: dict = {}  # node -> View for buffer-backed nodes
@@ -416,6 +419,13 @@ class Schedule:
         return last_use
 
     def _plan_memory(self) -> None:
+        """Give every intermediate buffer an arena slot by liveness: a buffer lives from
+        the kernel writing it to the last kernel reading it.  Freed slots are merged with
+        free neighbours and taken best-fit; a slot at the arena's end grows in place.  A
+        loop kernel's stored value may take the slot of an operand whose last reader is
+        that kernel, when the kernel reads it only at the element it writes (see
+        ``_reusable``): ``relu(x @ w)`` or a gradient's ``where(mask, 0, g)`` need no
+        second buffer."""
         last_use = self._last_uses()
         out_pos = {o: k for o, k in self.out_buffer.items()}
         intervals = []
@@ -429,32 +439,27 @@ class Schedule:
                     continue
                 nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
+                self.kernel_of[b] = ki
             for key, nbytes in k.scratch:  # a loop kernel's carries and its graphs' arenas
                 intervals.append((ki, ki, key, nbytes))
-        free: list = []  # (offset, size) blocks available, sorted by offset
-        live: list = []  # heap of (end kernel, offset, size): O(log n) per buffer, not O(n)
-        top = 0
-        for start, end, b, nbytes in sorted(intervals, key=_interval_key):
-            while live and live[0][0] < start:
-                _, off, size = heapq.heappop(live)
-                bisect.insort(free, (off, size))
-            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
-            slot = None
-            for i, (off, fsize) in enumerate(free):
-                if fsize >= size:
-                    slot = off
-                    if fsize > size:
-                        free[i] = (off + size, fsize - size)
-                    else:
-                        free.pop(i)
-                    break
-            if slot is None:
-                slot = top
-                top += size
-            self.buffers[b] = ("arena", slot, nbytes)
-            heapq.heappush(live, (end, slot, size))
-            if self.poison and end < len(self.kernels) and not isinstance(b, tuple):
-                self.poison_after.setdefault(end, []).append(b)
+        # with values stored over their operands, and without (tying lifetimes together
+        # can leave worse holes): the smaller arena wins, the reusing one on a tie
+        top = self._place(intervals, reuse=True)
+        if self.reuse:
+            kept = (dict(self.buffers), list(self.intervals), dict(self.reuse), top)
+            self.reuse = {}
+            alt = self._place(intervals, reuse=False)
+            if alt < top:
+                top = alt
+            else:
+                self.buffers, self.intervals, self.reuse, top = kept
+        for b in self.reuse:  # one pointer for value and operand, no noalias
+            self.alias_kernels.add(self.kernel_of[b])
+        if self.poison:
+            handed = set(self.reuse.values())
+            for start, end, b, nbytes, slot in self.intervals:
+                if end < len(self.kernels) and not isinstance(b, tuple) and b not in handed:
+                    self.poison_after.setdefault(end, []).append(b)
         if top > MAX_BYTES:
             raise TooBigError(
                 f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
@@ -462,6 +467,169 @@ class Schedule:
                 "or split the computation"
             )
         self.arena_bytes = top
+
+    def _place(self, intervals: list, reuse: bool) -> int:
+        """Arena offsets for ``intervals`` [(first kernel, last kernel, buffer, nbytes)],
+        in order of first kernel, then placed again by size when that is smaller
+        (``_repack_by_size``); ``reuse``: values may take their operand's slot.  Sets
+        ``buffers``, ``intervals``, ``reuse``; returns the arena's size."""
+        free: list = []  # (offset, size) blocks available, sorted by offset, merged
+        live: list = []  # heap of (end kernel, offset, size, buffer)
+        owner: dict = {}  # arena slot offset -> (end, size, buffer) of its live buffer
+        top = 0
+        self.intervals = []  # (start, end, buffer, nbytes, offset), for peak()
+        for start, end, b, nbytes in sorted(intervals, key=_interval_key):
+            while live and live[0][0] < start:
+                e, off, size, ob = heapq.heappop(live)
+                if owner.get(off) != (e, size, ob):
+                    continue  # its slot was handed on (see _reusable)
+                del owner[off]
+                top = _release(free, off, size, top)
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            slot = None
+            donor = None
+            if reuse and isinstance(b, int):
+                donor = self._reusable(start, b, size, owner)
+            if donor is not None:
+                slot = self.buffers[donor][1]
+                self.reuse[b] = donor
+            else:
+                best = None
+                for i, (off, fsize) in enumerate(free):
+                    if fsize >= size and (best is None or fsize < free[best][1]):
+                        best = i
+                if best is not None:
+                    off, fsize = free[best]
+                    slot = off
+                    if fsize > size:
+                        free[best] = (off + size, fsize - size)
+                    else:
+                        free.pop(best)
+                elif free and free[-1][0] + free[-1][1] == top:  # grow the last free block
+                    slot = free.pop()[0]
+                    top = slot + size
+                else:
+                    slot = top
+                    top += size
+            self.buffers[b] = ("arena", slot, nbytes)
+            self.intervals.append((start, end, b, nbytes, slot))
+            owner[slot] = (end, size, b)
+            heapq.heappush(live, (end, slot, size, b))
+        return self._repack_by_size(top)
+
+    def _repack_by_size(self, top: int) -> int:
+        """Place the buffers again, largest first, each at the lowest offset where no
+        buffer live at the same time overlaps it (best-fit among the gaps), and keep that
+        layout when its arena is smaller than the in-order one's (``top``).  Placing big
+        blocks first avoids the holes the in-order allocation leaves when a large value
+        is made after smaller ones whose lives straddle it.  A value stored over its
+        operand (``reuse``) moves with it: a chain of them is one block over their joint
+        lifetime.  Skipped above ``REPACK_LIMIT`` blocks (quadratic in the worst case)."""
+        ivs = self.intervals
+        if len(ivs) < 2 or len(ivs) > REPACK_LIMIT:
+            return top
+        root: dict = {}
+        for b, donor in self.reuse.items():
+            r = donor
+            while r in self.reuse:
+                r = self.reuse[r]
+            root[b] = r
+        chains: dict = {}  # root buffer -> [start, end, size]
+        for start, end, b, nbytes, _ in ivs:
+            r = root.get(b, b)
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            c = chains.get(r)
+            if c is None:
+                chains[r] = [start, end, size]
+            else:
+                c[0], c[1], c[2] = min(c[0], start), max(c[1], end), max(c[2], size)
+        keys = sorted(chains, key=lambda r: (-chains[r][2], chains[r][0], _sort_key(r)))
+        n = len(keys)
+        ps, pe = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        po, pz = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        offset: dict = {}
+        new_top = 0
+        for i, r in enumerate(keys):
+            s, e, size = chains[r]
+            hit = np.nonzero((ps[:i] <= e) & (pe[:i] >= s))[0]
+            busy = sorted(zip(po[hit].tolist(), (po[hit] + pz[hit]).tolist()))
+            best, prev = None, 0
+            for lo, hi in busy:
+                if lo - prev >= size and (best is None or lo - prev < best[1]):
+                    best = (prev, lo - prev)
+                prev = max(prev, hi)
+            off = prev if best is None else best[0]
+            ps[i], pe[i], po[i], pz[i] = s, e, off, size
+            offset[r] = off
+            new_top = max(new_top, off + size)
+            if new_top >= top:
+                return top  # no better than in order: keep that layout
+        out = []
+        for start, end, b, nbytes, _ in ivs:
+            off = offset[root.get(b, b)]
+            self.buffers[b] = ("arena", off, nbytes)
+            out.append((start, end, b, nbytes, off))
+        self.intervals = out
+        return new_top
+
+    def _reusable(self, ki: int, b: int, size: int, owner: dict) -> Optional[int]:
+        """An arena buffer whose slot ``b`` (stored by kernel ``ki``) may take over: its
+        last reader is ``ki``, a loop kernel storing ``b`` at every element of its index
+        space, which reads that buffer only at the element it writes (offset 0, the
+        space's own contiguous strides) and loads every element before storing it; the
+        operand has the space's shape and ``b``'s element size, and no other value of the
+        kernel takes its slot."""
+        kern = self.kernels[ki]
+        if (
+            kern.kind != "loop"
+            or b in self.copies
+            or (b, b) not in kern.stores
+            or self.shape(b) != kern.space
+            or not self.fuse
+        ):
+            return None
+        taken = {d for n, d in self.reuse.items() if n in kern.writes}
+        ident = cstrides(kern.space)
+        views = self._loop_views(kern)
+        for o in sorted(kern.reads, key=repr):
+            if not isinstance(o, int) or o in taken or o in kern.writes:
+                continue
+            spec = self.buffers.get(o)
+            if spec is None or spec[0] != "arena" or owner.get(spec[1]) is None:
+                continue
+            end, osize, ob = owner[spec[1]]
+            if ob != o or end != ki or osize != size:
+                continue
+            # element i of the value lands exactly on element i of the operand: the same
+            # shape (the space) and element size (a float64 over a float32 operand would
+            # overwrite elements 2i and 2i+1 before they are loaded)
+            if self.shape(o) != kern.space or self.dtype(o).itemsize != self.dtype(b).itemsize:
+                continue
+            if all(
+                v.offset == 0 and v.shape == kern.space and v.strides == ident
+                for v in views
+                if v.buf == o
+            ):
+                return o
+        return None
+
+    def _loop_views(self, kern: Kernel) -> list:
+        """Every view a loop kernel reads or stores through (leaves, copies, stored views)."""
+        roots = self.kernel_roots(kern)
+        out = []
+        for n in self.expr_nodes(roots):
+            for o in self.nd(n)["operands"]:
+                if o in self.views:
+                    out.append(self.views[o])
+        for r in roots:
+            if r in self.views:
+                out.append(self.views[r])
+        for n, _ in kern.stores:
+            if n in self.copies and self.copies[n] is not None:
+                out.append(self.copies[n])
+            if n in self.views:
+                out.append(self.views[n])
+        return out
 
     def buffer_elements(self, buf) -> int:
         if isinstance(buf, tuple):
@@ -556,6 +724,58 @@ class Schedule:
             "materialized": len(self.materialized),
         }
 
+    def peak(self, top: int = 8) -> dict:
+        """Which buffers occupy the arena when most of it is in use: ``{"arena_bytes",
+        "kernel"`` (the kernel at which the live buffers' bytes peak), ``"live_bytes"``
+        (their bytes then, each slot counted once: a value stored over its operand shares
+        its slot), ``"buffers"``: the ``top`` largest live there, largest first, as dicts
+        ``node`` (the node's one-line description, or a loop's scratch key), ``bytes``,
+        ``offset``, ``kernels`` (first and last kernel using it) and ``over`` (the node
+        whose slot it took, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
+        difference is fragmentation (free blocks too small for what came next)."""
+        best_k, best, best_live = -1, -1, []
+        for ki in range(len(self.kernels)):
+            live = [iv for iv in self.intervals if iv[0] <= ki <= iv[1]]
+            by_slot: dict = {}
+            for iv in live:
+                by_slot[iv[4]] = max(by_slot.get(iv[4], 0), iv[3])
+            total = sum(by_slot.values())
+            if total > best:
+                best_k, best, best_live = ki, total, live
+        best_live.sort(key=lambda iv: (-iv[3], iv[4], repr(iv[2])))
+        bufs = []
+        for start, end, b, nbytes, off in best_live[:top]:
+            bufs.append(
+                {
+                    "node": describe(self.g, b) if isinstance(b, int) else repr(b),
+                    "bytes": nbytes,
+                    "offset": off,
+                    "kernels": (start, end),
+                    "over": self.reuse.get(b),
+                }
+            )
+        return {
+            "arena_bytes": self.arena_bytes,
+            "kernel": best_k,
+            "live_bytes": max(best, 0),
+            "buffers": bufs,
+        }
+
+    def describe_peak(self, top: int = 8) -> str:
+        """``peak()`` as text: the peak kernel, then one line per buffer live there."""
+        p = self.peak(top)
+        if p["kernel"] < 0:
+            return f"plan for {printable(self.g.name)}: no arena"
+        lines = [
+            f"arena {p['arena_bytes']} bytes; peak at k{p['kernel']} "
+            f"({self.kernels[p['kernel']]!r}): {p['live_bytes']} bytes live"
+        ]
+        for d in p["buffers"]:
+            over = f", over %{d['over']}" if d["over"] is not None else ""
+            k0, k1 = d["kernels"]
+            lines.append(f"  {d['bytes']:>10} B @{d['offset']:<9} k{k0}-k{k1}{over}  {d['node']}")
+        return "\n".join(lines)
+
     def all_kernels(self) -> list:
         """Every kernel of the plan and of its loops' graphs' plans (nested loops too)."""
         out, stack = [], [self]
@@ -586,6 +806,30 @@ class Schedule:
 
 def _gemm_ok(v: View, side: int) -> bool:
     return blas_layout(as_matrix(v, side)) is not None
+
+
+def _release(free: list, off: int, size: int, top: int) -> int:
+    """Return block (off, size) to the sorted free list, merged with its neighbours; a
+    block ending at the arena's top is kept (the next allocation may grow it).  Returns
+    the top (unchanged: the arena's size is the highest top ever reached)."""
+    i = bisect.bisect_left(free, (off, size))
+    if i < len(free) and free[i][0] == off + size:  # merge the next block
+        size += free.pop(i)[1]
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == off:  # merge into the previous
+        off, size = free[i - 1][0], free[i - 1][1] + size
+        free.pop(i - 1)
+        i -= 1
+    free.insert(i, (off, size))
+    return top
+
+
+def _sort_key(b) -> tuple:
+    """A deterministic order over buffer keys (node ids, then loop scratch tuples)."""
+    return (0, b, "") if isinstance(b, int) else (1, 0, repr(b))
+
+
+# the most arena blocks Schedule._repack_by_size places again (it is quadratic at worst)
+REPACK_LIMIT = 4000
 
 
 def _interval_key(t: tuple) -> tuple:

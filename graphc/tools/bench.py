@@ -528,8 +528,8 @@ def format_tables(results: dict) -> str:
             lines += ["  " + line for line in _scaling_table(w["compile_scaling"]).splitlines()]
         if "bytes" in w:
             by = w["bytes"]
-            e = by["eager (tracemalloc peak)"]
-            c = by["compiled (planned arena)"]
+            ek, ck = w.get("bytes_keys", ("eager (tracemalloc peak)", "compiled (planned arena)"))
+            e, c = by[ek], by[ck]
             frac = w.get("bytes_target", 0.25)
             for k, v in by.items():
                 lines.append(f"  {k:<28} {v:>12,d} bytes")
