@@ -326,8 +326,10 @@ def _needs_optimizer(plan: Schedule, k) -> bool:
     if k.kind == "matmul":
         return k.node is None or not gemm_dims(plan, k.node).blas
     if k.kind in _CONV_BLAS:
-        dt = plan.g.nx.nodes[k.node].get("dtype") if k.node is not None else None
-        return not (blas.available() and dt in (np.float32, np.float64))
+        if k.node is None:
+            return True
+        dt = np.dtype(plan.g.nx.nodes[k.node]["dtype"])
+        return not (blas.available() and dt in (np.dtype(np.float32), np.dtype(np.float64)))
     return k.kind == "argsort"
 
 

@@ -323,3 +323,14 @@ def test_environment_variable_turns_tiering_off():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_blas_convolutions_run_quick_code_and_sorts_optimized_code():
+    f = graphc.compile(lambda a, k: _conv_pool(a, k).sum() + a.argsort(3).sum())
+    f(IMG, KER)
+    _, exe = _exe(f)
+    assert exe.tier == 0
+    kinds = {k.kind for k in exe.plan.kernels}
+    assert "conv2d" in kinds
+    # convolutions on BLAS: their own code only copies (quick); the sort needs the optimizer
+    assert {n.split("_", 1)[1] for n in native.optimized_kernels(exe.plan)} == {"argsort"}
