@@ -23,6 +23,8 @@ from eager.interop import MAX_BYTES, check_size, ops_of
 from ..errors import GraphcError, GraphVerificationError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable
 from . import lowering
+from .abi import PARALLEL_MIN
+from .lowering.reduce import accumulator
 from .strided import View, as_matrix, blas_layout, cstrides, numel
 
 # the op classes the scheduler treats alike, from the op records' families
@@ -494,17 +496,10 @@ class Schedule:
         own = {n for n, dest in hk.stores if dest == n and n not in self.copies}
         if not own or any(n in self.copies for n, _ in kern.stores):
             return False
-        if kern.reduces:
+        if kern.reduces and loop_parallel_ok(self, kern.space, hk.reduces):
             # a row reduction must not make a loop that threads share serial (a separate
             # serial pass over the stored value costs less than that)
-            from . import parallel_policy  # it imports this module
-
-            alone, merged = Kernel("loop", kern.space), Kernel("loop", kern.space)
-            alone.reduces = list(hk.reduces)
-            merged.reduces = hk.reduces + kern.reduces
-            if parallel_policy.parallel_ok(self, alone) and not parallel_policy.parallel_ok(
-                self, merged
-            ):
+            if not loop_parallel_ok(self, kern.space, hk.reduces + kern.reduces):
                 return False
         whole = cstrides(kern.space)
         stores = {n for n, _ in kern.stores}
@@ -750,6 +745,22 @@ class Schedule:
                     lines.append(f"    {role} (function k{i}_{role}):")
                     lines += ["      " + line for line in sp.describe().split("\n")]
         return "\n".join(lines)
+
+
+def loop_parallel_ok(plan: "Schedule", space: tuple, reduces: list) -> bool:
+    """Would a loop kernel over ``space`` with these reductions be split across threads?
+    Big loops whose reductions are all full reductions with 8-byte accumulators (sums,
+    f64/i64 max/min): the planner's thread policy for loops (``parallel_policy``)."""
+    if not space or numel(space) < PARALLEL_MIN:
+        return False
+    for r in reduces:
+        d = plan.g.nx.nodes[r]
+        if numel(d["shape"]) != 1:
+            return False
+        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+        if acc.itemsize != 8:
+            return False
+    return True
 
 
 def _merged_stride(sizes: tuple, strides: tuple) -> Optional[int]:
