@@ -27,7 +27,7 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
         return numel(kern.space) >= PARALLEL_MIN
     if kern.kind != "loop":
         return False
-    return loop_parallel_ok(plan, kern.space, kern.reduces)
+    return loop_parallel_ok(plan, kern.space, kern.reduces, PARALLEL_MIN)
 
 
 def canonical(plan: Schedule, buf):

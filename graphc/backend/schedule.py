@@ -747,11 +747,14 @@ class Schedule:
         return "\n".join(lines)
 
 
-def loop_parallel_ok(plan: "Schedule", space: tuple, reduces: list) -> bool:
+def loop_parallel_ok(
+    plan: "Schedule", space: tuple, reduces: list, min_size: int = PARALLEL_MIN
+) -> bool:
     """Would a loop kernel over ``space`` with these reductions be split across threads?
-    Big loops whose reductions are all full reductions with 8-byte accumulators (sums,
-    f64/i64 max/min): the planner's thread policy for loops (``parallel_policy``)."""
-    if not space or numel(space) < PARALLEL_MIN:
+    Loops of at least ``min_size`` elements whose reductions are all full reductions
+    with 8-byte accumulators (sums, f64/i64 max/min): the planner's thread policy for
+    loops (``parallel_policy.parallel_ok`` passes its own ``PARALLEL_MIN``)."""
+    if not space or numel(space) < min_size:
         return False
     for r in reduces:
         d = plan.g.nx.nodes[r]
