@@ -3,12 +3,10 @@ planner's thread policy (one pool runs loops and matrix products; see docs/backe
 
 from __future__ import annotations
 
-import numpy as np
 
 from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
 from .lowering.matmul import gemm_dims
-from .lowering.reduce import accumulator
-from .schedule import Kernel, Schedule
+from .schedule import Kernel, Schedule, loop_parallel_ok
 from .strided import cstrides, numel
 
 
@@ -27,16 +25,9 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
         )
     if kern.kind == "philox":
         return numel(kern.space) >= PARALLEL_MIN
-    if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
+    if kern.kind != "loop":
         return False
-    for r in kern.reduces:
-        d = plan.g.nx.nodes[r]
-        if numel(d["shape"]) != 1:
-            return False
-        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
-        if acc.itemsize != 8:
-            return False
-    return True
+    return loop_parallel_ok(plan, kern.space, kern.reduces, PARALLEL_MIN)
 
 
 def canonical(plan: Schedule, buf):

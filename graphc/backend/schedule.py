@@ -23,6 +23,8 @@ from eager.interop import MAX_BYTES, check_size, ops_of
 from ..errors import GraphcError, GraphVerificationError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable
 from . import lowering
+from .abi import PARALLEL_MIN
+from .lowering.reduce import accumulator
 from .strided import View, as_matrix, blas_layout, cstrides, numel
 
 # the op classes the scheduler treats alike, from the op records' families
@@ -46,6 +48,18 @@ LOOP_OPS = ("scan", "while")
 LOOP_KINDS = {"scan": "scan_loop", "while": "while_loop"}
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
+#: Relative cost of computing an elementwise op once per element (others: 1), and the
+#: cost from which a fused value read by several nodes is stored rather than recomputed
+#: in each consumer (see ``Schedule._materialize_shared_costly``).
+RECOMPUTE_COST = {
+    **dict.fromkeys(
+        "exp exp2 expm1 log log2 log10 log1p tanh sigmoid sin cos tan sinh cosh asinh acosh "
+        "atanh".split(),
+        10,
+    ),
+    **dict.fromkeys("erf pow atan atan2 asin acos".split(), 20),
+}
+RECOMPUTE_MAX = 10
 
 
 class Kernel:
@@ -99,6 +113,10 @@ class Schedule:
         self.scalars: dict = {}  # node -> numpy 0-d const
         self.copies: dict = {}  # node -> View to copy from (materialized views)
         self.materialized: set = set()
+        self.costly: set = set()  # materialized only to be computed once (see below)
+        # sum node -> (its matmul, A as (M, b*K), B as (b*K, N)): a batched product summed
+        # over its batch, run as one product (see _summed_product)
+        self.summed: dict = {}
         self.out_buffer: dict = {}  # node -> output index it is computed into
         self.kernels: list = []
         self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
@@ -204,9 +222,14 @@ class Schedule:
                 else:  # a second loop_out of the same result: the first one's buffer
                     self.views[n] = View(first, 0, cstrides(d["shape"]), d["shape"])
             elif op in REDUCE:
+                if n in self.summed:
+                    self._materialize(n)  # its product's kernel writes it
+                    continue
                 if not self.fuse:
                     self._buffer_view(d["operands"][0])
                 self._materialize(n)
+            elif op == "matmul" and self._summed_product(n):
+                pass  # computed by its sum's kernel
             elif op in MATMUL:
                 # the last two operands are the matrices; addmm/baddbmm's added input
                 # (operand 0) is read by a loop that fills C first, in any layout
@@ -225,6 +248,53 @@ class Schedule:
                 raise UnsupportedOpError(f"{describe(self.g, n)}: op {op!r} has no native lowering")
         for o in self.g.outputs:
             self._materialize(o)
+
+    def _summed_product(self, m: int) -> bool:
+        """A batched ``matmul`` read only by a ``sum`` over all its batch dims (the weight
+        gradient of a linear layer on 3-D input: ``sum_b A_b^T @ G_b``) is one product
+        ``[A_0 .. A_b] @ [B_0; ..; B_b]`` with K' = b*K, when the batch dims and K of each
+        operand merge into one stride (no copy): one BLAS call instead of b small ones,
+        a (b, M, N) intermediate and a pass summing it.  Records the sum in
+        :attr:`summed`; BLAS accumulates the b*K terms in the data's precision, as
+        PyTorch's single product for this gradient does (sums are reassociated)."""
+        g, d = self.g, self.nd(m)
+        us = g.users(m)
+        if len(us) != 1 or m in g.outputs or not self.fuse:
+            return False
+        n = us[0]
+        sd = self.nd(n)
+        if sd["op"] != "sum" or list(sd["operands"]) != [m] or sd["dtype"] != d["dtype"]:
+            return False
+        dt = np.dtype(d["dtype"])
+        a_id, b_id = d["operands"]
+        shp = self.shape(m)
+        nb = len(shp) - 2
+        if dt.kind != "f" or nb < 1 or self.shape(a_id)[:-2] != shp[:-2]:
+            return False
+        if self.shape(b_id)[:-2] != shp[:-2] or self.dtype(a_id) != dt or self.dtype(b_id) != dt:
+            return False
+        if numel(shp) == 0 or numel(self.shape(a_id)) == 0:
+            return False
+        axes = {int(a) % len(shp) for a in sd["attrs"]["axis"]}
+        batch = shp[:nb]
+        if not axes <= set(range(nb)) or any(batch[i] != 1 for i in range(nb) if i not in axes):
+            return False
+        va, vb = self._buffer_view(a_id), self._buffer_view(b_id)
+        M, K, N = shp[-2], self.shape(a_id)[-1], shp[-1]
+        # A_b: (M, K); [A_0 .. A_b] indexes columns by (batch..., k) row-major
+        ka = _merged_stride(batch + (K,), va.strides[:nb] + (va.strides[-1],))
+        kb = _merged_stride(batch + (K,), vb.strides[:nb] + (vb.strides[-2],))
+        if ka is None or kb is None:
+            return False
+        kk = numel(batch) * K
+        a2 = View(va.buf, va.offset, (va.strides[-2], ka), (M, kk))
+        b2 = View(vb.buf, vb.offset, (kb, vb.strides[-1]), (kk, N))
+        if blas_layout(a2) is None or blas_layout(b2) is None:
+            return False
+        if max(M, N, kk) > np.iinfo(np.int32).max:
+            return False
+        self.summed[n] = (m, a2, b2)
+        return True
 
     def _classify_loop(self, n: int) -> None:
         """A scan/while node: check it against the loop contract (a malformed node is
@@ -271,8 +341,40 @@ class Schedule:
                 self._materialize(n)
                 s = {self.shape(n)}
             spaces[n] = s
+        self._materialize_shared_costly(ew, users, spaces)
         # an elementwise value that nothing consumes and is not an output is dead code
         # (the optimizer removes it); it needs no kernel.
+
+    def _materialize_shared_costly(self, ew: list, users: dict, spaces: dict) -> None:
+        """Store a costly fused value that several nodes read, instead of recomputing it
+        in every kernel that consumes it.  A fused value is recomputed per consumer
+        kernel: cheap for ``x + b``, but a training step's softmax computed ``exp`` four
+        times over the attention scores (the row sum, the division, two gradient
+        kernels) and GELU's gradient recomputed ``erf``.  The cost of a value is its
+        op's (:data:`RECOMPUTE_COST`) plus its fused operands'; from
+        :data:`RECOMPUTE_MAX` on, a value with two or more users is materialized (a store
+        and a load per user cost less than one more exp), and so is a value fused into a
+        loop over more elements than it has (a broadcast: Adam's bias corrections
+        ``1 - beta ** step`` are two float64 ``pow`` per parameter, which the loop over
+        the parameter's elements recomputed per element).  Consumers in the same space
+        still run in the producing kernel (:meth:`_reads_in_register`), reading the value
+        from a register."""
+        ew_set = set(ew)
+        cost: dict = {}
+        for n in ew:  # topological order
+            if n in self.materialized:
+                continue  # its users load it: recomputing it costs nothing
+            d = self.nd(n)
+            c = RECOMPUTE_COST.get(d["op"], 1)
+            for o in set(d["operands"]):
+                if o in ew_set:
+                    c += cost.get(o, 0)
+            wider = any(numel(sp) > numel(self.shape(n)) for sp in spaces.get(n, ()))
+            if c >= RECOMPUTE_MAX and (wider or len(set(users[n])) >= 2):
+                self._materialize(n)
+                self.costly.add(n)
+                continue
+            cost[n] = c
 
     # --- phase 3: kernels in dependency order, merged by space ----------------------------
     def _build_kernels(self) -> None:
@@ -317,6 +419,8 @@ class Schedule:
                 space = self.shape(n)
                 kern = Kernel("loop", space)
                 kern.stores.append((n, n))
+            elif op in REDUCE and n in self.summed:
+                kern = Kernel("matmul", self.shape(n), n)
             elif op in REDUCE:
                 space = self.shape(d["operands"][0])
                 kern = Kernel("loop", space)
@@ -335,7 +439,7 @@ class Schedule:
             target = None
             if kern.kind == "loop" and self.fuse and numel(kern.space) > 0:
                 for gi in reversed(groups.get(kern.space, [])):
-                    if gi > dep:
+                    if gi > dep or (gi == dep and self._reads_in_register(kern, gi, produced_by)):
                         target = gi
                     break
             if target is not None:
@@ -360,6 +464,63 @@ class Schedule:
             kern.writes.add(("out", k))
             kern.reads = {self.views[o].buf} if o in self.views else set()
             self.kernels.append(kern)
+        self._drop_unread_stores()
+
+    def _drop_unread_stores(self) -> None:
+        """A value materialized only to be computed once whose readers all ended up in
+        the kernel that computes it (they use the value from a register) needs no
+        buffer: it becomes a fused value of that kernel again."""
+        aliased = {v.buf for o, v in self.views.items() if v.buf != o}
+        outs = set(self.g.outputs)
+        for n in sorted(self.costly):
+            if n in aliased or n in outs or n in self.out_buffer or n in self.copies:
+                continue
+            producers = [k for k in self.kernels if n in k.writes]
+            if len(producers) != 1 or producers[0].kind != "loop":
+                continue
+            host = producers[0]
+            if any(n in k.reads for k in self.kernels if k is not host):
+                continue
+            host.stores = [(m, dest) for m, dest in host.stores if m != n]
+            host.writes.discard(n)
+            self.materialized.discard(n)
+            self.costly.discard(n)
+            del self.views[n]
+            host.reads = self._reads(host)
+
+    def _reads_in_register(self, kern: Kernel, host: int, produced_by: dict) -> bool:
+        """Can loop kernel ``kern`` run inside loop kernel ``host`` (the last kernel it
+        depends on, over the same space) although it reads values ``host`` computes?
+        Only if every such read is of a value ``host`` stores at the very index it is
+        read (the node itself, its own contiguous buffer): the fused loop then uses the
+        value it just computed (the kernel builder's per-iteration memo), never a
+        buffer element another iteration has not written yet."""
+        hk = self.kernels[host]
+        own = {n for n, dest in hk.stores if dest == n and n not in self.copies}
+        if not own or any(n in self.copies for n, _ in kern.stores):
+            return False
+        if kern.reduces and loop_parallel_ok(self, kern.space, hk.reduces):
+            # a row reduction must not make a loop that threads share serial (a separate
+            # serial pass over the stored value costs less than that)
+            if not loop_parallel_ok(self, kern.space, hk.reduces + kern.reduces):
+                return False
+        whole = cstrides(kern.space)
+        stores = {n for n, _ in kern.stores}
+        roots = self.kernel_roots(kern)
+        computed = [
+            r for r in roots if r in stores or (r not in self.views and r not in self.scalars)
+        ]
+        leaves = [r for r in roots if r not in computed and r in self.views]
+        for n in self.expr_nodes(computed):
+            leaves += [o for o in self.nd(n)["operands"] if o in self.views and o not in computed]
+        for o in leaves:
+            b = self.views[o].buf
+            if produced_by.get(b) != host:
+                continue
+            v = self.views[o]
+            if o not in own or v.offset != 0 or v.shape != tuple(kern.space) or v.strides != whole:
+                return False
+        return True
 
     def kernel_roots(self, kern: Kernel) -> list:
         """Nodes whose value a loop kernel computes per index (stores and reduce operands)."""
@@ -369,6 +530,8 @@ class Schedule:
 
     def _reads(self, kern: Kernel) -> set:
         if kern.kind != "loop":
+            if kern.node in self.summed:
+                return {self.summed[kern.node][1].buf, self.summed[kern.node][2].buf}
             return {self.views[o].buf for o in self.nd(kern.node)["operands"] if o in self.views}
         bufs = set()
         for n, dest in kern.stores:
@@ -802,6 +965,37 @@ class Schedule:
                     lines.append(f"    {role} (function k{i}_{role}):")
                     lines += ["      " + line for line in sp.describe().split("\n")]
         return "\n".join(lines)
+
+
+def loop_parallel_ok(
+    plan: "Schedule", space: tuple, reduces: list, min_size: int = PARALLEL_MIN
+) -> bool:
+    """Would a loop kernel over ``space`` with these reductions be split across threads?
+    Loops of at least ``min_size`` elements whose reductions are all full reductions
+    with 8-byte accumulators (sums, f64/i64 max/min): the planner's thread policy for
+    loops (``parallel_policy.parallel_ok`` passes its own ``PARALLEL_MIN``)."""
+    if not space or numel(space) < min_size:
+        return False
+    for r in reduces:
+        d = plan.g.nx.nodes[r]
+        if numel(d["shape"]) != 1:
+            return False
+        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+        if acc.itemsize != 8:
+            return False
+    return True
+
+
+def _merged_stride(sizes: tuple, strides: tuple) -> Optional[int]:
+    """The stride of one dimension indexing ``sizes`` row-major (the innermost stride),
+    or None when these dimensions do not merge (size-1 dimensions never matter)."""
+    live = [(sz, st) for sz, st in zip(sizes, strides) if sz != 1]
+    if not live:
+        return 1
+    for (_, s0), (s1z, s1) in zip(live, live[1:]):
+        if s0 != s1 * s1z:
+            return None
+    return live[-1][1]
 
 
 def _gemm_ok(v: View, side: int) -> bool:

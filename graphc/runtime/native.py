@@ -172,6 +172,8 @@ def _clock_gettime_address() -> int:
 def _kernel_label(plan: Schedule, kern) -> str:
     """Short text for a kernel: its ops (graph order) and the shape of its first output."""
     nodes = [kern.node] if kern.node is not None else []
+    if kern.node in plan.summed:  # a batch-summed product: "matmul+sum"
+        nodes.insert(0, plan.summed[kern.node][0])
     nodes += [n for n, _ in kern.stores] + list(kern.reduces)
     if kern.kind == "loop":  # every op the loop computes, not only what it stores
         nodes = plan.expr_nodes(plan.kernel_roots(kern)) + nodes
