@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from . import _malloc
 from . import ops  # noqa: F401  (registers every primitive)
 from ._dtype import (
     bool,
@@ -71,6 +72,8 @@ from .random_extra import multinomial, normal, randint_like, randperm  # noqa: E
 from ._format import set_printoptions  # noqa: E402
 
 __version__ = "0.1.0"
+
+_malloc.tune()  # glibc thresholds: no page faults per step (eager/_malloc.py)
 
 
 def _write_out(out, result, name):

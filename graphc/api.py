@@ -28,7 +28,7 @@ from .autograd_bridge import (
     _write_back,
 )
 from .cond import cond, where  # noqa: F401 - graphc.api.cond / where, as before
-from .entry import _Entry, _foreign_byte_order, _inplace_pairs, _native_order
+from .entry import SLOW as _SLOW, _Entry, _foreign_byte_order, _inplace_pairs, _native_order
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
 from .interpreter import Program
 from .runtime import cache as _engine_cache
@@ -297,6 +297,10 @@ class CompiledFunction(Inspection):
             entry.stamp = _tick()
         if entry.call is not None:
             return entry.call(dyn)
+        if entry.tcall is not None:  # a step on tensors writing in place: prepared
+            res = entry.tcall(self, entry, dyn)
+            if res is not _SLOW:
+                return res
         return self._run(entry, args, dyn)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:

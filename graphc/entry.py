@@ -31,6 +31,7 @@ class _Entry:
         "call",
         "mem_ok",
         "sibling",
+        "tcall",
     )
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
@@ -58,6 +59,8 @@ class _Entry:
             exe.on_upgrade(self._rebind_call)
         self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
+        # the prepared call of a training step on tensors (None: CompiledFunction._run)
+        self.tcall = None if self.call is not None else _tensor_call(self)
 
     def _rebind_call(self) -> None:
         """Re-bind the fast call path to the executable's current native entry."""
@@ -190,3 +193,138 @@ def _native_order(run: Callable) -> Callable:
         return run([a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")) for a in arrays])
 
     return run_native_order
+
+
+# what a prepared tensor call returns when this call needs the general path instead
+SLOW = object()
+
+
+def _tensor_call(entry: "_Entry") -> Optional[Callable]:
+    """The whole call of a signature whose arguments are all eager tensors and whose
+    function writes arguments or their ``.grad`` in place (a training step), prepared
+    once: ``call(cf, entry, dyn)`` gives the result, or :data:`SLOW` when this call needs
+    ``CompiledFunction._run`` (the other grad mode, arrays not seen by the last call's
+    memory check, a ``.grad`` that appeared).
+
+    It does what ``_run`` does for such a call, in the same order, as straight-line code
+    generated for the signature: the graph inputs (data, then ``.grad`` where traced), the
+    memory check's arrays compared with those the last check passed (``mem_ok``: any
+    other arrays take the general path, which checks aliasing and layout), the native
+    call, the write-back of arguments and of their ``.grad`` with version bumps, ``.grad``
+    clears, the outputs and the no-grad note.  None when the signature does not qualify
+    (read-by-name tensors, random streams, optimizer state, pytree arguments, a call that
+    gives gradients through eager autograd)."""
+    tr, key = entry.trace, entry.key
+    if (
+        not tr.tensor_io
+        or tr.captured
+        or tr.randoms
+        or tr.opt_guards
+        or tr.state_writes
+        or tr.state_sets
+        or not (tr.mutated_inputs or tr.grad_writes or tr.grad_clears)
+    ):
+        return None
+    items = key[:-1] if key and key[-1][:1] == ("default_dtype",) else key
+    if len(items) != tr.n_args or len(tr.in_specs) != tr.n_args:
+        return None
+    for it in items:
+        if not (isinstance(it, tuple) and len(it) == 5 and it[0] == "T"):
+            return None
+    rg = [it[3] for it in items]
+    has_grad = [it[4] for it in items]
+    if any(h != s.has_grad for h, s in zip(has_grad, tr.in_specs)):
+        return None
+    if tr.grad_on and not tr.grad_writes and not tr.grad_clears and any(rg):
+        return None  # outputs get a gradient history: _run_differentiable
+    exe = entry.stages.get("_executable")
+    direct = exe is not None and hasattr(exe, "_native") and entry.run == exe.run_trusted
+    n = tr.n_args
+    L = [
+        "def call(cf, entry, dyn):",
+        "    if GRAD_MODE.enabled is not GRAD_ON:",
+        "        return SLOW",
+        f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = dyn",
+    ]
+    for i in range(n):
+        L.append(f"    d{i} = data_of(a{i})")
+        if has_grad[i]:  # the key says it is set
+            L.append(f"    g{i} = grad_of(a{i})")
+            L.append(f"    e{i} = data_of(g{i})")
+    if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
+        mem = [f"d{i}" for i in range(n)]
+        for i, _ in tr.grad_writes:
+            if has_grad[i]:
+                mem.append(f"e{i}")
+            elif not rg[i]:  # no requires_grad: the key does not say whether .grad is set
+                L.append(f"    if grad_of(a{i}) is not None:")
+                L.append("        return SLOW")
+        L.append("    ok = entry.mem_ok")
+        L.append(f"    if len(ok) != {len(mem)}:")
+        L.append("        return SLOW")
+        for k, name in enumerate(mem):
+            L.append(f"    if ok[{k}]() is not {name}:")
+            L.append("        return SLOW")
+    ins = []
+    for i in range(n):
+        ins.append(f"d{i}")
+        if has_grad[i]:
+            ins.append(f"e{i}")
+    L.append(f"    ins = ({', '.join(ins)},)")
+    if direct:
+        L.append("    outs = exe._native(ins)")
+        L.append("    if outs.__class__ is int:")
+        L.append("        outs = exe._slow(ins, outs)")
+    else:
+        L.append("    outs = run(ins)")
+    for i, p in tr.mutated_inputs:
+        L.append(f"    o = outs[{p}]")
+        L.append(f"    if o is not d{i}:")
+        L.append(f"        copyto(d{i}, o, casting='same_kind')")
+        L.append(f"    version_of(a{i})[0] += 1")
+    for i, p in tr.grad_writes:
+        if has_grad[i]:
+            L.append(f"    o = outs[{p}]")
+            L.append(f"    if o is not e{i}:")
+            L.append(f"        copyto(e{i}, o, casting='same_kind')")
+            L.append(f"    version_of(g{i})[0] += 1")
+        else:  # no .grad yet (checked above, or the key says so): a new one
+            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
+    for i in tr.grad_clears:
+        L.append(f"    set_grad(a{i}, None)")
+    n_user = tr.out_tree.num_leaves - len(tr.out_static)
+    L.append("    res = build_out(outs)")
+    if n_user:
+        L.append("    if res.__class__ is Tensor:")
+        L.append("        if data_of(res).dtype.kind == 'f':")
+        L.append("            NO_GRAD_NOTE[0] = (cf, entry.trace, GRAD_ON, [weakref_ref(res)])")
+        L.append("    else:")
+        L.append("        note_no_grad(cf, entry.trace, res)")
+    L.append("    return res")
+    import weakref
+
+    from eager.interop import GRAD_MODE, Tensor, data_of, grad_of, set_grad, version_of
+
+    from .autograd_bridge import _NO_GRAD_NOTE, _note_no_grad
+
+    ns = {
+        "GRAD_MODE": GRAD_MODE,
+        "GRAD_ON": tr.grad_on,
+        "SLOW": SLOW,
+        "data_of": data_of,
+        "grad_of": grad_of,
+        "set_grad": set_grad,
+        "version_of": version_of,
+        "copyto": np.copyto,
+        "np_array": np.array,
+        "make": tensor_from_array,
+        "exe": exe,
+        "run": entry.run,
+        "build_out": entry.build_out,
+        "Tensor": Tensor,
+        "NO_GRAD_NOTE": _NO_GRAD_NOTE,
+        "note_no_grad": _note_no_grad,
+        "weakref_ref": weakref.ref,
+    }
+    exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
+    return ns["call"]

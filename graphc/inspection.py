@@ -68,6 +68,13 @@ class Inspection:
         """The native schedule: kernels (fused loops, BLAS calls) and arena size."""
         return self._native(args).plan.describe()
 
+    def memory(self, *args: Any, top: int = 8) -> str:
+        """Where the arena's bytes go for these arguments: its size, the kernel at which
+        the live intermediates peak, and the ``top`` largest buffers live there (node,
+        bytes, arena offset, first-last kernel, and the operand whose slot a value was
+        stored over).  Native backend only; see docs/backend.md "Memory plan"."""
+        return self._native(args).plan.describe_peak(top)
+
     def stats(self, *args: Any) -> dict:
         """Node counts per stage, fused kernels, planned arena bytes and compile time."""
         st = self._entry_for(args).stages

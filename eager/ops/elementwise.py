@@ -625,8 +625,37 @@ defop(
 # --- where ----------------------------------------------------------------------------
 
 
+_SAME_SIZE_INT = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _select_bits(c, x, y):
+    """where(c, x, y) for x, y of one float dtype as ``y ^ ((x ^ y) & -c)`` on their bit
+    patterns: the same bits as np.where (NaN payloads and -0.0 kept), with no branch per
+    element (np.where branches on the condition: ~10x slower on a random mask, e.g. the
+    ReLU gradient's)."""
+    shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
+    it = _SAME_SIZE_INT[x.dtype.itemsize]
+    m = c.view(np.int8).astype(it)
+    np.negative(m, out=m)  # all bits set where c
+    xb, yb = x.view(it), y.view(it)
+    r = np.bitwise_xor(xb, yb)
+    r = np.bitwise_and(r, m, out=r if r.shape == shape else None)
+    np.bitwise_xor(r, yb, out=r)
+    return r.view(x.dtype)
+
+
 def _where_forward(c, x, y):
     try:
+        if (
+            c.size >= 4096
+            and isinstance(x, np.ndarray)
+            and isinstance(y, np.ndarray)
+            and x.dtype == y.dtype
+            and x.dtype.kind == "f"
+            and x.dtype.itemsize in _SAME_SIZE_INT
+            and c.dtype == np.bool_
+        ):
+            return _select_bits(c, x, y)
         return np.where(c, x, y)
     except ValueError:
         broadcast_shapes(np.shape(c), np.shape(x), np.shape(y), op="where")

@@ -54,6 +54,12 @@ def _vjp_b(g, out, a, b):
         return (_mT(a) @ g.unsqueeze(-1)).squeeze(-1)
     if a.ndim == 1:
         return a.unsqueeze(-1) * g.unsqueeze(-2)
+    if b.ndim == 2 and a.ndim > 2:
+        # the sum over the batch of a_i^T g_i is one product of the stacked rows (what
+        # PyTorch's folded mm computes): (k, rows) @ (rows, n), not a batch of products
+        # summed afterwards
+        k, n = b.shape[-2], b.shape[-1]
+        return _mT(a.reshape(-1, k)) @ g.reshape(-1, n)
     return _mT(a) @ g
 
 
@@ -73,6 +79,11 @@ def _samples():
 
 
 def _matmul(a, b):
+    if a.ndim > 2 and b.ndim == 2 and a.size and b.size:
+        # (..., m, k) @ (k, n): one gemm over the stacked rows (numpy's matmul would run
+        # one gemm per leading index); the reshape copies a non-contiguous a once
+        out = np.matmul(a.reshape(-1, a.shape[-1]), b)
+        return out.reshape(a.shape[:-1] + (b.shape[-1],))
     return np.matmul(a, b)
 
 

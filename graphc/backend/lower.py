@@ -800,6 +800,8 @@ class Lowerer:
             kb.loop_kernel(kern)
         else:  # a kernel of its own: the op's lowering
             op = self.g.nx.nodes[kern.node]["op"]
+            if kern.node in self.plan.summed:
+                op = "matmul"  # a sum over a product's batch: one product
             low = lowering.get(op, describe(self.g, kern.node))
             if low.kernel is None:
                 raise UnsupportedOpError(

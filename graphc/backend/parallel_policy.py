@@ -3,12 +3,10 @@ planner's thread policy (one pool runs loops and matrix products; see docs/backe
 
 from __future__ import annotations
 
-import numpy as np
 
 from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
 from .lowering.matmul import gemm_dims
-from .lowering.reduce import accumulator
-from .schedule import Kernel, Schedule
+from .schedule import Kernel, Schedule, loop_parallel_ok
 from .strided import cstrides, numel
 
 
@@ -27,20 +25,16 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
         )
     if kern.kind == "philox":
         return numel(kern.space) >= PARALLEL_MIN
-    if kern.kind != "loop" or numel(kern.space) < PARALLEL_MIN or not kern.space:
+    if kern.kind != "loop":
         return False
-    for r in kern.reduces:
-        d = plan.g.nx.nodes[r]
-        if numel(d["shape"]) != 1:
-            return False
-        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
-        if acc.itemsize != 8:
-            return False
-    return True
+    return loop_parallel_ok(plan, kern.space, kern.reduces, PARALLEL_MIN)
 
 
 def canonical(plan: Schedule, buf):
-    """An output written over an input (in place) is that input's buffer."""
+    """An output written over an input (in place) is that input's buffer; an arena
+    buffer written over a dying operand's slot (``plan.reuse``) is that operand's."""
+    while not isinstance(buf, tuple) and buf in plan.reuse:
+        buf = plan.reuse[buf]
     spec = plan.buffers.get(buf) if not isinstance(buf, tuple) else None
     if spec is not None and spec[0] == "out" and spec[1] in plan.inplace:
         return ("in", plan.inplace[spec[1]])
@@ -85,8 +79,13 @@ def epilogues(plan: Schedule) -> dict:
         if gd.batch or gd.split != "rows" or nxt.space != (gd.M, gd.N):
             continue
         mine = {canonical(plan, b) for b in k.writes}
-        theirs = {canonical(plan, b) for b in k.reads} | mine
-        if any(canonical(plan, b) in theirs for b in nxt.writes):
+        theirs = {canonical(plan, b) for b in k.reads}
+        # the loop may write over the product's own result (plan.reuse: read only at the
+        # element it writes, checked below), never over what the product reads
+        if any(
+            canonical(plan, b) in theirs or (canonical(plan, b) in mine and b not in plan.reuse)
+            for b in nxt.writes
+        ):
             continue
         ok = True
         for v in _loop_views(plan, nxt):

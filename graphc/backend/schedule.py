@@ -23,6 +23,8 @@ from eager.interop import MAX_BYTES, check_size, ops_of
 from ..errors import GraphcError, GraphVerificationError, TooBigError, UnsupportedOpError
 from ..ir import Graph, describe, printable
 from . import lowering
+from .abi import PARALLEL_MIN
+from .lowering.reduce import accumulator
 from .strided import View, as_matrix, blas_layout, cstrides, numel
 
 # the op classes the scheduler treats alike, from the op records' families
@@ -46,6 +48,18 @@ LOOP_OPS = ("scan", "while")
 LOOP_KINDS = {"scan": "scan_loop", "while": "while_loop"}
 NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
 ALIGN = 64
+#: Relative cost of computing an elementwise op once per element (others: 1), and the
+#: cost from which a fused value read by several nodes is stored rather than recomputed
+#: in each consumer (see ``Schedule._materialize_shared_costly``).
+RECOMPUTE_COST = {
+    **dict.fromkeys(
+        "exp exp2 expm1 log log2 log10 log1p tanh sigmoid sin cos tan sinh cosh asinh acosh "
+        "atanh".split(),
+        10,
+    ),
+    **dict.fromkeys("erf pow atan atan2 asin acos".split(), 20),
+}
+RECOMPUTE_MAX = 10
 
 
 class Kernel:
@@ -90,12 +104,19 @@ class Schedule:
         self.fuse = fuse
         self.poison = poison  # debugging: overwrite arena buffers after their last use
         self.poison_after: dict = {}  # kernel index -> arena buffers whose last use it is
+        self.reuse: dict = {}  # arena buffer -> the operand whose slot it is written over
+        self.intervals: list = []  # (first kernel, last kernel, buffer, nbytes, offset)
+        self.kernel_of: dict = {}  # arena buffer -> the kernel writing it
         self.order = g.topo_order()
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.views: dict = {}  # node -> View for buffer-backed nodes
         self.scalars: dict = {}  # node -> numpy 0-d const
         self.copies: dict = {}  # node -> View to copy from (materialized views)
         self.materialized: set = set()
+        self.costly: set = set()  # materialized only to be computed once (see below)
+        # sum node -> (its matmul, A as (M, b*K), B as (b*K, N)): a batched product summed
+        # over its batch, run as one product (see _summed_product)
+        self.summed: dict = {}
         self.out_buffer: dict = {}  # node -> output index it is computed into
         self.kernels: list = []
         self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
@@ -201,9 +222,14 @@ class Schedule:
                 else:  # a second loop_out of the same result: the first one's buffer
                     self.views[n] = View(first, 0, cstrides(d["shape"]), d["shape"])
             elif op in REDUCE:
+                if n in self.summed:
+                    self._materialize(n)  # its product's kernel writes it
+                    continue
                 if not self.fuse:
                     self._buffer_view(d["operands"][0])
                 self._materialize(n)
+            elif op == "matmul" and self._summed_product(n):
+                pass  # computed by its sum's kernel
             elif op in MATMUL:
                 # the last two operands are the matrices; addmm/baddbmm's added input
                 # (operand 0) is read by a loop that fills C first, in any layout
@@ -222,6 +248,53 @@ class Schedule:
                 raise UnsupportedOpError(f"{describe(self.g, n)}: op {op!r} has no native lowering")
         for o in self.g.outputs:
             self._materialize(o)
+
+    def _summed_product(self, m: int) -> bool:
+        """A batched ``matmul`` read only by a ``sum`` over all its batch dims (the weight
+        gradient of a linear layer on 3-D input: ``sum_b A_b^T @ G_b``) is one product
+        ``[A_0 .. A_b] @ [B_0; ..; B_b]`` with K' = b*K, when the batch dims and K of each
+        operand merge into one stride (no copy): one BLAS call instead of b small ones,
+        a (b, M, N) intermediate and a pass summing it.  Records the sum in
+        :attr:`summed`; BLAS accumulates the b*K terms in the data's precision, as
+        PyTorch's single product for this gradient does (sums are reassociated)."""
+        g, d = self.g, self.nd(m)
+        us = g.users(m)
+        if len(us) != 1 or m in g.outputs or not self.fuse:
+            return False
+        n = us[0]
+        sd = self.nd(n)
+        if sd["op"] != "sum" or list(sd["operands"]) != [m] or sd["dtype"] != d["dtype"]:
+            return False
+        dt = np.dtype(d["dtype"])
+        a_id, b_id = d["operands"]
+        shp = self.shape(m)
+        nb = len(shp) - 2
+        if dt.kind != "f" or nb < 1 or self.shape(a_id)[:-2] != shp[:-2]:
+            return False
+        if self.shape(b_id)[:-2] != shp[:-2] or self.dtype(a_id) != dt or self.dtype(b_id) != dt:
+            return False
+        if numel(shp) == 0 or numel(self.shape(a_id)) == 0:
+            return False
+        axes = {int(a) % len(shp) for a in sd["attrs"]["axis"]}
+        batch = shp[:nb]
+        if not axes <= set(range(nb)) or any(batch[i] != 1 for i in range(nb) if i not in axes):
+            return False
+        va, vb = self._buffer_view(a_id), self._buffer_view(b_id)
+        M, K, N = shp[-2], self.shape(a_id)[-1], shp[-1]
+        # A_b: (M, K); [A_0 .. A_b] indexes columns by (batch..., k) row-major
+        ka = _merged_stride(batch + (K,), va.strides[:nb] + (va.strides[-1],))
+        kb = _merged_stride(batch + (K,), vb.strides[:nb] + (vb.strides[-2],))
+        if ka is None or kb is None:
+            return False
+        kk = numel(batch) * K
+        a2 = View(va.buf, va.offset, (va.strides[-2], ka), (M, kk))
+        b2 = View(vb.buf, vb.offset, (kb, vb.strides[-1]), (kk, N))
+        if blas_layout(a2) is None or blas_layout(b2) is None:
+            return False
+        if max(M, N, kk) > np.iinfo(np.int32).max:
+            return False
+        self.summed[n] = (m, a2, b2)
+        return True
 
     def _classify_loop(self, n: int) -> None:
         """A scan/while node: check it against the loop contract (a malformed node is
@@ -268,8 +341,40 @@ class Schedule:
                 self._materialize(n)
                 s = {self.shape(n)}
             spaces[n] = s
+        self._materialize_shared_costly(ew, users, spaces)
         # an elementwise value that nothing consumes and is not an output is dead code
         # (the optimizer removes it); it needs no kernel.
+
+    def _materialize_shared_costly(self, ew: list, users: dict, spaces: dict) -> None:
+        """Store a costly fused value that several nodes read, instead of recomputing it
+        in every kernel that consumes it.  A fused value is recomputed per consumer
+        kernel: cheap for ``x + b``, but a training step's softmax computed ``exp`` four
+        times over the attention scores (the row sum, the division, two gradient
+        kernels) and GELU's gradient recomputed ``erf``.  The cost of a value is its
+        op's (:data:`RECOMPUTE_COST`) plus its fused operands'; from
+        :data:`RECOMPUTE_MAX` on, a value with two or more users is materialized (a store
+        and a load per user cost less than one more exp), and so is a value fused into a
+        loop over more elements than it has (a broadcast: Adam's bias corrections
+        ``1 - beta ** step`` are two float64 ``pow`` per parameter, which the loop over
+        the parameter's elements recomputed per element).  Consumers in the same space
+        still run in the producing kernel (:meth:`_reads_in_register`), reading the value
+        from a register."""
+        ew_set = set(ew)
+        cost: dict = {}
+        for n in ew:  # topological order
+            if n in self.materialized:
+                continue  # its users load it: recomputing it costs nothing
+            d = self.nd(n)
+            c = RECOMPUTE_COST.get(d["op"], 1)
+            for o in set(d["operands"]):
+                if o in ew_set:
+                    c += cost.get(o, 0)
+            wider = any(numel(sp) > numel(self.shape(n)) for sp in spaces.get(n, ()))
+            if c >= RECOMPUTE_MAX and (wider or len(set(users[n])) >= 2):
+                self._materialize(n)
+                self.costly.add(n)
+                continue
+            cost[n] = c
 
     # --- phase 3: kernels in dependency order, merged by space ----------------------------
     def _build_kernels(self) -> None:
@@ -314,6 +419,8 @@ class Schedule:
                 space = self.shape(n)
                 kern = Kernel("loop", space)
                 kern.stores.append((n, n))
+            elif op in REDUCE and n in self.summed:
+                kern = Kernel("matmul", self.shape(n), n)
             elif op in REDUCE:
                 space = self.shape(d["operands"][0])
                 kern = Kernel("loop", space)
@@ -332,7 +439,7 @@ class Schedule:
             target = None
             if kern.kind == "loop" and self.fuse and numel(kern.space) > 0:
                 for gi in reversed(groups.get(kern.space, [])):
-                    if gi > dep:
+                    if gi > dep or (gi == dep and self._reads_in_register(kern, gi, produced_by)):
                         target = gi
                     break
             if target is not None:
@@ -357,6 +464,63 @@ class Schedule:
             kern.writes.add(("out", k))
             kern.reads = {self.views[o].buf} if o in self.views else set()
             self.kernels.append(kern)
+        self._drop_unread_stores()
+
+    def _drop_unread_stores(self) -> None:
+        """A value materialized only to be computed once whose readers all ended up in
+        the kernel that computes it (they use the value from a register) needs no
+        buffer: it becomes a fused value of that kernel again."""
+        aliased = {v.buf for o, v in self.views.items() if v.buf != o}
+        outs = set(self.g.outputs)
+        for n in sorted(self.costly):
+            if n in aliased or n in outs or n in self.out_buffer or n in self.copies:
+                continue
+            producers = [k for k in self.kernels if n in k.writes]
+            if len(producers) != 1 or producers[0].kind != "loop":
+                continue
+            host = producers[0]
+            if any(n in k.reads for k in self.kernels if k is not host):
+                continue
+            host.stores = [(m, dest) for m, dest in host.stores if m != n]
+            host.writes.discard(n)
+            self.materialized.discard(n)
+            self.costly.discard(n)
+            del self.views[n]
+            host.reads = self._reads(host)
+
+    def _reads_in_register(self, kern: Kernel, host: int, produced_by: dict) -> bool:
+        """Can loop kernel ``kern`` run inside loop kernel ``host`` (the last kernel it
+        depends on, over the same space) although it reads values ``host`` computes?
+        Only if every such read is of a value ``host`` stores at the very index it is
+        read (the node itself, its own contiguous buffer): the fused loop then uses the
+        value it just computed (the kernel builder's per-iteration memo), never a
+        buffer element another iteration has not written yet."""
+        hk = self.kernels[host]
+        own = {n for n, dest in hk.stores if dest == n and n not in self.copies}
+        if not own or any(n in self.copies for n, _ in kern.stores):
+            return False
+        if kern.reduces and loop_parallel_ok(self, kern.space, hk.reduces):
+            # a row reduction must not make a loop that threads share serial (a separate
+            # serial pass over the stored value costs less than that)
+            if not loop_parallel_ok(self, kern.space, hk.reduces + kern.reduces):
+                return False
+        whole = cstrides(kern.space)
+        stores = {n for n, _ in kern.stores}
+        roots = self.kernel_roots(kern)
+        computed = [
+            r for r in roots if r in stores or (r not in self.views and r not in self.scalars)
+        ]
+        leaves = [r for r in roots if r not in computed and r in self.views]
+        for n in self.expr_nodes(computed):
+            leaves += [o for o in self.nd(n)["operands"] if o in self.views and o not in computed]
+        for o in leaves:
+            b = self.views[o].buf
+            if produced_by.get(b) != host:
+                continue
+            v = self.views[o]
+            if o not in own or v.offset != 0 or v.shape != tuple(kern.space) or v.strides != whole:
+                return False
+        return True
 
     def kernel_roots(self, kern: Kernel) -> list:
         """Nodes whose value a loop kernel computes per index (stores and reduce operands)."""
@@ -366,6 +530,8 @@ class Schedule:
 
     def _reads(self, kern: Kernel) -> set:
         if kern.kind != "loop":
+            if kern.node in self.summed:
+                return {self.summed[kern.node][1].buf, self.summed[kern.node][2].buf}
             return {self.views[o].buf for o in self.nd(kern.node)["operands"] if o in self.views}
         bufs = set()
         for n, dest in kern.stores:
@@ -416,6 +582,13 @@ class Schedule:
         return last_use
 
     def _plan_memory(self) -> None:
+        """Give every intermediate buffer an arena slot by liveness: a buffer lives from
+        the kernel writing it to the last kernel reading it.  Freed slots are merged with
+        free neighbours and taken best-fit; a slot at the arena's end grows in place.  A
+        loop kernel's stored value may take the slot of an operand whose last reader is
+        that kernel, when the kernel reads it only at the element it writes (see
+        ``_reusable``): ``relu(x @ w)`` or a gradient's ``where(mask, 0, g)`` need no
+        second buffer."""
         last_use = self._last_uses()
         out_pos = {o: k for o, k in self.out_buffer.items()}
         intervals = []
@@ -429,32 +602,27 @@ class Schedule:
                     continue
                 nbytes = numel(self.shape(b)) * self.dtype(b).itemsize
                 intervals.append((ki, last_use.get(b, ki), b, nbytes))
+                self.kernel_of[b] = ki
             for key, nbytes in k.scratch:  # a loop kernel's carries and its graphs' arenas
                 intervals.append((ki, ki, key, nbytes))
-        free: list = []  # (offset, size) blocks available, sorted by offset
-        live: list = []  # heap of (end kernel, offset, size): O(log n) per buffer, not O(n)
-        top = 0
-        for start, end, b, nbytes in sorted(intervals, key=_interval_key):
-            while live and live[0][0] < start:
-                _, off, size = heapq.heappop(live)
-                bisect.insort(free, (off, size))
-            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
-            slot = None
-            for i, (off, fsize) in enumerate(free):
-                if fsize >= size:
-                    slot = off
-                    if fsize > size:
-                        free[i] = (off + size, fsize - size)
-                    else:
-                        free.pop(i)
-                    break
-            if slot is None:
-                slot = top
-                top += size
-            self.buffers[b] = ("arena", slot, nbytes)
-            heapq.heappush(live, (end, slot, size))
-            if self.poison and end < len(self.kernels) and not isinstance(b, tuple):
-                self.poison_after.setdefault(end, []).append(b)
+        # with values stored over their operands, and without (tying lifetimes together
+        # can leave worse holes): the smaller arena wins, the reusing one on a tie
+        top = self._place(intervals, reuse=True)
+        if self.reuse:
+            kept = (dict(self.buffers), list(self.intervals), dict(self.reuse), top)
+            self.reuse = {}
+            alt = self._place(intervals, reuse=False)
+            if alt < top:
+                top = alt
+            else:
+                self.buffers, self.intervals, self.reuse, top = kept
+        for b in self.reuse:  # one pointer for value and operand, no noalias
+            self.alias_kernels.add(self.kernel_of[b])
+        if self.poison:
+            handed = set(self.reuse.values())
+            for start, end, b, nbytes, slot in self.intervals:
+                if end < len(self.kernels) and not isinstance(b, tuple) and b not in handed:
+                    self.poison_after.setdefault(end, []).append(b)
         if top > MAX_BYTES:
             raise TooBigError(
                 f"graph {self.g.name!r}: its intermediates need an arena of {top} bytes at "
@@ -462,6 +630,169 @@ class Schedule:
                 "or split the computation"
             )
         self.arena_bytes = top
+
+    def _place(self, intervals: list, reuse: bool) -> int:
+        """Arena offsets for ``intervals`` [(first kernel, last kernel, buffer, nbytes)],
+        in order of first kernel, then placed again by size when that is smaller
+        (``_repack_by_size``); ``reuse``: values may take their operand's slot.  Sets
+        ``buffers``, ``intervals``, ``reuse``; returns the arena's size."""
+        free: list = []  # (offset, size) blocks available, sorted by offset, merged
+        live: list = []  # heap of (end kernel, offset, size, buffer)
+        owner: dict = {}  # arena slot offset -> (end, size, buffer) of its live buffer
+        top = 0
+        self.intervals = []  # (start, end, buffer, nbytes, offset), for peak()
+        for start, end, b, nbytes in sorted(intervals, key=_interval_key):
+            while live and live[0][0] < start:
+                e, off, size, ob = heapq.heappop(live)
+                if owner.get(off) != (e, size, ob):
+                    continue  # its slot was handed on (see _reusable)
+                del owner[off]
+                top = _release(free, off, size, top)
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            slot = None
+            donor = None
+            if reuse and isinstance(b, int):
+                donor = self._reusable(start, b, size, owner)
+            if donor is not None:
+                slot = self.buffers[donor][1]
+                self.reuse[b] = donor
+            else:
+                best = None
+                for i, (off, fsize) in enumerate(free):
+                    if fsize >= size and (best is None or fsize < free[best][1]):
+                        best = i
+                if best is not None:
+                    off, fsize = free[best]
+                    slot = off
+                    if fsize > size:
+                        free[best] = (off + size, fsize - size)
+                    else:
+                        free.pop(best)
+                elif free and free[-1][0] + free[-1][1] == top:  # grow the last free block
+                    slot = free.pop()[0]
+                    top = slot + size
+                else:
+                    slot = top
+                    top += size
+            self.buffers[b] = ("arena", slot, nbytes)
+            self.intervals.append((start, end, b, nbytes, slot))
+            owner[slot] = (end, size, b)
+            heapq.heappush(live, (end, slot, size, b))
+        return self._repack_by_size(top)
+
+    def _repack_by_size(self, top: int) -> int:
+        """Place the buffers again, largest first, each at the lowest offset where no
+        buffer live at the same time overlaps it (best-fit among the gaps), and keep that
+        layout when its arena is smaller than the in-order one's (``top``).  Placing big
+        blocks first avoids the holes the in-order allocation leaves when a large value
+        is made after smaller ones whose lives straddle it.  A value stored over its
+        operand (``reuse``) moves with it: a chain of them is one block over their joint
+        lifetime.  Skipped above ``REPACK_LIMIT`` blocks (quadratic in the worst case)."""
+        ivs = self.intervals
+        if len(ivs) < 2 or len(ivs) > REPACK_LIMIT:
+            return top
+        root: dict = {}
+        for b, donor in self.reuse.items():
+            r = donor
+            while r in self.reuse:
+                r = self.reuse[r]
+            root[b] = r
+        chains: dict = {}  # root buffer -> [start, end, size]
+        for start, end, b, nbytes, _ in ivs:
+            r = root.get(b, b)
+            size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+            c = chains.get(r)
+            if c is None:
+                chains[r] = [start, end, size]
+            else:
+                c[0], c[1], c[2] = min(c[0], start), max(c[1], end), max(c[2], size)
+        keys = sorted(chains, key=lambda r: (-chains[r][2], chains[r][0], _sort_key(r)))
+        n = len(keys)
+        ps, pe = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        po, pz = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        offset: dict = {}
+        new_top = 0
+        for i, r in enumerate(keys):
+            s, e, size = chains[r]
+            hit = np.nonzero((ps[:i] <= e) & (pe[:i] >= s))[0]
+            busy = sorted(zip(po[hit].tolist(), (po[hit] + pz[hit]).tolist()))
+            best, prev = None, 0
+            for lo, hi in busy:
+                if lo - prev >= size and (best is None or lo - prev < best[1]):
+                    best = (prev, lo - prev)
+                prev = max(prev, hi)
+            off = prev if best is None else best[0]
+            ps[i], pe[i], po[i], pz[i] = s, e, off, size
+            offset[r] = off
+            new_top = max(new_top, off + size)
+            if new_top >= top:
+                return top  # no better than in order: keep that layout
+        out = []
+        for start, end, b, nbytes, _ in ivs:
+            off = offset[root.get(b, b)]
+            self.buffers[b] = ("arena", off, nbytes)
+            out.append((start, end, b, nbytes, off))
+        self.intervals = out
+        return new_top
+
+    def _reusable(self, ki: int, b: int, size: int, owner: dict) -> Optional[int]:
+        """An arena buffer whose slot ``b`` (stored by kernel ``ki``) may take over: its
+        last reader is ``ki``, a loop kernel storing ``b`` at every element of its index
+        space, which reads that buffer only at the element it writes (offset 0, the
+        space's own contiguous strides) and loads every element before storing it; the
+        operand has the space's shape and ``b``'s element size, and no other value of the
+        kernel takes its slot."""
+        kern = self.kernels[ki]
+        if (
+            kern.kind != "loop"
+            or b in self.copies
+            or (b, b) not in kern.stores
+            or self.shape(b) != kern.space
+            or not self.fuse
+        ):
+            return None
+        taken = {d for n, d in self.reuse.items() if n in kern.writes}
+        ident = cstrides(kern.space)
+        views = self._loop_views(kern)
+        for o in sorted(kern.reads, key=repr):
+            if not isinstance(o, int) or o in taken or o in kern.writes:
+                continue
+            spec = self.buffers.get(o)
+            if spec is None or spec[0] != "arena" or owner.get(spec[1]) is None:
+                continue
+            end, osize, ob = owner[spec[1]]
+            if ob != o or end != ki or osize != size:
+                continue
+            # element i of the value lands exactly on element i of the operand: the same
+            # shape (the space) and element size (a float64 over a float32 operand would
+            # overwrite elements 2i and 2i+1 before they are loaded)
+            if self.shape(o) != kern.space or self.dtype(o).itemsize != self.dtype(b).itemsize:
+                continue
+            if all(
+                v.offset == 0 and v.shape == kern.space and v.strides == ident
+                for v in views
+                if v.buf == o
+            ):
+                return o
+        return None
+
+    def _loop_views(self, kern: Kernel) -> list:
+        """Every view a loop kernel reads or stores through (leaves, copies, stored views)."""
+        roots = self.kernel_roots(kern)
+        out = []
+        for n in self.expr_nodes(roots):
+            for o in self.nd(n)["operands"]:
+                if o in self.views:
+                    out.append(self.views[o])
+        for r in roots:
+            if r in self.views:
+                out.append(self.views[r])
+        for n, _ in kern.stores:
+            if n in self.copies and self.copies[n] is not None:
+                out.append(self.copies[n])
+            if n in self.views:
+                out.append(self.views[n])
+        return out
 
     def buffer_elements(self, buf) -> int:
         if isinstance(buf, tuple):
@@ -556,6 +887,58 @@ class Schedule:
             "materialized": len(self.materialized),
         }
 
+    def peak(self, top: int = 8) -> dict:
+        """Which buffers occupy the arena when most of it is in use: ``{"arena_bytes",
+        "kernel"`` (the kernel at which the live buffers' bytes peak), ``"live_bytes"``
+        (their bytes then, each slot counted once: a value stored over its operand shares
+        its slot), ``"buffers"``: the ``top`` largest live there, largest first, as dicts
+        ``node`` (the node's one-line description, or a loop's scratch key), ``bytes``,
+        ``offset``, ``kernels`` (first and last kernel using it) and ``over`` (the node
+        whose slot it took, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
+        difference is fragmentation (free blocks too small for what came next)."""
+        best_k, best, best_live = -1, -1, []
+        for ki in range(len(self.kernels)):
+            live = [iv for iv in self.intervals if iv[0] <= ki <= iv[1]]
+            by_slot: dict = {}
+            for iv in live:
+                by_slot[iv[4]] = max(by_slot.get(iv[4], 0), iv[3])
+            total = sum(by_slot.values())
+            if total > best:
+                best_k, best, best_live = ki, total, live
+        best_live.sort(key=lambda iv: (-iv[3], iv[4], repr(iv[2])))
+        bufs = []
+        for start, end, b, nbytes, off in best_live[:top]:
+            bufs.append(
+                {
+                    "node": describe(self.g, b) if isinstance(b, int) else repr(b),
+                    "bytes": nbytes,
+                    "offset": off,
+                    "kernels": (start, end),
+                    "over": self.reuse.get(b),
+                }
+            )
+        return {
+            "arena_bytes": self.arena_bytes,
+            "kernel": best_k,
+            "live_bytes": max(best, 0),
+            "buffers": bufs,
+        }
+
+    def describe_peak(self, top: int = 8) -> str:
+        """``peak()`` as text: the peak kernel, then one line per buffer live there."""
+        p = self.peak(top)
+        if p["kernel"] < 0:
+            return f"plan for {printable(self.g.name)}: no arena"
+        lines = [
+            f"arena {p['arena_bytes']} bytes; peak at k{p['kernel']} "
+            f"({self.kernels[p['kernel']]!r}): {p['live_bytes']} bytes live"
+        ]
+        for d in p["buffers"]:
+            over = f", over %{d['over']}" if d["over"] is not None else ""
+            k0, k1 = d["kernels"]
+            lines.append(f"  {d['bytes']:>10} B @{d['offset']:<9} k{k0}-k{k1}{over}  {d['node']}")
+        return "\n".join(lines)
+
     def all_kernels(self) -> list:
         """Every kernel of the plan and of its loops' graphs' plans (nested loops too)."""
         out, stack = [], [self]
@@ -584,8 +967,63 @@ class Schedule:
         return "\n".join(lines)
 
 
+def loop_parallel_ok(
+    plan: "Schedule", space: tuple, reduces: list, min_size: int = PARALLEL_MIN
+) -> bool:
+    """Would a loop kernel over ``space`` with these reductions be split across threads?
+    Loops of at least ``min_size`` elements whose reductions are all full reductions
+    with 8-byte accumulators (sums, f64/i64 max/min): the planner's thread policy for
+    loops (``parallel_policy.parallel_ok`` passes its own ``PARALLEL_MIN``)."""
+    if not space or numel(space) < min_size:
+        return False
+    for r in reduces:
+        d = plan.g.nx.nodes[r]
+        if numel(d["shape"]) != 1:
+            return False
+        acc, _ = accumulator(d["op"], np.dtype(d["dtype"]))
+        if acc.itemsize != 8:
+            return False
+    return True
+
+
+def _merged_stride(sizes: tuple, strides: tuple) -> Optional[int]:
+    """The stride of one dimension indexing ``sizes`` row-major (the innermost stride),
+    or None when these dimensions do not merge (size-1 dimensions never matter)."""
+    live = [(sz, st) for sz, st in zip(sizes, strides) if sz != 1]
+    if not live:
+        return 1
+    for (_, s0), (s1z, s1) in zip(live, live[1:]):
+        if s0 != s1 * s1z:
+            return None
+    return live[-1][1]
+
+
 def _gemm_ok(v: View, side: int) -> bool:
     return blas_layout(as_matrix(v, side)) is not None
+
+
+def _release(free: list, off: int, size: int, top: int) -> int:
+    """Return block (off, size) to the sorted free list, merged with its neighbours; a
+    block ending at the arena's top is kept (the next allocation may grow it).  Returns
+    the top (unchanged: the arena's size is the highest top ever reached)."""
+    i = bisect.bisect_left(free, (off, size))
+    if i < len(free) and free[i][0] == off + size:  # merge the next block
+        size += free.pop(i)[1]
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == off:  # merge into the previous
+        off, size = free[i - 1][0], free[i - 1][1] + size
+        free.pop(i - 1)
+        i -= 1
+    free.insert(i, (off, size))
+    return top
+
+
+def _sort_key(b) -> tuple:
+    """A deterministic order over buffer keys (node ids, then loop scratch tuples)."""
+    return (0, b, "") if isinstance(b, int) else (1, 0, repr(b))
+
+
+# the most arena blocks Schedule._repack_by_size places again (it is quadratic at worst)
+REPACK_LIMIT = 4000
 
 
 def _interval_key(t: tuple) -> tuple:

@@ -32,6 +32,7 @@ from ..backend import parallel_policy
 from ..backend.lowering.conv import CALLS_BLAS as _CONV_BLAS
 from ..backend.lowering.matmul import gemm_dims
 from ..backend.schedule import Schedule
+from ..backend.strided import numel
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
 from . import cache, llvm_engine as jit, parallel, pool
@@ -171,6 +172,8 @@ def _clock_gettime_address() -> int:
 def _kernel_label(plan: Schedule, kern) -> str:
     """Short text for a kernel: its ops (graph order) and the shape of its first output."""
     nodes = [kern.node] if kern.node is not None else []
+    if kern.node in plan.summed:  # a batch-summed product: "matmul+sum"
+        nodes.insert(0, plan.summed[kern.node][0])
     nodes += [n for n, _ in kern.stores] + list(kern.reduces)
     if kern.kind == "loop":  # every op the loop computes, not only what it stores
         nodes = plan.expr_nodes(plan.kernel_roots(kern)) + nodes
@@ -239,9 +242,10 @@ def _builtin(module: "jit.JitModule", symbol: str):
 TIERED = os.environ.get("GRAPHC_TIERED", "1").strip() != "0"
 TIER_UP_CALLS = 8
 TIER_UP_WORK = 1 << 22
-#: Loop elements (``parallel_policy.work``) above which a graph skips the quick tier: one
-#: call of slow code over more elements would cost more than the compile time saved.
-TIER0_MAX_WORK = 1 << 22
+#: Elements of the loop kernels (:func:`quick_work`) above which a graph skips the quick
+#: tier: one call of slow code over more elements would cost more than the compile time
+#: saved.
+TIER0_MAX_WORK = 1 << 23
 
 
 def reduction_functions(module) -> frozenset:
@@ -256,17 +260,20 @@ def reduction_functions(module) -> frozenset:
     return frozenset(out)
 
 
-def _mark_functions(module, reductions: frozenset, quick: bool) -> None:
+def _mark_functions(
+    module, reductions: frozenset, quick: bool, optimized: frozenset = frozenset()
+) -> None:
     """Reduction kernels ``noinline`` (every build: optimized on their own, the same in
-    both tiers); with ``quick``, every other defined function ``optnone noinline``.
-    ``alwaysinline`` helpers (vector math) are left alone: they become part of their
-    callers."""
+    both tiers); with ``quick``, every other defined function ``optnone noinline``
+    except those named in ``optimized`` (hand-written kernels, :func:`optimized_kernels`,
+    which LLVM optimizes in the quick build too).  ``alwaysinline`` helpers (vector
+    math) are left alone: they become part of their callers."""
     for fn in module.functions:
         if fn.is_declaration or "alwaysinline" in fn.attributes:
             continue
         if fn.name in reductions:
             fn.attributes.add("noinline")
-        elif quick:
+        elif quick and fn.name not in optimized:
             fn.attributes.add("noinline")
             fn.attributes.add("optnone")
 
@@ -312,21 +319,50 @@ def _host_has_fma() -> bool:
     return _HOST_HAS_FMA
 
 
+def _needs_optimizer(plan: Schedule, k) -> bool:
+    """Is kernel ``k`` a loop nest whose unoptimized code would be much slower than one
+    pass over its elements: a product or convolution that does not run on BLAS (its
+    arithmetic is then a hand-written loop nest), or a sort?  Everything else (loops,
+    BLAS products and convolutions, whose own code only copies, pooling, gathers,
+    scatters, indexing, cumulative sums) is about one pass over its elements."""
+    if k.kind == "matmul":
+        return k.node is None or not gemm_dims(plan, k.node).blas
+    if k.kind in _CONV_BLAS:
+        if k.node is None:
+            return True
+        dt = np.dtype(plan.g.nx.nodes[k.node]["dtype"])
+        return not (blas.available() and dt in (np.dtype(np.float32), np.dtype(np.float64)))
+    return k.kind == "argsort"
+
+
+def optimized_kernels(plan: Schedule) -> frozenset:
+    """Names of the LLVM functions the quick build optimizes besides the reductions: the
+    kernels that need the optimizer even for one call (:func:`_needs_optimizer`:
+    products and convolutions off BLAS, sorts).  None of them accumulates with
+    ``reassoc`` unless it is a reduction kernel too, so they give the same bits inlined
+    into the entry (full build) or not (quick build)."""
+    return frozenset(
+        f"k{i}_{k.kind}" for i, k in enumerate(plan.kernels) if _needs_optimizer(plan, k)
+    )
+
+
+def quick_work(plan: Schedule) -> int:
+    """Elements the kernels that run unoptimized in the quick tier cover in one run
+    (every kernel but :func:`optimized_kernels`): what :data:`TIER0_MAX_WORK` and
+    :data:`TIER_UP_WORK` count."""
+    return sum(numel(k.space) for k in plan.kernels if not _needs_optimizer(plan, k))
+
+
 def quick_tier_ok(plan: Schedule) -> bool:
-    """Does ``plan`` start on quick code?  Only plans whose kernels are elementwise and
-    reduction loops or BLAS products (the products' time is BLAS's at either tier; hand-
-    written loop nests such as convolutions or matmul fallbacks need the optimizer), no
-    scan/while loops, at most :data:`TIER0_MAX_WORK` loop elements, and only on a host
-    CPU with fused multiply-add (see :func:`_host_has_fma`)."""
+    """Does ``plan`` start on quick code?  Plans without scan/while loops whose
+    unoptimized kernels cover at most :data:`TIER0_MAX_WORK` elements
+    (:func:`quick_work`), and only on a host CPU with fused multiply-add (see
+    :func:`_host_has_fma`).  Convolutions, pooling, gathers and the other hand-written
+    kernels start on quick code too; the few that need the optimizer even for one call
+    (:func:`optimized_kernels`) are optimized in the quick build."""
     if plan.loops or not _host_has_fma():
         return False
-    for k in plan.kernels:
-        if k.kind == "loop":
-            continue
-        if k.kind == "matmul" and k.node is not None and gemm_dims(plan, k.node).blas:
-            continue
-        return False
-    return parallel_policy.work(plan) <= TIER0_MAX_WORK
+    return quick_work(plan) <= TIER0_MAX_WORK
 
 
 _QUICK: "weakref.WeakSet" = weakref.WeakSet()  # executables started on quick code
@@ -420,7 +456,9 @@ class NativeExecutable:
             # the entry holds a parallel sum's combination; an always-inlined sum would
             # be optimized with its caller: then no quick tier
             if abi.ENTRY not in reds and not (reds & inlined):
-                _mark_functions(module, self._reductions, quick=True)
+                _mark_functions(
+                    module, self._reductions, quick=True, optimized=optimized_kernels(self.plan)
+                )
                 quick = module
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
         self.jit, self.cache_status = cache.load_or_compile(
@@ -588,7 +626,8 @@ class NativeExecutable:
         self._tier_calls = 0
         self._tier_listeners: list = []
         # calls after which the code is upgraded: TIER_UP_CALLS, fewer for big graphs
-        up = min(TIER_UP_CALLS, max(1, -(-TIER_UP_WORK // max(1, parallel_policy.work(self.plan)))))
+        # (at least 2: the first call is what the quick build is for)
+        up = min(TIER_UP_CALLS, max(2, -(-TIER_UP_WORK // max(1, quick_work(self.plan)))))
         me = weakref.ref(self)  # the counter must not keep the executable alive
 
         def counting_native(arrays):

@@ -42,24 +42,86 @@ mlp_step = seed_step  # the seeds' training step (graphc.tools.workloads)
 WARMUP_SECONDS = 0.15
 
 
-def _median_time(fn: Callable, quick: bool, min_time: float = 0.02) -> float:
-    """Median seconds per call: calls are batched so one sample lasts >= min_time."""
-    fn()
-    end = time.perf_counter() + WARMUP_SECONDS
-    while time.perf_counter() < end:
-        fn()
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-7)
-    number = max(1, int(min_time / one))
-    samples = 5 if quick else 11
-    times = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        for _ in range(number):
+ROUNDS = 4  # rounds of an interleaved timing (2 with --quick), SAMPLES_PER_ROUND samples each
+SAMPLES_PER_ROUND = 3
+
+
+class _Timing:
+    """A timing asked for while a workload runs (:func:`_median_time`): measured after the
+    workload returns, interleaved with the workload's other timings (:func:`_interleaved`)."""
+
+    __slots__ = ("fn", "min_time", "seconds")
+
+    def __init__(self, fn: Callable, min_time: float) -> None:
+        self.fn = fn
+        self.min_time = min_time
+        self.seconds: Optional[float] = None
+
+
+# the timings the running workload asked for (None: outside run(), time at once)
+_PENDING: Optional[list] = None
+
+
+def _median_time(fn: Callable, quick: bool, min_time: float = 0.02) -> object:
+    """Median seconds per call: calls are batched so one sample lasts >= min_time.
+
+    Inside :func:`run` this returns a placeholder that ``run`` replaces by the median once
+    the workload has returned: all timings of one workload are taken together, in rounds
+    (:func:`_interleaved`), so a slow phase of the host lands on every row alike."""
+    t = _Timing(fn, min_time)
+    if _PENDING is not None:
+        _PENDING.append(t)
+        return t
+    _interleaved([t], quick)
+    return t.seconds
+
+
+def _interleaved(timings: list, quick: bool) -> None:
+    """Time several implementations in rounds: in each round every implementation gets its
+    warm-up (WARMUP_SECONDS, as its own steady state) and then its samples, starting with
+    a different implementation each round; each one's result is the median over all of
+    its samples from all rounds (sets ``.seconds``)."""
+    rounds = 2 if quick else ROUNDS
+    numbers: list = [0] * len(timings)
+    samples: list = [[] for _ in timings]
+    for r in range(rounds):
+        for j in range(len(timings)):
+            k = (j + r) % len(timings)
+            fn = timings[k].fn
             fn()
-        times.append((time.perf_counter() - t0) / number)
-    return statistics.median(times)
+            end = time.perf_counter() + WARMUP_SECONDS
+            while time.perf_counter() < end:
+                fn()
+            if not numbers[k]:
+                t0 = time.perf_counter()
+                fn()
+                one = max(time.perf_counter() - t0, 1e-7)
+                numbers[k] = max(1, int(timings[k].min_time / one))
+            number = numbers[k]
+            for _ in range(SAMPLES_PER_ROUND):
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[k].append((time.perf_counter() - t0) / number)
+    for t, s in zip(timings, samples):
+        t.seconds = statistics.median(s)
+
+
+def _run_workload(fn: Callable, quick: bool) -> dict:
+    """One workload, its timings taken together after it returns (interleaved)."""
+    global _PENDING
+    _PENDING = []
+    try:
+        res = fn(quick)
+        pending = _PENDING
+    finally:
+        _PENDING = None
+    if pending:
+        _interleaved(pending, quick)
+        res["times"] = {
+            k: (v.seconds if isinstance(v, _Timing) else v) for k, v in res["times"].items()
+        }
+    return res
 
 
 def _optional(name: str):
@@ -428,7 +490,7 @@ def run(
             continue
         if progress:
             progress(f"running {wid}...")
-        results["workloads"].append(fn(quick))
+        results["workloads"].append(_run_workload(fn, quick))
     return results
 
 
@@ -528,8 +590,8 @@ def format_tables(results: dict) -> str:
             lines += ["  " + line for line in _scaling_table(w["compile_scaling"]).splitlines()]
         if "bytes" in w:
             by = w["bytes"]
-            e = by["eager (tracemalloc peak)"]
-            c = by["compiled (planned arena)"]
+            ek, ck = w.get("bytes_keys", ("eager (tracemalloc peak)", "compiled (planned arena)"))
+            e, c = by[ek], by[ck]
             frac = w.get("bytes_target", 0.25)
             for k, v in by.items():
                 lines.append(f"  {k:<28} {v:>12,d} bytes")

@@ -151,25 +151,47 @@ def _workload(
             "compiled first call": ("<=jfirst", 1.0),
         },
         "bytes": nbytes,
+        "bytes_keys": (EAGER_KEY, COMPILED_KEY),
         "bytes_target": 0.5,
     }
 
 
-def step_memory(e_step: Callable, c_loss: Any, batch: tuple, c_step: Any = None) -> dict:
-    """Peak bytes of a step's intermediates, as W5 measures them for W2: eager's
-    tracemalloc peak during one whole step (zero_grad, loss, backward, optimizer), and
-    the compiled step's planned arenas.  With ``c_step`` (the whole step compiled, one
-    native call) the compiled figure is its arena; the compiled loss's arenas follow.
-    The compiled loss runs its forward and then its gradient function (two native
-    calls, each with its own arena, freed before it returns): without ``c_step`` the
-    compiled figure is the larger of the two arenas."""
+def _traced(fn: Callable) -> tuple:
+    """(peak, kept) bytes tracemalloc sees during one ``fn()`` call: the highest total of
+    blocks allocated since the call began and still alive, and the total still alive
+    after it returned (what the call leaves behind: new ``.grad`` arrays, the loss)."""
     gc.collect()
     tracemalloc.start()
     try:
-        e_step()
-        _, eager_peak = tracemalloc.get_traced_memory()
+        out = fn()
+        kept, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    del out
+    return peak, kept
+
+
+EAGER_KEY = "eager (peak - kept)"
+COMPILED_KEY = "compiled (arena + host)"
+
+
+def step_memory(e_step: Callable, c_loss: Any, batch: tuple, c_step: Any = None) -> dict:
+    """Peak bytes of one training step's intermediates, eagerly and compiled, counted the
+    same way on both sides (docs/benchmarks.md, "Peak memory of intermediates").
+
+    Eager: tracemalloc's peak during one whole step (zero_grad, loss, backward,
+    optimizer) minus what the step leaves allocated (its new ``.grad`` arrays, the loss:
+    outputs, not intermediates).  tracemalloc sees numpy's buffers and Python objects.
+    Compiled (``c_step``, the whole step compiled as one native call): the planned arena
+    of the executable the call runs (the step's second trace, with optimizer state),
+    plus the host-side blocks the call allocates and frees (tracemalloc, as eager:
+    outputs copied into ``.grad`` and the wrapper's objects; the arena is ``malloc``-ed
+    by native code, which tracemalloc does not see).  Adding the two over-counts the
+    compiled side when they do not coexist, and subtracting everything kept under-counts
+    eager's when a kept array was not yet allocated at the peak: both err against the
+    compiled figure.  The compiled loss's arenas (its forward and gradient function)
+    follow.  Without ``c_step`` the compiled figure is the larger of those two arenas."""
+    eager_peak, eager_kept = _traced(e_step)
     fwd = c_loss.stats(*batch).get("arena_bytes", 0)
     bwd = 0
     for entry in list(c_loss._cache.values()):
@@ -177,16 +199,25 @@ def step_memory(e_step: Callable, c_loss: Any, batch: tuple, c_step: Any = None)
         for ventry in list(getattr(vjp, "_cache", {}).values()):
             plan = getattr(ventry.stages.get("_executable"), "plan", None)
             bwd = max(bwd, getattr(plan, "arena_bytes", 0))
+    eager_rows = {
+        EAGER_KEY: eager_peak - eager_kept,
+        "  eager tracemalloc peak": eager_peak,
+        "  eager kept after the step": eager_kept,
+    }
     if c_step is None:
         return {
-            "eager (tracemalloc peak)": eager_peak,
-            "compiled (planned arena)": max(fwd, bwd),
+            **eager_rows,
+            COMPILED_KEY: max(fwd, bwd),
             "  forward arena": fwd,
             "  backward arena": bwd,
         }
+    c_peak, c_kept = _traced(lambda: c_step(*batch))
+    arena = c_step.stats(*batch).get("arena_bytes", 0)
     return {
-        "eager (tracemalloc peak)": eager_peak,
-        "compiled (planned arena)": c_step.stats(*batch).get("arena_bytes", 0),
+        **eager_rows,
+        COMPILED_KEY: arena + c_peak - c_kept,
+        "  compiled step arena": arena,
+        "  compiled host peak - kept": c_peak - c_kept,
         "compiled loss (arenas)": max(fwd, bwd),
         "  forward arena": fwd,
         "  backward arena": bwd,

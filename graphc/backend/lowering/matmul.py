@@ -29,11 +29,15 @@ class GemmDims:
 
     def __init__(self, plan, n: int) -> None:
         g = plan.g
-        d = g.nx.nodes[n]
+        summed = plan.summed.get(n)  # a sum over a product's batch: one product
+        d = g.nx.nodes[n if summed is None else summed[0]]
         a_id, b_id = d["operands"][-2:]  # addmm/baddbmm: (input, mat1, mat2)
         dt = np.dtype(d["dtype"])
         adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])
-        va, vb = as_matrix(plan.views[a_id], 0), as_matrix(plan.views[b_id], 1)
+        if summed is not None:
+            va, vb = summed[1], summed[2]
+        else:
+            va, vb = as_matrix(plan.views[a_id], 0), as_matrix(plan.views[b_id], 1)
         self.va, self.vb = va, vb
         self.M, self.K, self.N = va.shape[-2], va.shape[-1], vb.shape[-1]
         self.batch = tuple(np.broadcast_shapes(va.shape[:-2], vb.shape[:-2]))
@@ -135,7 +139,8 @@ def _fill_bias(kb, n, dt, vin, cst, idx, rows_range, cols_range, M, N, beta) -> 
 @kernel("matmul")
 def matmul_kernel(kb, n: int) -> None:
     plan, g, b = kb.plan, kb.g, kb.b
-    d = g.nx.nodes[n]
+    # a sum over a product's batch (plan.summed) runs its product's kernel into the sum
+    d = g.nx.nodes[plan.summed[n][0] if n in plan.summed else n]
     a_id, b_id = d["operands"][-2:]
     dt = np.dtype(d["dtype"])
     adt, bdt = np.dtype(g.nx.nodes[a_id]["dtype"]), np.dtype(g.nx.nodes[b_id]["dtype"])

@@ -58,6 +58,17 @@ X32 = rng.standard_normal((37, 29)).astype(np.float32)
 X64 = rng.standard_normal((5, 1000))
 W = rng.standard_normal((29, 8)).astype(np.float32)
 
+F = eager.nn.functional
+IMG = rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
+KER = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+IMG64 = rng.standard_normal((2, 3, 20, 10))
+KER64 = rng.standard_normal((4, 3, 3, 3))
+
+
+def _conv_pool(a, k):
+    return F.max_pool2d(F.conv2d(a, k, padding=1).relu(), 2)
+
+
 CASES = {
     "tanh-exp": (lambda a: (a * 0.7 - 0.3).tanh() * a.exp(), (X64,)),
     "sum-f32": (lambda a: (a * a).sum(), (X32,)),
@@ -78,6 +89,20 @@ CASES = {
     "size-1": (lambda a: a.log1p().sum(), (np.array([0.5]),)),
     "size-0": (lambda a: (a * 2.0).sum() + 1.0, (np.zeros((0, 3)),)),
     "strided": (lambda a: (a * a).sum(0), (X64[:, ::3],)),
+    # hand-written kernels: convolution and pooling (and their gradients), a gather
+    # (cross-entropy's target), a sort, a cumulative sum
+    "conv-pool": (lambda a, k: _conv_pool(a, k).sum(), (IMG, KER)),
+    "conv-pool-grad": (
+        graphc.value_and_grad(lambda a, k: (_conv_pool(a, k) ** 2).mean(), argnums=(0, 1)),
+        (IMG, KER),
+    ),
+    "conv-f64-strided": (lambda a, k: _conv_pool(a, k).sum(), (IMG64[:, :, ::2], KER64)),
+    "cross-entropy-grad": (
+        graphc.value_and_grad(lambda a, t: F.cross_entropy(a, t), argnums=0),
+        (X32[:, :10], np.arange(37) % 10),
+    ),
+    "argsort": (lambda a: a.argsort(1) + (a * 2.0).sum(), (X32,)),
+    "cumsum": (lambda a: (a * 0.5).cumsum(1), (X64,)),
 }
 
 
@@ -201,18 +226,84 @@ def test_a_differing_reduction_keeps_the_quick_code_with_a_warning(monkeypatch):
     assert len(calls) == n  # tried once, not at every call
 
 
-def test_big_or_loop_nest_graphs_and_disk_cache_compile_fully_at_once(tmp_path):
+def test_big_graphs_and_disk_cache_compile_fully_at_once(tmp_path):
     big = np.ones(native.TIER0_MAX_WORK + 1)
     f = graphc.compile(lambda a: (a * 2.0).sum())
     f(big)
     assert _exe(f)[1].tier == 1
-    conv = graphc.compile(lambda a, k: eager.nn.functional.conv2d(a, k))
-    conv(eager.ones(1, 1, 6, 6), eager.ones(1, 1, 3, 3))
-    assert [e.stages["_executable"].tier for e in conv._cache.values()] == [1]
     cached = graphc.compile(lambda a: (a * 3.0).sum(), disk_cache=str(tmp_path / "c"))
     cached(X64)
     _, exe = _exe(cached)
     assert exe.tier == 1 and exe.cache_status == "disk-stored"
+
+
+def test_conv_pool_gather_graphs_start_quick_and_upgrade_after_two_calls_when_big():
+    conv = graphc.compile(lambda a, k: F.conv2d(a, k))
+    conv(eager.ones(1, 1, 6, 6), eager.ones(1, 1, 3, 3))
+    _, exe = _exe(conv)
+    assert exe.tier == 0
+    # a graph over more than TIER_UP_WORK elements switches at its 2nd call, not its 1st
+    big = (native.TIER_UP_WORK + 1) // 64
+    f = graphc.compile(lambda a: (a * 2.0 + 1.0).tanh())
+    f(np.ones((big, 64)))
+    _, exe = _exe(f)
+    assert exe.tier == 0
+    f(np.ones((big, 64)))
+    assert exe.tier == 1
+
+
+def test_kernels_that_need_the_optimizer_stay_optimized_in_the_quick_build():
+    f = graphc.compile(lambda a: a.argsort(1) + (a * 2.0).sum())
+    f(X32)
+    _, exe = _exe(f)
+    assert exe.tier == 0
+    names = native.optimized_kernels(exe.plan)
+    assert names and all(n.endswith("_argsort") for n in names)
+    quick_ir = exe.jit.llvm_ir(False)
+    for line in quick_ir.splitlines():
+        if line.startswith("define"):
+            name = line.split("@", 1)[1].split("(", 1)[0].strip('"')
+            if name in names:
+                assert "optnone" not in line, line
+            elif name.endswith("_loop") and name not in exe._reductions:
+                assert "optnone" in line, line
+
+
+def test_whole_cnn_training_step_quick_then_full_gives_the_same_bits(monkeypatch):
+    """A LeNet step (conv, pooling, cross-entropy, backward, Adam) compiled whole: its
+    first call (state created) and every later one equal a build with tiering off."""
+    from graphc.tools.models import build
+
+    M = build()
+    r = np.random.default_rng(7)
+    x = eager.tensor(r.random((4, 1, 28, 28), dtype=np.float32))
+    y = eager.tensor(r.integers(0, 10, size=4))
+
+    def train(tiered):
+        monkeypatch.setattr(native, "TIERED", tiered)
+        eager.manual_seed(0)
+        m = M.LeNet()
+        opt = eager.optim.Adam(m.parameters(), lr=1e-2)
+
+        @graphc.compile
+        def step(a, b):
+            opt.zero_grad()
+            loss = M.class_loss(m, a, b)
+            loss.backward()
+            opt.step()
+            return loss
+
+        losses, tiers = [], []
+        for _ in range(native.TIER_UP_CALLS + 3):
+            losses.append(step(x, y).numpy().tobytes())
+            tiers.append(sorted(e.stages["_executable"].tier for e in step._cache.values()))
+        return losses, [p.detach().numpy().tobytes() for p in m.parameters()], tiers
+
+    ref_losses, ref_params, ref_tiers = train(False)
+    losses, params, tiers = train(True)
+    assert ref_tiers[0] == [1] and tiers[0] == [0] and tiers[-1] == [1]
+    assert losses == ref_losses
+    assert params == ref_params
 
 
 def test_reduction_kernels_are_noinline_in_every_build():
@@ -232,3 +323,14 @@ def test_environment_variable_turns_tiering_off():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_blas_convolutions_run_quick_code_and_sorts_optimized_code():
+    f = graphc.compile(lambda a, k: _conv_pool(a, k).sum() + a.argsort(3).sum())
+    f(IMG, KER)
+    _, exe = _exe(f)
+    assert exe.tier == 0
+    kinds = {k.kind for k in exe.plan.kernels}
+    assert "conv2d" in kinds
+    # convolutions on BLAS: their own code only copies (quick); the sort needs the optimizer
+    assert {n.split("_", 1)[1] for n in native.optimized_kernels(exe.plan)} == {"argsort"}
