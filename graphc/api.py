@@ -518,7 +518,7 @@ class CompiledFunction(Inspection):
                     else:
                         reason = f"{cap.name} is now a {type(t).__name__}"
                     break
-                d, rg = data_of(t), requires_grad_of(t)
+                d = data_of(t)
                 if tr.grads_used and (grad_of(t) is not None) != spec.has_grad:
                     reason = f"{cap.name}.grad is now " + (
                         "set" if grad_of(t) is not None else "None"
