@@ -177,7 +177,9 @@ def infer_tensor_dtype(data) -> np.dtype:
         return dt if dt in FROM_NP else infer_np_dtype(data)
     if not isinstance(data, (list, tuple)):
         return infer_np_dtype(data)
-    leaves, stack, seen_np = [], [data], False
+    leaves: list = []
+    stack: list = [data]
+    seen_np = False
     while stack:  # iterative walk of the nesting
         s = stack.pop()
         if isinstance(s, (list, tuple)):
