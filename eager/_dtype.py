@@ -163,6 +163,48 @@ def infer_np_dtype(data) -> np.dtype:
     raise TypeError(f"cannot build a tensor from data of numpy dtype {arr.dtype}")
 
 
+def infer_tensor_dtype(data) -> np.dtype:
+    """The dtype ``eager.tensor(data)`` / ``eager.as_tensor(data)`` pick, as PyTorch's
+    ``torch.tensor`` does: a numpy array or numpy scalar keeps its own dtype
+    (``np.float64(1.5)`` -> float64, ``np.int32(3)`` -> int32), and a list or tuple holding
+    numpy scalars promotes the dtypes of its elements, where a Python float counts as the
+    default float dtype, a Python int as int64 and a Python bool as bool
+    (``[np.int32(1), 2]`` -> int64, ``[np.float32(1), 2.0]`` -> float32).  Data without numpy
+    scalars, or a numpy dtype eager has no tensor type for, is inferred as
+    :func:`infer_np_dtype` does."""
+    if isinstance(data, np.generic):
+        dt = np.dtype(data.dtype)
+        return dt if dt in FROM_NP else infer_np_dtype(data)
+    if not isinstance(data, (list, tuple)):
+        return infer_np_dtype(data)
+    leaves: list = []
+    stack: list = [data]
+    seen_np = False
+    while stack:  # iterative walk of the nesting
+        s = stack.pop()
+        if isinstance(s, (list, tuple)):
+            stack.extend(s)
+        elif isinstance(s, np.generic):
+            if np.dtype(s.dtype) not in FROM_NP:
+                return infer_np_dtype(data)
+            seen_np = True
+            leaves.append(np.dtype(s.dtype))
+        elif s.__class__ is _pybool:
+            leaves.append(np.dtype(np.bool_))
+        elif s.__class__ is _pyint:
+            leaves.append(np.dtype(np.int64))
+        elif s.__class__ is _pyfloat:
+            leaves.append(DEFAULT_FLOAT)
+        else:  # arrays, complex numbers, other objects: the general rule
+            return infer_np_dtype(data)
+    if not seen_np:
+        return infer_np_dtype(data)
+    out = leaves[0]
+    for d in leaves[1:]:
+        out = promote(out, d)
+    return out
+
+
 _C_INT_NAMES = {"int64": "int64_t", "int32": "int", "int16": "short", "int8": "int8_t",
                 "uint8": "uint8_t"}  # fmt: skip
 

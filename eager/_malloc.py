@@ -57,7 +57,8 @@ def tune() -> bool:
         mallopt.restype = ctypes.c_int
         ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
         ok = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and ok
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError, TypeError, ValueError):
+        # (ImportError: a Python built without _ctypes; eager must import anyway)
         return False
     _state["done"] = ok
     return ok

@@ -109,7 +109,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         if dtype is None:
             dtype = _nested_dtype(data)
         data = _tensors_to_lists(data)
-    npd = D.to_np(dtype) if dtype is not None else D.infer_np_dtype(data)
+    npd = D.to_np(dtype) if dtype is not None else D.infer_tensor_dtype(data)
     try:
         arr = np.array(data, dtype=npd)
     except (ValueError, TypeError) as e:
@@ -139,7 +139,7 @@ def _nested_dtype(data) -> np.dtype:
         out = D.promote(out, d)
     others = [x for x in items if not isinstance(x, Tensor)]
     if others:
-        out = D.promote(out, D.infer_np_dtype(others))
+        out = D.promote(out, D.infer_tensor_dtype(others))
     return out
 
 

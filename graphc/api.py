@@ -230,7 +230,9 @@ class CompiledFunction(Inspection):
                 continue
             if type(a) is Tensor:
                 d, rg = data_of(a), requires_grad_of(a)
-                items.append(("T", d.shape, d.dtype, rg, rg and grad_of(a) is not None))
+                # (.grad is part of the signature without requires_grad too: a frozen tensor
+                # keeps the .grad it had, which the function may read)
+                items.append(("T", d.shape, d.dtype, rg, grad_of(a) is not None))
                 dyn.append(a)
                 continue
             if type(a) is np.ndarray:
@@ -516,8 +518,8 @@ class CompiledFunction(Inspection):
                     else:
                         reason = f"{cap.name} is now a {type(t).__name__}"
                     break
-                d, rg = data_of(t), requires_grad_of(t)
-                if tr.grads_used and rg and (grad_of(t) is not None) != spec.has_grad:
+                d = data_of(t)
+                if tr.grads_used and (grad_of(t) is not None) != spec.has_grad:
                     reason = f"{cap.name}.grad is now " + (
                         "set" if grad_of(t) is not None else "None"
                     )
@@ -568,6 +570,17 @@ class CompiledFunction(Inspection):
             else:
                 return entry
         n_dyn = len(dyn)
+        for w in list(tr.written) + list(range(n_dyn, len(arrays))):
+            a = arrays[w]
+            if isinstance(a, np.ndarray) and not a.flags.writeable:
+                # eager's refusal (eager/_views.py), before anything runs: numpy would
+                # raise only at the write-back, after the rest of the step
+                who = _leaf_names(self, args)[w] if w < tr.n_args else "a .grad"
+                raise RuntimeError(
+                    f"{self.__name__}: argument {who} is written in place but is a broadcast "
+                    "(expanded) view or read-only buffer and cannot be written in place; "
+                    "clone() it first"
+                )
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
                 raise SignatureError(

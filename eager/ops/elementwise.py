@@ -635,7 +635,10 @@ def _select_bits(c, x, y):
     ReLU gradient's)."""
     shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
     it = _SAME_SIZE_INT[x.dtype.itemsize]
-    m = c.view(np.int8).astype(it)
+    # astype, not a view as int8: a bool array made by viewing other bytes (uint8 2
+    # viewed as bool) holds bytes other than 0/1, which np.where takes as True; the cast
+    # gives 0/1 for them
+    m = c.astype(it)
     np.negative(m, out=m)  # all bits set where c
     xb, yb = x.view(it), y.view(it)
     r = np.bitwise_xor(xb, yb)
@@ -652,6 +655,7 @@ def _where_forward(c, x, y):
             and isinstance(y, np.ndarray)
             and x.dtype == y.dtype
             and x.dtype.kind == "f"
+            and x.dtype.isnative  # (np.where gives native byte order)
             and x.dtype.itemsize in _SAME_SIZE_INT
             and c.dtype == np.bool_
         ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .registry import Meta, broadcast_shapes, defop
@@ -58,8 +60,10 @@ def _vjp_b(g, out, a, b):
         # the sum over the batch of a_i^T g_i is one product of the stacked rows (what
         # PyTorch's folded mm computes): (k, rows) @ (rows, n), not a batch of products
         # summed afterwards
+        # (rows counted, not -1: a size-0 k or n leaves -1 undetermined)
         k, n = b.shape[-2], b.shape[-1]
-        return _mT(a.reshape(-1, k)) @ g.reshape(-1, n)
+        rows = math.prod(a.shape[:-1])
+        return _mT(a.reshape(rows, k)) @ g.reshape(rows, n)
     return _mT(a) @ g
 
 

@@ -85,7 +85,7 @@ def classify_leaf(x: Any, path: str) -> tuple:
         d = arr.dtype
         if d not in _SUPPORTED:
             raise SignatureError(f"argument {path}: dtype {d} is not supported")
-        hg = rg and grad_of(x) is not None
+        hg = grad_of(x) is not None  # (a tensor without requires_grad may keep a .grad)
         return ("T", arr.shape, d, rg, hg), LeafSpec(
             "tensor", arr.shape, d, requires_grad=rg, has_grad=hg
         )

@@ -31,6 +31,8 @@ class TraceContext:
         self.mutations: dict = {}  # input index -> tracer holding its final value
         self._input_of: dict = {}  # id(input tracer) -> flattened input index
         self.leaves: list = []  # input tracers of tensors that require grad
+        # input tracers of tensors that do not require grad but have a .grad (frozen)
+        self.grad_holders: list = []
         self.closed_rg: dict = {}  # const node -> src: closed-over tensors requiring grad
         self.layout_uses: list = []  # reshapes of argument buffers: see _note_layout_use
         self.lifted_nodes: dict = {}  # id(lifted tracer) -> its input node

@@ -90,7 +90,9 @@ def _unique_name(path: str, used_names: set) -> str:
 def _add_input(ctx: TraceContext, nm: str, path: str, spec: LeafSpec, lay) -> Tracer:
     """The graph input named ``nm`` and its tracer for one dynamic leaf; for a tensor that
     requires grad, the tracer is a leaf whose .grad backward() inside fills, and a .grad
-    the tensor has now is a second input (``spec.grad_node``) that it accumulates into."""
+    the tensor has now is a second input (``spec.grad_node``) that it accumulates into
+    (a tensor without requires_grad keeps a .grad it has as that input too: a frozen
+    parameter's stale .grad, which eager code may read)."""
     g = ctx.graph
     nid = g.add_input(nm, spec.shape, spec.dtype)
     ctx.input_paths[nid] = path
@@ -98,11 +100,13 @@ def _add_input(ctx: TraceContext, nm: str, path: str, spec: LeafSpec, lay) -> Tr
     set_requires_grad_flag(t, spec.requires_grad)
     if spec.requires_grad:
         ctx.leaves.append(t)
-        if spec.has_grad:
-            gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
-            ctx.input_paths[gid] = f"{path}.grad"
-            set_grad(t, Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape)))
-            spec.grad_node = gid
+    elif spec.has_grad:
+        ctx.grad_holders.append(t)
+    if spec.has_grad:  # (also without requires_grad: a frozen tensor keeps its .grad)
+        gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
+        ctx.input_paths[gid] = f"{path}.grad"
+        set_grad(t, Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape)))
+        spec.grad_node = gid
     return t
 
 
@@ -188,7 +192,7 @@ def _lift(
             shape,
             d,
             requires_grad=requires_grad_of(t),
-            has_grad=requires_grad_of(t) and grad_of(t) is not None,
+            has_grad=grad_of(t) is not None,
         )
         tr = _add_input(
             ctx, nm, cap.name, spec, c_layout(shape) if data_of(t).flags.c_contiguous else None
@@ -630,14 +634,16 @@ def _record_writes(ctx: TraceContext, specs: list, members: list) -> list:
 
 
 def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
-    """Graph outputs for the .grad the function set on arguments that require grad:
+    """Graph outputs for the .grad the function set on arguments that require grad (or
+    that do not but had a .grad):
     ([(input index, graph output index)], input indices whose .grad it set to None)."""
     g = ctx.graph
     grad_writes, grad_clears = [], []
-    for t in ctx.leaves:
+    holders = [t for t in ctx.grad_holders if not any(t is u for u in ctx.leaves)]
+    for t in ctx.leaves + holders:
         idx = ctx._input_of.get(id(t))
         gr = grad_of(t)
-        if idx is None or not specs[idx].requires_grad:
+        if idx is None or not (specs[idx].requires_grad or specs[idx].has_grad):
             continue  # .grad of a leaf made inside the function stays inside it
         if gr is None:
             if specs[idx].has_grad:  # set to None (zero_grad()): so is the tensor's
