@@ -66,7 +66,8 @@ def _cat_by_table(kb, n, dt, shape, dim, oc, xdt, parts, name: str) -> None:
     """Copy ``parts`` (all of dtype ``xdt``) into the result ``n`` by one runtime loop
     over the operands: their pointers go into a stack array, their offsets, result
     slices, sizes along ``dim`` and strides into a constant ``i64`` table of rows
-    ``[offset, result offset, size along dim, stride 0 .. stride r-1]``.  The operand
+    ``[offset, result offset, size along dim, stride 0 .. stride r-1]`` (a size or
+    stride that every operand shares is a constant in the code instead).  The operand
     loop is marked not to be unrolled (its trip count and table are constants: fully
     unrolled, it would be the straight-line code this replaces)."""
     b = kb.b
@@ -86,12 +87,21 @@ def _cat_by_table(kb, n, dt, shape, dim, oc, xdt, parts, name: str) -> None:
         p = b.gep(table, [ir.Constant(I64, 0), b.add(row, ir.Constant(I64, j))])
         return b.load(p, typ=I64)
 
+    def col(row, j):
+        """Column ``j`` of this operand's row: a constant when every operand has the same
+        value there (the strides of same-layout operands: LLVM then vectorizes as in the
+        unrolled form), else loaded from the table."""
+        vals = set(rows[j::width])
+        if len(vals) == 1:
+            return ir.Constant(I64, vals.pop())
+        return at(row, j)
+
     def operand(kv):
         k = kv[0]
         src = b.load(b.gep(arr, [ir.Constant(I64, 0), k]), typ=PTR)
         row = b.mul(k, ir.Constant(I64, width))
-        off, base, size = at(row, 0), at(row, 1), at(row, 2)
-        st = [at(row, 3 + j) for j in range(r)]
+        off, base, size = at(row, 0), at(row, 1), col(row, 2)
+        st = [col(row, 3 + j) for j in range(r)]
         sizes = [size if j == dim else ir.Constant(I64, s) for j, s in enumerate(shape)]
 
         def body(idx):
