@@ -13,7 +13,7 @@ from ..errors import UnsupportedOpError
 from ..ir import describe
 from . import irtext, lowering, vecmath
 from .abi import I1, I8, I32, I64, RC_OK
-from .llvmir import const, counted_loop, mem_type, reg_type
+from .llvmir import const, counted_loop, mem_type, no_unroll_loop_id, reg_type
 from .lowering import Elem
 from .lowering.reduce import accumulator, reduction
 from .schedule import Kernel
@@ -35,7 +35,6 @@ UNROLL_ALL = False
 # _fast_extrema_kernel).  ``FAST_EXTREMA = False`` keeps the scalar exact step alone (the
 # code before, for measurements).
 FAST_EXTREMA = True
-_NO_UNROLL = "llvm.loop.unroll.disable"
 
 
 def _same_in_output_type(op: str, sdt: np.dtype, dt: np.dtype, acc_t: np.dtype) -> bool:
@@ -115,14 +114,7 @@ class KernelBuilder:
         """The module's ``!llvm.loop`` node that tells LLVM's unroller to leave a loop alone
         (``llvm.loop.unroll.disable``); one node per module, so the latches of identical
         kernels print the same text (graphc.backend.dedup)."""
-        md = getattr(self.module, "_graphc_no_unroll", None)
-        if md is None:
-            disable = self.module.add_metadata([ir.MetaDataString(self.module, _NO_UNROLL)])
-            # a loop id's first operand is the node itself (LangRef, "llvm.loop")
-            md = ir.values.MDValue(self.module, [], name=str(len(self.module.metadata)))
-            md.operands = (md, disable)
-            self.module._graphc_no_unroll = md
-        return md
+        return no_unroll_loop_id(self.module)
 
     def vectorize_loop_id(self) -> ir.values.MDValue:
         """The module's ``!llvm.loop`` node asking LLVM's loop vectorizer to vectorize a loop

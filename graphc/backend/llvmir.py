@@ -45,3 +45,17 @@ def counted_loop(b: ir.IRBuilder, fn: ir.Function, start, stop, body, name: str)
     b.store(b.add(t, ir.Constant(I64, 1)), slot)
     b.branch(cond)
     b.position_at_end(done)
+
+
+def no_unroll_loop_id(module: ir.Module) -> ir.values.MDValue:
+    """The module's ``!llvm.loop`` node that tells LLVM's unroller to leave a loop alone
+    (``llvm.loop.unroll.disable``); one node per module, so the latches of identical
+    kernels print the same text (graphc.backend.dedup)."""
+    md = getattr(module, "_graphc_no_unroll", None)
+    if md is None:
+        disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+        # a loop id's first operand is the node itself (LangRef, "llvm.loop")
+        md = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+        md.operands = (md, disable)
+        module._graphc_no_unroll = md
+    return md

@@ -40,6 +40,7 @@ from ..ir import Graph, describe, printable
 
 from . import irtext, loops, lowering
 from .dedup import share_identical
+from .llvmir import no_unroll_loop_id
 from .parts import run_in_parts, split as split_into_parts
 from .abi import (
     CHUNKS_PER_THREAD,
@@ -148,7 +149,9 @@ class Lowerer:
 
     def _check_arguments(self, b, fn, args_tuple) -> list:
         """The argument is a tuple of ``n_in`` objects, each exactly an ndarray (else
-        return RC_ARGS or RC_TYPE); returns the objects."""
+        return RC_ARGS or RC_TYPE); returns the objects (with more than
+        ``ENTRY_LOOP_MIN`` inputs, an :class:`_Objects` that loads one when asked: the
+        type check is then a loop over the tuple's items)."""
         tp = b.load(
             b.gep(args_tuple, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
             typ=PTR,
@@ -169,6 +172,8 @@ class Lowerer:
         b.position_at_end(bad_args)
         b.ret(self._rc_object(b, RC_ARGS))
         b.position_at_end(load)
+        if self._entry_loops():
+            return self._check_arguments_loop(b, fn, args_tuple)
         objs = [
             b.load(self._item(b, args_tuple, i), typ=PTR, name=f"in{i}") for i in range(self.n_in)
         ]
@@ -190,12 +195,42 @@ class Lowerer:
             b.position_at_end(read)
         return objs
 
-    def _read_inputs(self, b, fn, objs: list) -> list:
+    def _entry_loops(self) -> bool:
+        """Are the entry's per-input checks loops over the argument tuple (many inputs)?"""
+        return ENTRY_LOOP_MIN is not None and self.n_in > ENTRY_LOOP_MIN
+
+    def _check_arguments_loop(self, b, fn, args_tuple) -> "_Objects":
+        """:meth:`_check_arguments` for many inputs: one loop over the tuple's items that
+        returns RC_TYPE at the first one that is not exactly an ndarray."""
+        array_type = self._py_type("graphc_PyArray_Type")
+        bad_type = fn.append_basic_block("not_an_ndarray")
+
+        def check(i):
+            obj = b.load(_item_at(b, args_tuple, i), typ=PTR, name="in_i")
+            tp = b.load(
+                b.gep(obj, [ir.Constant(I64, OB_TYPE_OFFSET)], source_etype=I8),
+                typ=PTR,
+                name="in_i_type",
+            )
+            nxt = fn.append_basic_block("input_is_ndarray")
+            b.cbranch(b.icmp_unsigned("==", tp, array_type), nxt, bad_type)
+            b.position_at_end(nxt)
+
+        _index_loop(self, b, fn, self.n_in, check, "check_inputs")
+        here = b.block
+        b.position_at_end(bad_type)
+        b.ret(self._rc_object(b, RC_TYPE))
+        b.position_at_end(here)
+        return _Objects(self, b, args_tuple)
+
+    def _read_inputs(self, b, fn, objs) -> list:
         """The inputs' data pointers, once every input is C-contiguous and aligned and the
         in-place outputs may be written over their inputs (else return RC_LAYOUT)."""
         data, flags = [], []
         ok = ir.Constant(I1, 1)
-        for i, obj in enumerate(objs):
+        if isinstance(objs, _Objects):
+            data, flags, ok = self._read_inputs_loop(b, fn, objs)
+        for i, obj in enumerate(objs if not isinstance(objs, _Objects) else ()):
             data.append(
                 b.load(
                     b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
@@ -219,6 +254,48 @@ class Lowerer:
         b.ret(self._rc_object(b, RC_LAYOUT))
         b.position_at_end(alloc)
         return data
+
+    def _read_inputs_loop(self, b, fn, objs: "_Objects") -> tuple:
+        """:meth:`_read_inputs` for many inputs: one loop over the items writes their data
+        pointers into a stack array and ANDs their layout tests; returns (the data
+        pointers, loaded from that array; {input: flags} of the in-place targets; ok)."""
+        n = self.n_in
+        arr = b.alloca(ir.ArrayType(PTR, n), name="in_data")
+        okp = b.alloca(I1, name="inputs_ok")
+        b.store(ir.Constant(I1, 1), okp)
+        need = ir.Constant(I32, NPY_C_CONTIGUOUS | NPY_ALIGNED)
+
+        def read(i):
+            obj = b.load(_item_at(b, objs.args_tuple, i), typ=PTR, name="in_i")
+            d = b.load(
+                b.gep(obj, [ir.Constant(I64, DATA_OFFSET)], source_etype=I8),
+                typ=PTR,
+                name="in_i_data",
+            )
+            b.store(d, b.gep(arr, [ir.Constant(I64, 0), i]))
+            fl = b.load(
+                b.gep(obj, [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
+                typ=I32,
+                name="in_i_flags",
+            )
+            good = b.icmp_unsigned("==", b.and_(fl, need), need)
+            b.store(b.and_(b.load(okp, typ=I1), good), okp)
+
+        _index_loop(self, b, fn, n, read, "read_inputs")
+        data = [
+            b.load(
+                b.gep(arr, [ir.Constant(I64, 0), ir.Constant(I64, i)]), typ=PTR, name=f"in{i}_data"
+            )
+            for i in range(n)
+        ]
+        flags = {}
+        for i in sorted(set(self.plan.inplace.values())):
+            flags[i] = b.load(
+                b.gep(objs[i], [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
+                typ=I32,
+                name=f"in{i}_flags",
+            )
+        return data, flags, b.load(okp, typ=I1)
 
     def _prepare_run(self, b, fn, result) -> tuple:
         """Before the kernels: release the GIL (when they allow it), read the thread count
@@ -810,6 +887,56 @@ class Lowerer:
             low.kernel(kb, kern.node)
         kb.finish()
         return fn
+
+
+# With more than this many inputs, the entry checks and reads its inputs by loops over the
+# argument tuple instead of straight-line code per input: LLVM's O3 pipeline (its SLP
+# vectorizer most) is superlinear in the straight-line form, 1,100 inputs took ~30 s to
+# optimize (docs/backend.md, "Compile time of the LLVM pipeline").  ``None`` keeps the
+# straight-line form for every count (the code before, for measurements).
+ENTRY_LOOP_MIN: Optional[int] = 32
+
+
+class _Objects:
+    """The input objects of an entry whose checks are loops: item ``i`` of the argument
+    tuple, loaded where it is asked for (only in-place outputs need an input object)."""
+
+    def __init__(self, low: "Lowerer", b, args_tuple) -> None:
+        self.low, self.b, self.args_tuple = low, b, args_tuple
+        self.cache: dict = {}
+
+    def __getitem__(self, i: int):
+        if i not in self.cache:
+            self.cache[i] = self.b.load(
+                Lowerer._item(self.b, self.args_tuple, i), typ=PTR, name=f"in{i}"
+            )
+        return self.cache[i]
+
+
+def _item_at(b, tup, i):
+    """Address of item ``i`` (an i64 value) of a tuple."""
+    off = b.add(ir.Constant(I64, TUPLE_ITEMS_OFFSET), b.mul(i, ir.Constant(I64, 8)))
+    return b.gep(tup, [off], source_etype=I8)
+
+
+def _index_loop(low: "Lowerer", b, fn, n: int, body, name: str) -> None:
+    """``for i in range(n): body(i)`` in the entry, marked not to be unrolled (unrolled,
+    it is the straight-line code it replaces).  ``body`` may branch out, as long as it
+    leaves ``b`` in a block that falls through."""
+    pre = b.block
+    cond = fn.append_basic_block(f"{name}_cond")
+    blk = fn.append_basic_block(name)
+    done = fn.append_basic_block(f"{name}_done")
+    b.branch(cond)
+    b.position_at_end(cond)
+    i = b.phi(I64, name=f"{name}_i")
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, n)), blk, done)
+    b.position_at_end(blk)
+    body(i)
+    i.add_incoming(b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"]), b.block)
+    b.branch(cond).set_metadata("llvm.loop", no_unroll_loop_id(low.module))
+    b.position_at_end(done)
 
 
 def _buf_name(buf) -> str:
