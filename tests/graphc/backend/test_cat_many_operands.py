@@ -194,6 +194,20 @@ def test_sum_of_many_inputs():
     assert "check_inputs" in _pre_ir(cf)
 
 
+def test_many_inputs_many_kernels_in_parts():
+    """100 inputs, 100 reductions: the entry runs its kernels through part functions
+    (graphc.backend.parts), which take the data pointers the input loop read."""
+    xs = [np.full((3,), float(k)) for k in range(100)]
+
+    def f(*ts):
+        return eager.stack([t.sum() * (i + 1) for i, t in enumerate(ts)])
+
+    cf = graphc.compile(f, opt_level=0, disk_cache=False)
+    _same(cf(*xs), _eager(f, xs))
+    ir_text = _pre_ir(cf)
+    assert "check_inputs" in ir_text and "graphc_part" in ir_text
+
+
 def test_many_inputs_layouts_are_copied():
     """A non-contiguous or misaligned input anywhere (here the 36th) is copied and the
     call retried, as with few inputs."""
