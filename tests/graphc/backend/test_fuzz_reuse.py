@@ -56,7 +56,12 @@ class ReuseProgram:
     def __init__(self, seed: int) -> None:
         self.seed = seed
         rng = self.rng = np.random.default_rng(seed)
-        n = int(rng.choice([0, 1, 2, 3, 4, 5, 7], p=[0.04, 0.08, 0.16, 0.2, 0.2, 0.16, 0.16]))
+        n = int(
+            rng.choice(
+                [0, 1, 2, 3, 4, 5, 7, 17, 33],
+                p=[0.04, 0.08, 0.14, 0.16, 0.16, 0.14, 0.14, 0.1, 0.04],
+            )
+        )
         self.n = n
         dt = np.float32 if seed % 4 == 3 else np.float64
         self.dt = dt
