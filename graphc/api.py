@@ -426,7 +426,14 @@ class CompiledFunction(Inspection):
             plan_run = exe.run
 
             def run(arrays):  # outputs as a tuple, as the native backend gives them
-                return tuple(plan_run(arrays))
+                # never an alias of an argument (an output the optimizer reduced to an
+                # input, ``x * 1.0``, or a view of one): the native backend returns new
+                # arrays, and an in-place write-back into the argument must not change it
+                outs = plan_run(arrays)
+                return tuple(
+                    np.array(o) if any(np.may_share_memory(o, a) for a in arrays) else o
+                    for o in outs
+                )
 
             if _foreign_byte_order(key):  # as the native entry: convert '>f8' input
                 run = _native_order(run)

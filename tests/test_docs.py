@@ -169,6 +169,8 @@ EXCUSED = {
         "a tier fuzz campaign: minutes; CI runs a sample (test_tiers_adversarial.py)",
     ("testing.md", "python3 -m pytest tests/parity/test_fuzz.py --fuzz 2000             # 2000 programs"):
         "runs thousands of fuzz programs (minutes)",
+    ("testing.md", "GRAPHC_FUZZ_N=400 python3 -m pytest tests/graphc/backend/test_fuzz_reuse.py -k poisoned"):
+        "a memory-plan fuzz campaign (minutes); CI runs the default 12 programs",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
         "below is its output on the machine it names",

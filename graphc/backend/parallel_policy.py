@@ -87,6 +87,8 @@ def epilogues(plan: Schedule) -> dict:
             for b in nxt.writes
         ):
             continue
+        if _overwrites_product_memory(plan, k, nxt):
+            continue
         ok = True
         for v in _loop_views(plan, nxt):
             if canonical(plan, v.buf) in mine and (
@@ -97,6 +99,37 @@ def epilogues(plan: Schedule) -> dict:
         if ok:
             out[i] = i + 1
     return out
+
+
+def _arena_span(plan: Schedule, buf):
+    """The arena bytes [start, end) of buffer ``buf``, or None when it is not in the arena."""
+    spec = plan.buffers.get(buf)
+    if spec is None or spec[0] != "arena":
+        return None
+    return spec[1], spec[1] + max(1, spec[2])
+
+
+def _overwrites_product_memory(plan: Schedule, k: Kernel, nxt: Kernel) -> bool:
+    """Would loop ``nxt``, run inside product ``k``'s thread shares, store into arena
+    bytes the product still uses in another thread's share?  Liveness lets a value the
+    loop makes take the slot of an operand whose last reader is the product (the arena
+    plan sees two kernels in a row), but inside the product's shares the other threads
+    are still reading that operand.  Only a store over the product's own result (a value
+    written over it, ``plan.reuse``, read only at the element it writes) is allowed."""
+    used = [b for b in k.reads | k.writes] + [key for key, _ in k.scratch]
+    spans = [(b, _arena_span(plan, b)) for b in used]
+    mine = {canonical(plan, b) for b in k.writes}
+    for w in nxt.writes:
+        ws = _arena_span(plan, w)
+        if ws is None:
+            continue
+        for b, sp in spans:
+            if sp is None or sp[1] <= ws[0] or ws[1] <= sp[0]:
+                continue
+            if b in k.writes and canonical(plan, w) in mine and w in plan.reuse:
+                continue  # written over the product's result: checked by epilogues()
+            return True
+    return False
 
 
 def needs_pool(plan: Schedule) -> bool:
