@@ -583,6 +583,12 @@ class CompiledFunction(Inspection):
                 # eager's refusal (eager/_views.py), before anything runs: numpy would
                 # raise only at the write-back, after the rest of the step
                 who = _leaf_names(self, args)[w] if w < tr.n_args else "a .grad"
+                if w < n_dyn and dyn[w].__class__ is not Tensor:  # numpy's own refusal
+                    raise ValueError(
+                        f"{self.__name__}: argument {who} is written in place but its array "
+                        "is read-only (numpy: assignment destination is read-only); pass a "
+                        "writeable copy"
+                    )
                 raise RuntimeError(
                     f"{self.__name__}: argument {who} is written in place but is a broadcast "
                     "(expanded) view or read-only buffer and cannot be written in place; "
