@@ -41,26 +41,6 @@ def canonical(plan: Schedule, buf):
     return buf
 
 
-def _loop_views(plan: Schedule, kern: Kernel) -> list:
-    """Every view a loop kernel reads (its leaves, copies and stored views)."""
-    g = plan.g
-    roots = plan.kernel_roots(kern)
-    out = []
-    for n in plan.expr_nodes(roots):
-        for o in g.nx.nodes[n]["operands"]:
-            if o in plan.views:
-                out.append(plan.views[o])
-    for r in roots:
-        if r in plan.views:
-            out.append(plan.views[r])
-    for n, dest in kern.stores:
-        if n in plan.copies and plan.copies[n] is not None:
-            out.append(plan.copies[n])
-        if n in plan.views:
-            out.append(plan.views[n])
-    return out
-
-
 def epilogues(plan: Schedule) -> dict:
     """{product kernel i: loop kernel i + 1} for loops that run inside the product's
     thread shares: a parallel 2-D product shared by rows, followed by a loop over the
@@ -90,7 +70,7 @@ def epilogues(plan: Schedule) -> dict:
         if _overwrites_product_memory(plan, k, nxt):
             continue
         ok = True
-        for v in _loop_views(plan, nxt):
+        for v in plan._loop_views(nxt):
             if canonical(plan, v.buf) in mine and (
                 v.offset != 0 or v.broadcast_to(nxt.space) != cstrides(nxt.space) or gd.N == 0
             ):

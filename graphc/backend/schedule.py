@@ -777,7 +777,8 @@ class Schedule:
         return None
 
     def _loop_views(self, kern: Kernel) -> list:
-        """Every view a loop kernel reads or stores through (leaves, copies, stored views)."""
+        """Every view a loop kernel reads or stores through (leaves, copies, stored views);
+        also what graphc.backend.parallel_policy.epilogues checks against a product."""
         roots = self.kernel_roots(kern)
         out = []
         for n in self.expr_nodes(roots):
