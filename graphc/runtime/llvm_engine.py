@@ -24,7 +24,6 @@ modules.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -60,9 +59,8 @@ def _ffi_lock():
 def _hold_for_fork() -> None:
     """``fork`` waits for a compile in flight on another thread, and for any call into
     LLVM: LLVM's state and llvmlite's lock are then consistent in the child, where that
-    thread does not exist.  graphc's lazy-import lock comes first: the order every thread
-    takes the two in (graphc.runtime.imports)."""
-    _imports.IMPORT_LOCK.acquire()
+    thread does not exist.  graphc.runtime.imports runs it once it holds graphc's
+    lazy-import lock: the order every thread takes the two in."""
     LLVM_LOCK.acquire()
     ffi = _ffi_lock()
     if ffi is not None:
@@ -74,7 +72,6 @@ def _release_after_fork() -> None:
     if ffi is not None:
         ffi.release()
     LLVM_LOCK.release()
-    _imports.IMPORT_LOCK.release()
 
 
 def _new_lock_in_child() -> None:
@@ -85,12 +82,13 @@ def _new_lock_in_child() -> None:
         lib_lock._lock = threading.RLock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_hold_for_fork,
-        after_in_parent=_release_after_fork,
-        after_in_child=_new_lock_in_child,
-    )
+# Through graphc's own fork hooks, not os.register_at_fork: this module is imported
+# lazily, possibly while a fork waits for that import (see graphc.runtime.imports).
+_imports.at_fork(
+    before=_hold_for_fork,
+    after_in_parent=_release_after_fork,
+    after_in_child=_new_lock_in_child,
+)
 
 # id(JitModule) -> (engine, context): see JitModule.__init__
 _LIVE: dict = {}
