@@ -231,3 +231,98 @@ def test_import_graphc_does_not_load_llvmlite():
         "'graphc.runtime.native' in sys.modules, 'graphc.runtime.pool' in sys.modules)"
     )
     assert out.split() == ["False", "False", "False"]
+
+
+# --- the first call's backend import and pool compile on threads of their own ---------------
+
+
+def test_first_call_loads_the_backend_and_pool_on_threads_it_joins():
+    """The first native call imports the backend (and compiles the pool) on helper
+    threads while it traces and lowers; it joins them, so none is left running, the
+    pool is ready, and the result is the interpreter's."""
+    out = _run(
+        """
+        import sys, threading
+        import numpy as np
+        import graphc
+        from graphc.runtime import pool
+        names = []
+        real_start = threading.Thread.start
+        def start(self):
+            names.append(self.name)
+            real_start(self)
+        threading.Thread.start = start
+        def f(x, w):
+            return (x * w).tanh().sum()
+        x = np.linspace(-1, 1, 1 << 19)
+        w = np.array(0.5)
+        got = float(graphc.compile(f)(x, w))
+        want = float(graphc.compile(f, backend="interpreter")(x, w))
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("graphc-")]
+        print(sorted(names), alive, pool._jit is not None, bool(np.isclose(got, want, rtol=1e-12)))
+        """,
+        GRAPHC_NUM_THREADS="2",
+    )
+    names, rest = out.split("] ", 1)
+    assert "graphc-backend-import" in names and "graphc-pool-compile" in names
+    assert rest.split() == ["[]", "True", "True"]
+
+
+def test_a_backend_that_fails_to_import_fails_the_call_every_time():
+    """The import thread swallows its error: the call's own import raises it (the same
+    error a call without the thread raised), and again on the next call, never a hang."""
+    out = _run(
+        """
+        import sys, importlib.abc
+        import numpy as np
+        import graphc
+
+        class NoLLVM(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "llvmlite.binding" or name.startswith("llvmlite.binding."):
+                    raise ImportError("no LLVM here")
+                return None
+
+        sys.meta_path.insert(0, NoLLVM())
+        sys.modules.pop("llvmlite.binding", None)
+        f = graphc.compile(lambda x: x.sum())
+        for _ in range(2):
+            try:
+                f(np.ones(3))
+            except ImportError as e:
+                print("ImportError", e)
+        sys.meta_path.pop(0)
+        print(float(graphc.compile(lambda x: x.sum())(np.ones(3))))
+        """
+    )
+    assert out.splitlines() == ["ImportError no LLVM here"] * 2 + ["3.0"]
+
+
+def test_a_pool_that_fails_to_compile_fails_the_call_with_its_error():
+    """The pool thread swallows its error; the call's own ensure() compiles again and
+    raises it: the message reaches the caller, and the next call retries and works."""
+    out = _run(
+        """
+        import numpy as np
+        import graphc
+        import graphc.api as A
+        A._load_compiler(True)
+        from graphc.runtime import pool
+        real = pool.build_module
+        def broken():
+            raise RuntimeError("pool code refused")
+        pool.build_module = broken
+        f = graphc.compile(lambda x: (x * 2.0).tanh().sum())
+        x = np.linspace(-1, 1, 1 << 19)
+        try:
+            f(x)
+        except RuntimeError as e:
+            print("RuntimeError", e)
+        pool.build_module = real
+        print(bool(np.isclose(float(f(x)), np.tanh(x * 2.0).sum(), rtol=1e-12)))
+        """,
+        GRAPHC_NUM_THREADS="2",
+    )
+    lines = out.splitlines()
+    assert lines[0] == "RuntimeError pool code refused"
+    assert lines[1] == "True"
