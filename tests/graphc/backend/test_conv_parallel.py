@@ -219,3 +219,23 @@ def test_the_split_kernels_are_parallel():
     grouped = graphc.grad(lambda x, w: loss(x, w, 2), argnums=(0, 1))
     assert "conv2d_weight_grad" not in split_kinds(grouped, x, wg)
     assert split_kinds(lambda x, w: F.conv2d(x, w), x[:1], w) == []
+
+
+def test_split_kernels_without_blas_match(monkeypatch, threads):
+    """The plain-loop fallback (no BLAS, or a share's malloc failed) runs its share too."""
+    import graphc.backend.lowering.conv as LC
+
+    monkeypatch.setattr(LC._Conv, "blas_ok", lambda self: False)
+    x, w = _r((13, 8, 15, 15), 1, np.float64), _r((16, 8, 3, 3), 2, np.float64)
+
+    def loss(x, w):
+        return (F.conv2d(x, w, padding=1) ** 2).sum()
+
+    xt, wt = eager.tensor(x, requires_grad=True), eager.tensor(w, requires_grad=True)
+    loss(xt, wt).backward()
+    f = graphc.compile(graphc.grad(loss, argnums=(0, 1)), disk_cache=False)
+    for n in (1, 2, 3):
+        threads(n)
+        gx, gw = f(x, w)
+        np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-10, atol=1e-10)
