@@ -34,8 +34,8 @@ def threads():
 CONVS = [
     ((13, 8, 15, 15), (16, 8, 3, 3), 1, 0, 1, 1),  # odd batch, W7-like
     ((64, 1, 28, 28), (16, 1, 3, 3), 1, 0, 1, 1),  # W7's first convolution
-    ((9, 6, 17, 16), (12, 6, 3, 2), (2, 1), (1, 2), (1, 2), 1),  # stride/padding/dilation
-    ((7, 8, 14, 13), (12, 4, 3, 3), 1, 1, 1, 2),  # groups: the weight gradient not split
+    ((9, 6, 40, 40), (12, 6, 3, 2), (2, 1), (1, 2), (1, 2), 1),  # stride/padding/dilation
+    ((7, 8, 30, 29), (16, 4, 3, 3), 1, 1, 1, 2),  # groups: the weight gradient not split
     ((1, 16, 30, 30), (32, 16, 3, 3), 1, 0, 1, 1),  # one item: conv2d not split
     ((5, 3, 9, 9), (4, 3, 1, 1), 1, 0, 1, 1),  # small: serial
     ((0, 3, 9, 9), (4, 3, 3, 3), 1, 0, 1, 1),  # empty batch
@@ -48,9 +48,11 @@ def _macs(xs, ws, out_hw):
 
 
 def test_cases_cover_the_split_kernels():
-    x = eager.zeros(CONVS[0][0])
-    y = F.conv2d(x, eager.zeros(CONVS[0][1]))
-    assert _macs(CONVS[0][0], CONVS[0][1], y.shape[2] * y.shape[3]) >= GEMM_PARALLEL_MIN
+    """The first four cases are big enough to be split, the rest are not."""
+    for k, (xs, ws, s, p, d, g) in enumerate(CONVS):
+        y = F.conv2d(eager.zeros(xs), eager.zeros(ws), stride=s, padding=p, dilation=d, groups=g)
+        big = _macs(xs, ws, y.shape[2] * y.shape[3]) >= GEMM_PARALLEL_MIN and xs[0] >= 2
+        assert big == (k < 4), k
     assert 64 * 16 * 26 * 26 >= PARALLEL_MIN
 
 
