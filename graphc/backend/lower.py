@@ -583,7 +583,10 @@ class Lowerer:
             b.icmp_signed(">", nt, ir.Constant(I32, MAX_THREADS)), ir.Constant(I32, MAX_THREADS), nt
         )
         nt64 = b.zext(nt, I64)
-        per_thread = 1 if kern.kind == "matmul" else CHUNKS_PER_THREAD  # B is re-read per chunk
+        # one chunk per thread where every chunk re-reads a whole operand (a product's B, a
+        # weight gradient's input and output gradient)
+        one = kern.kind in ("matmul", "conv2d_weight_grad")
+        per_thread = 1 if one else CHUNKS_PER_THREAD
         nchunks = b.select(
             b.icmp_signed("==", nt64, ir.Constant(I64, 1)),
             ir.Constant(I64, 1),

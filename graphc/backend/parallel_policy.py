@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
+from .lowering import conv
 from .lowering.matmul import gemm_dims
 from .schedule import Kernel, Schedule, loop_parallel_ok
 from .strided import cstrides, numel
@@ -14,7 +15,11 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
     """Split this kernel across threads?  Big loop kernels whose reductions are all full
     reductions with 8-byte accumulators (sums, f64/i64 max/min), and matrix products
     with at least ``GEMM_PARALLEL_MIN`` multiply-adds (rows or columns of the result
-    shared out, BLAS single-threaded in each share: one pool runs loops and products)."""
+    shared out, BLAS single-threaded in each share: one pool runs loops and products);
+    convolutions and max pooling by :func:`graphc.backend.lowering.conv.parallel_ok`."""
+    if kern.kind in conv.PARALLEL_KINDS:
+        assert kern.node is not None
+        return conv.parallel_ok(plan, kern.node)
     if kern.kind == "matmul":
         assert kern.node is not None
         gd = gemm_dims(plan, kern.node)

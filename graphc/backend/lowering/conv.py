@@ -8,9 +8,15 @@ has no scratch mechanism of its own, so each kernel call mallocs its scratch (it
 known at compile time, checked against what an array can address) and frees it at the
 end; when BLAS is missing, a dimension exceeds cblas's 32-bit ints, or malloc fails, the
 kernel runs plain loops instead (same result up to summation order).  Operands are read
-through their views, so any layout works.  The max-pooling kernels are plain loops that
-find each window's argmax with PyTorch's rule (first maximum in row-major window order,
-the last NaN).
+through their views, so any layout works; BLAS reads the weights and the output gradient
+in place when their rows are contiguous (else they are copied to the scratch first).
+Without padding the im2col/col2im loops index without bounds checks.  The max-pooling
+kernels are plain loops that find each window's argmax with PyTorch's rule (first
+maximum in row-major window order, the last NaN).
+
+Big convolutions and poolings run on graphc's threads (:func:`parallel_ok`): conv2d,
+its input gradient and the poolings by batch items (each thread share mallocs its own
+scratch), an ungrouped weight gradient by its columns (input channel x kernel tap).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from llvmlite import ir
 from eager.interop import MAX_BYTES
 
 from .. import blas
-from ..abi import I1, I32, I64, PTR
+from ..abi import GEMM_PARALLEL_MIN, I1, I32, I64, PARALLEL_MIN, PTR
 from ..llvmir import const, reg_type
 from ..strided import cstrides, numel
 from .table import kernel
@@ -66,6 +72,9 @@ class _Conv:
         self.Og = self.O // self.G
         self.K = self.Cg * self.kh * self.kw
         self.P = self.Ho * self.Wo
+        # no padding: every tap of every output position reads inside the input, so the
+        # kernels index without bounds checks (their inner loops then vectorize)
+        self.in_bounds = all(int(p) == 0 for p in self.padding)
 
     def blas_ok(self) -> bool:
         return (
@@ -80,6 +89,10 @@ class _Conv:
         b = kb.b
         sh, sw = self.stride
         dh, dw = self.dilation
+        if self.in_bounds:
+            ih = b.add(b.mul(i, _c(sh)), b.mul(a_, _c(dh)))
+            iw = b.add(b.mul(j, _c(sw)), b.mul(b_, _c(dw)))
+            return ir.Constant(I1, 1), ih, iw
         ih = b.add(b.sub(b.mul(i, _c(sh)), _c(self.padding[0])), b.mul(a_, _c(dh)))
         iw = b.add(b.sub(b.mul(j, _c(sw)), _c(self.padding[2])), b.mul(b_, _c(dw)))
         ok = b.and_(
@@ -89,8 +102,23 @@ class _Conv:
         return ok, b.select(ok, ih, _c(0)), b.select(ok, iw, _c(0))
 
 
-def _zero(kb, n: int, dt: np.dtype, size: int) -> None:
-    kb.loop([size], lambda ix: kb.store(n, dt, ix[0], const(dt, 0)), name="z")
+def _zero_items(kb, n: int, dt: np.dtype, items: int, per: int, rng) -> None:
+    """Zero items ``rng`` = (lo, hi) (all ``items`` when None) of ``per`` elements each."""
+    kb.loop(
+        [items, per],
+        lambda ix: kb.store(n, dt, kb.offset(0, (per, 1), ix), const(dt, 0)),
+        name="z",
+        outer_range=rng,
+    )
+
+
+def _share(kb, size: int):
+    """The (lo, hi) range of the outer dimension (of ``size``) this call runs: a thread's
+    share in a parallel kernel (see :func:`parallel_ok`), else None (all of it)."""
+    if kb.par is None:
+        return None
+    kb.outer_size = size
+    return (kb.par[0], kb.par[1])
 
 
 def _scratch_bytes(cv: _Conv, elems: int):
@@ -100,7 +128,8 @@ def _scratch_bytes(cv: _Conv, elems: int):
 
 def _with_scratch(kb, n: int, cv: _Conv, elems: int, fast, slow) -> None:
     """Run ``fast(key)`` with a malloc'ed scratch of ``elems`` elements registered as buffer
-    ``key``, or ``slow()`` when BLAS can't run it or the allocation fails."""
+    ``key``, or ``slow()`` when BLAS can't run it or the allocation fails.  A parallel
+    kernel's thread shares each malloc their own."""
     nbytes = _scratch_bytes(cv, elems)
     if not cv.blas_ok() or nbytes is None:
         slow()
@@ -117,7 +146,12 @@ def _with_scratch(kb, n: int, cv: _Conv, elems: int, fast, slow) -> None:
             b.call(kb.low._get_free(), [p])
 
 
+def _i32(kb, v) -> ir.Value:
+    return ir.Constant(I32, int(v)) if isinstance(v, (int, np.integer)) else kb.b.trunc(v, I32)
+
+
 def _gemm(kb, cv: _Conv, ta, tb, M, N, K, pa, lda, pb, ldb, beta, pc, ldc) -> None:
+    """C = A @ B (+ C with ``beta`` 1), row-major; M, N, K ints or i64 values."""
     gemm = blas.declare_gemm(kb.module, cv.dt)
     ft = reg_type(cv.dt)
     c32 = lambda v: ir.Constant(I32, int(v))  # noqa: E731
@@ -127,9 +161,9 @@ def _gemm(kb, cv: _Conv, ta, tb, M, N, K, pa, lda, pb, ldb, beta, pc, ldc) -> No
             c32(blas.CBLAS_ROW_MAJOR),
             c32(ta),
             c32(tb),
-            c32(M),
-            c32(N),
-            c32(K),
+            _i32(kb, M),
+            _i32(kb, N),
+            _i32(kb, K),
             ir.Constant(ft, 1.0),
             pa,
             c32(max(lda, 1)),
@@ -142,19 +176,42 @@ def _gemm(kb, cv: _Conv, ta, tb, M, N, K, pa, lda, pb, ldb, beta, pc, ldc) -> No
     )
 
 
-def _im2col(kb, cv: _Conv, key, nn, grp) -> None:
-    """scratch[((c*kh + a)*kw + b)*P + i*Wo + j] = x[nn, grp*Cg + c, ih, iw] (0 in padding)."""
+def _im2col(kb, cv: _Conv, key, nn, grp, rows=None) -> None:
+    """scratch[(k - lo)*P + i*Wo + j] = x[nn, grp*Cg + c, ih, iw] (0 in padding) for the
+    rows k = (c*kh + a)*kw + b in ``rows`` = (lo, hi) (default: all K rows)."""
     b, dt, xv = kb.b, cv.dt, cv.xv
+    lo = _c(0) if rows is None else rows[0]
+    khw = cv.kh * cv.kw
 
     def body(ix):
-        c, a_, b_, i, j = ix
+        k, i, j = ix
+        c = b.udiv(k, _c(khw))
+        a_ = b.urem(b.udiv(k, _c(cv.kw)), _c(cv.kh))
+        b_ = b.urem(k, _c(cv.kw))
         ok, ih, iw = cv.in_pos(kb, i, a_, j, b_)
         ch = b.add(b.mul(grp, _c(cv.Cg)), c)
         v = kb.load(xv.buf, dt, kb.offset(xv.offset, xv.strides, [nn, ch, ih, iw]))
-        dst = kb.offset(0, (cv.kh * cv.kw * cv.P, cv.kw * cv.P, cv.P, cv.Wo, 1), ix)
+        dst = kb.offset(0, (cv.P, cv.Wo, 1), [b.sub(k, lo), i, j])
         kb.store(key, dt, dst, b.select(ok, v, const(dt, 0)))
 
-    kb.loop([cv.Cg, cv.kh, cv.kw, cv.Ho, cv.Wo], body, name="col")
+    kb.loop([cv.K, cv.Ho, cv.Wo], body, name="col", outer_range=rows)
+
+
+def _matrix_ld(v, row_dim: int, dims: tuple, rows: int, cols: int):
+    """The leading dimension of a view (or of one item of it) as a row-major ``rows`` x
+    ``cols`` matrix for BLAS: dimension ``row_dim`` of ``v`` the rows, ``dims`` its
+    dimensions that make a row, which must be contiguous; None when they are not, or
+    the rows overlap (then the caller copies it).  Size-1 dimensions' strides never
+    matter."""
+    sizes = [v.shape[d] for d in dims]
+    want = cstrides(tuple(sizes))
+    for d, size, st in zip(dims, sizes, want):
+        if size != 1 and v.strides[d] != st:
+            return None
+    if rows <= 1:
+        return max(cols, 1)
+    ld = int(v.strides[row_dim])
+    return ld if ld >= max(cols, 1) else None
 
 
 def _copy_weights(kb, cv: _Conv, key, base: int) -> None:
@@ -170,6 +227,48 @@ def _copy_weights(kb, cv: _Conv, key, base: int) -> None:
         ),
         name="wcopy",
     )
+
+
+def _weights(kb, cv: _Conv, key, base: int) -> tuple:
+    """(pointer to group ``grp``'s weights as an Og x K matrix, its leading dimension):
+    read in place when their rows are contiguous, else copied to the scratch at ``base``
+    (this is called once per kernel call, before the loops)."""
+    ld = _matrix_ld(cv.wv, 0, (1, 2, 3), cv.O, cv.K)
+    b, wv = kb.b, cv.wv
+    if ld is None:
+        _copy_weights(kb, cv, key, base)
+
+        def copied(grp):
+            return _sp(kb, key, cv.dt, b.add(_c(base), b.mul(grp, _c(cv.Og * cv.K))))
+
+        return copied, cv.K
+
+    def direct(grp):
+        return kb.ptr(wv.buf, cv.dt, b.add(_c(wv.offset), b.mul(grp, _c(cv.Og * ld))))
+
+    return direct, ld
+
+
+def _grad_rows(kb, cv: _Conv, key, base: int) -> tuple:
+    """(function (nn, grp) -> pointer to g[nn, grp*Og:(grp+1)*Og] as an Og x P matrix,
+    its leading dimension): read in place when its rows are contiguous, else copied to
+    the scratch at ``base`` on each call."""
+    gv = cv.gv
+    ld = _matrix_ld(gv, 1, (2, 3), cv.O, cv.P)
+    b = kb.b
+    if ld is None:
+
+        def copied(nn, grp):
+            _copy_grad(kb, cv, key, base, nn, grp)
+            return _sp(kb, key, cv.dt, base)
+
+        return copied, cv.P
+
+    def direct(nn, grp):
+        off = b.add(_c(gv.offset), b.mul(nn, _c(gv.strides[0])))
+        return kb.ptr(gv.buf, cv.dt, b.add(off, b.mul(grp, _c(cv.Og * ld))))
+
+    return direct, ld
 
 
 def _copy_grad(kb, cv: _Conv, key, base: int, nn, grp) -> None:
@@ -189,24 +288,64 @@ def _sp(kb, key, dt, off):
     return kb.ptr(key, dt, off if isinstance(off, ir.Value) else _c(off))
 
 
+# --- which kernels run on several threads ------------------------------------------------
+
+# the kernels that may be split across graphc's threads (backend/parallel_policy.py)
+PARALLEL_KINDS = frozenset(
+    {"conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d", "max_pool2d_grad"}
+)
+
+
+def parallel_ok(plan, n: int) -> bool:
+    """Split node ``n``'s kernel across threads?  A convolution with at least
+    ``GEMM_PARALLEL_MIN`` multiply-adds, shared out by batch items (conv2d and its input
+    gradient: each item's product and its writes are its own) or, for the weight
+    gradient of an ungrouped convolution, by columns (input channel x tap: each share
+    im2cols its rows of every item and sums its own columns of dW over the batch, in
+    batch order); a max pooling (or its gradient) of at least ``PARALLEL_MIN`` input
+    elements, by batch items.  Each share's work depends only on the thread count, so
+    the results are deterministic per thread count (the batch splits are bitwise the
+    serial result)."""
+    d = plan.g.nx.nodes[n]
+    op = d["op"]
+    shapes = [tuple(plan.g.nx.nodes[o]["shape"]) for o in d["operands"]]
+    if op in ("max_pool2d", "max_pool2d_grad"):
+        x = shapes[0]
+        return len(x) == 4 and x[0] >= 2 and numel(x) >= PARALLEL_MIN
+    if op not in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):
+        return False
+    out = tuple(d["shape"])
+    # (batch, output channels, weight shape, output positions)
+    if op == "conv2d":
+        n_, o_, wsh, p_ = shapes[0][0], shapes[1][0], shapes[1], numel(out[2:])
+    elif op == "conv2d_input_grad":
+        n_, o_, wsh, p_ = shapes[0][0], shapes[0][1], shapes[1], numel(shapes[0][2:])
+    else:
+        n_, o_, wsh, p_ = shapes[0][0], out[0], out, numel(shapes[1][2:])
+        if int(d["attrs"]["groups"]) != 1:
+            return False
+    split = numel(wsh[1:]) if op == "conv2d_weight_grad" else n_
+    return split >= 2 and n_ * o_ * numel(wsh[1:]) * p_ >= GEMM_PARALLEL_MIN
+
+
 # --- conv2d -------------------------------------------------------------------------------
 
 
 @kernel("conv2d")
 def conv2d_kernel(kb, n: int) -> None:
     cv = _Conv(kb, n, "conv2d")
+    rng = _share(kb, cv.N)
     if numel(cv.shape) == 0:
         return
     b, dt = kb.b, cv.dt
     KP = cv.K * cv.P
 
     def fast(key):
-        _copy_weights(kb, cv, key, KP)
+        wptr, ldw = _weights(kb, cv, key, KP)
 
         def per(ix):
             nn, grp = ix
             _im2col(kb, cv, key, nn, grp)
-            wk = b.add(_c(KP), b.mul(grp, _c(cv.Og * cv.K)))
             out = b.add(b.mul(nn, _c(cv.O * cv.P)), b.mul(grp, _c(cv.Og * cv.P)))
             _gemm(
                 kb,
@@ -216,8 +355,8 @@ def conv2d_kernel(kb, n: int) -> None:
                 cv.Og,
                 cv.P,
                 cv.K,
-                _sp(kb, key, dt, wk),
-                cv.K,
+                wptr(grp),
+                ldw,
                 _sp(kb, key, dt, 0),
                 cv.P,
                 0.0,
@@ -225,7 +364,7 @@ def conv2d_kernel(kb, n: int) -> None:
                 cv.P,
             )
 
-        kb.loop([cv.N, cv.G], per, name="ng")
+        kb.loop([cv.N, cv.G], per, name="ng", outer_range=rng)
 
     def slow():
         acc = kb.alloca(reg_type(dt), name="acc")
@@ -249,7 +388,7 @@ def conv2d_kernel(kb, n: int) -> None:
             kb.loop([cv.Cg, cv.kh, cv.kw], inner, name="k")
             kb.store(n, dt, kb.offset(0, oc, ix), b.load(acc, typ=reg_type(dt)))
 
-        kb.loop([cv.N, cv.O, cv.Ho, cv.Wo], outer, name="o")
+        kb.loop([cv.N, cv.O, cv.Ho, cv.Wo], outer, name="o", outer_range=rng)
 
     _with_scratch(kb, n, cv, KP + cv.O * cv.K, fast, slow)
 
@@ -260,12 +399,13 @@ def conv2d_kernel(kb, n: int) -> None:
 @kernel("conv2d_input_grad")
 def conv2d_input_grad_kernel(kb, n: int) -> None:
     cv = _Conv(kb, n, "conv2d_input_grad")
+    rng = _share(kb, cv.N)
     size = numel(cv.shape)
     if size == 0:
         return
     b, dt = kb.b, cv.dt
-    _zero(kb, n, dt, size)
-    if cv.N == 0 or cv.P == 0:
+    _zero_items(kb, n, dt, cv.N, size // cv.N, rng)
+    if cv.P == 0:
         return
     KP, OK = cv.K * cv.P, cv.O * cv.K
     oc = cstrides(cv.shape)
@@ -284,12 +424,11 @@ def conv2d_input_grad_kernel(kb, n: int) -> None:
         kb.loop([cv.Cg, cv.kh, cv.kw, cv.Ho, cv.Wo], body, name="c2i")
 
     def fast(key):
-        _copy_weights(kb, cv, key, KP)
+        wptr, ldw = _weights(kb, cv, key, KP)
+        gptr, ldg = _grad_rows(kb, cv, key, KP + OK)
 
         def per(ix):
             nn, grp = ix
-            _copy_grad(kb, cv, key, KP + OK, nn, grp)
-            wk = b.add(_c(KP), b.mul(grp, _c(cv.Og * cv.K)))
             _gemm(
                 kb,
                 cv,
@@ -298,10 +437,10 @@ def conv2d_input_grad_kernel(kb, n: int) -> None:
                 cv.K,
                 cv.P,
                 cv.Og,
-                _sp(kb, key, dt, wk),
-                cv.K,
-                _sp(kb, key, dt, KP + OK),
-                cv.P,
+                wptr(grp),
+                ldw,
+                gptr(nn, grp),
+                ldg,
                 0.0,
                 _sp(kb, key, dt, 0),
                 cv.P,
@@ -309,7 +448,7 @@ def conv2d_input_grad_kernel(kb, n: int) -> None:
             col = cstrides((cv.Cg, cv.kh, cv.kw, cv.Ho, cv.Wo))
             col2im(nn, grp, lambda jx: kb.load(key, dt, kb.offset(0, col, jx)))
 
-        kb.loop([cv.N, cv.G], per, name="ng")
+        kb.loop([cv.N, cv.G], per, name="ng", outer_range=rng)
 
     def slow():
         acc = kb.alloca(reg_type(dt), name="acc")
@@ -333,42 +472,50 @@ def conv2d_input_grad_kernel(kb, n: int) -> None:
 
             col2im(nn, grp, value)
 
-        kb.loop([cv.N, cv.G], per, name="ng")
+        kb.loop([cv.N, cv.G], per, name="ng", outer_range=rng)
 
     _with_scratch(kb, n, cv, KP + OK + cv.Og * cv.P, fast, slow)
 
 
-# --- conv2d_weight_grad: dW_g += G_g @ cols^T per batch item ----------------------------
+# --- conv2d_weight_grad: dW_g[:, cols] += G_g @ cols^T per batch item -------------------
 
 
 @kernel("conv2d_weight_grad")
 def conv2d_weight_grad_kernel(kb, n: int) -> None:
     cv = _Conv(kb, n, "conv2d_weight_grad")
+    rng = _share(kb, cv.K)  # parallel only ungrouped: a share is columns [lo, hi) of dW
     size = numel(cv.shape)
     if size == 0:
         return
     b, dt = kb.b, cv.dt
-    _zero(kb, n, dt, size)
+    lo, hi = rng if rng is not None else (_c(0), _c(cv.K))
+
+    def zero(ix):
+        k, o = ix
+        kb.store(n, dt, kb.offset(0, (cv.K, 1), [o, k]), const(dt, 0))
+
+    kb.loop([cv.K, cv.O], zero, name="z", outer_range=rng)
     if cv.N == 0 or cv.P == 0:
         return
     KP = cv.K * cv.P
 
     def fast(key):
+        gptr, ldg = _grad_rows(kb, cv, key, KP)
+
         def per(ix):
             nn, grp = ix
-            _im2col(kb, cv, key, nn, grp)
-            _copy_grad(kb, cv, key, KP, nn, grp)
-            out = b.mul(grp, _c(cv.Og * cv.K))
+            _im2col(kb, cv, key, nn, grp, rows=(lo, hi))
+            out = b.add(b.mul(grp, _c(cv.Og * cv.K)), lo)
             _gemm(
                 kb,
                 cv,
                 blas.CBLAS_NO_TRANS,
                 blas.CBLAS_TRANS,
                 cv.Og,
-                cv.K,
+                b.sub(hi, lo),
                 cv.P,
-                _sp(kb, key, dt, KP),
-                cv.P,
+                gptr(nn, grp),
+                ldg,
                 _sp(kb, key, dt, 0),
                 cv.P,
                 1.0,
@@ -380,11 +527,14 @@ def conv2d_weight_grad_kernel(kb, n: int) -> None:
 
     def slow():
         acc = kb.alloca(reg_type(dt), name="acc")
-        oc = cstrides(cv.shape)
         xv, gv = cv.xv, cv.gv
+        khw = cv.kh * cv.kw
 
         def outer(ix):
-            o, c, a_, b_ = ix
+            k, o = ix
+            c = b.udiv(k, _c(khw))
+            a_ = b.urem(b.udiv(k, _c(cv.kw)), _c(cv.kh))
+            b_ = b.urem(k, _c(cv.kw))
             b.store(const(dt, 0), acc)
             grp = b.sdiv(o, _c(cv.Og))
             ch = b.add(b.mul(grp, _c(cv.Cg)), c)
@@ -398,9 +548,9 @@ def conv2d_weight_grad_kernel(kb, n: int) -> None:
                 b.store(b.fadd(b.load(acc, typ=reg_type(dt)), b.fmul(xval, gval)), acc)
 
             kb.loop([cv.N, cv.Ho, cv.Wo], inner, name="k")
-            kb.store(n, dt, kb.offset(0, oc, ix), b.load(acc, typ=reg_type(dt)))
+            kb.store(n, dt, kb.offset(0, (cv.K, 1), [o, k]), b.load(acc, typ=reg_type(dt)))
 
-        kb.loop(list(cv.shape), outer, name="w")
+        kb.loop([cv.K, cv.O], outer, name="w", outer_range=rng)
 
     _with_scratch(kb, n, cv, KP + cv.Og * cv.P, fast, slow)
 
@@ -427,6 +577,7 @@ def _pool_loop(kb, n: int, body, value_only=None) -> None:
     b = kb.b
     t = reg_type(dt)
     geom = (kh, kw, sh, sw, dh, dw)
+    rng = _share(kb, N)
     if value_only is not None and _unrolled_ok(H, W, Ho, Wo, geom, (ph, pw)):
 
         def unrolled(ix):  # every window in bounds: its kh*kw loads unrolled, in registers
@@ -434,7 +585,7 @@ def _pool_loop(kb, n: int, body, value_only=None) -> None:
             m, _ = _window_max(kb, xv, dt, nn, c, i, j, geom)
             value_only(ix, m)
 
-        kb.loop([N, C, Ho, Wo], unrolled, name="pool", vectorize=True)
+        kb.loop([N, C, Ho, Wo], unrolled, name="pool", vectorize=True, outer_range=rng)
         return
     best = kb.alloca(t, name="best")
     bh = kb.alloca(I64, name="best_h")
@@ -472,7 +623,7 @@ def _pool_loop(kb, n: int, body, value_only=None) -> None:
         kb.loop([kh, kw], inner, name="win")
         body(ix, b.load(bh, typ=I64), b.load(bw, typ=I64), b.load(best, typ=t))
 
-    kb.loop([N, C, Ho, Wo], outer, name="pool")
+    kb.loop([N, C, Ho, Wo], outer, name="pool", outer_range=rng)
 
 
 def _inside(size: int, out: int, k: int, s: int, p: int, d: int) -> bool:
@@ -591,13 +742,15 @@ def max_pool2d_grad_kernel(kb, n: int) -> None:
     sh, sw = a["stride"]
     (ph, pw), (dh, dw) = a["padding"], a["dilation"]
     geom = (kh, kw, sh, sw, dh, dw)
+    rng = _share(kb, N)
     if (
         _unrolled_ok(H, W, Ho, Wo, geom, (ph, pw))
         and sh > (kh - 1) * dh  # windows do not overlap: each input element gets the
         and sw > (kw - 1) * dw  # gradient of at most one window, so store, never add
     ):
         if not (dh == 1 and dw == 1 and sh == kh and sw == kw and Ho * sh == H and Wo * sw == W):
-            _zero(kb, n, dt, numel(shape))  # elements in no window (the windows do not tile)
+            # elements in no window (the windows do not tile)
+            _zero_items(kb, n, dt, N, C * H * W, rng)
         it = ir.IntType(8 * dt.itemsize)
 
         def window(ix):
@@ -611,9 +764,9 @@ def max_pool2d_grad_kernel(kb, n: int) -> None:
                 val = b.and_(g, b.sext(hit, it))
                 b.store(val, b.gep(kb.ptrs[n], [off], source_etype=it))
 
-        kb.loop([N, C, Ho, Wo], window, name="pool", vectorize=True)
+        kb.loop([N, C, Ho, Wo], window, name="pool", vectorize=True, outer_range=rng)
         return
-    _zero(kb, n, dt, numel(shape))
+    _zero_items(kb, n, dt, N, C * H * W, rng)
 
     def body(ix, ih, iw, v):
         g = kb.load(gv.buf, dt, kb.offset(gv.offset, gv.strides, ix))
