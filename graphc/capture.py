@@ -105,15 +105,35 @@ class LrCaptured(Captured):
     """A param group's learning rate: a graph input read at every call as a 0-d float64
     tensor (``tensor`` is the one made when found)."""
 
-    __slots__ = ()
+    __slots__ = ("last",)
+
+    def __init__(self, name: str, place: Optional[Place], tensor: Tensor) -> None:
+        super().__init__(name, place, tensor)
+        # (value, tensor) of the last call: the same lr gives the same (read-only) tensor,
+        # so the call's memory check sees the arrays it passed last time (entry.mem_ok)
+        # instead of a new lr array at every step (which made it compare all byte ranges)
+        self.last: Optional[tuple] = None
 
     def current(self, args: tuple) -> Any:
-        """A fresh 0-d float64 tensor of the lr at this place now (None if gone)."""
+        """A 0-d float64 tensor of the lr at this place now (None if gone): the previous
+        call's tensor when the value is the same object, or an equal nonzero number of
+        the same type (an lr scheduler's new value gets a new tensor)."""
         try:
             holder, key = self.place(args)  # type: ignore[misc]
-            return lr_tensor(holder[key], self.name)
+            value = holder[key]
         except (LookupError, AttributeError, TypeError, ValueError):
             return None
+        last = self.last
+        if last is not None:
+            v0 = last[0]
+            if value is v0 or (type(value) is type(v0) and value == v0 and value != 0):
+                return last[1]
+        try:
+            t = lr_tensor(value, self.name)
+        except (TypeError, ValueError):
+            return None
+        self.last = (value, t)
+        return t
 
 
 def lr_tensor(value: Any, name: str) -> Tensor:
@@ -126,7 +146,9 @@ def lr_tensor(value: Any, name: str) -> Tensor:
             f"{name} is a {type(value).__name__}; a compiled optimizer step reads the "
             "learning rate as a Python float"
         )
-    return tensor_from_array(np.array(float(value), dtype=np.float64))
+    a = np.array(float(value), dtype=np.float64)
+    a.flags.writeable = False  # shared by the calls that read the same lr
+    return tensor_from_array(a)
 
 
 class OptCaptured:

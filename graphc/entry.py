@@ -60,7 +60,7 @@ class _Entry:
         self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
         # the prepared call of a training step on tensors (None: CompiledFunction._run)
-        self.tcall = None if self.call is not None else _tensor_call(self)
+        self.tcall = None if self.call is not None else (_tensor_call(self) or _step_call(self))
 
     def _rebind_call(self) -> None:
         """Re-bind the fast call path to the executable's current native entry."""
@@ -327,4 +327,170 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         "weakref_ref": weakref.ref,
     }
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
+    return ns["call"]
+
+
+def _step_call(entry: "_Entry") -> Optional[Callable]:
+    """The whole warm call of a compiled training step that reads its model and
+    optimizer by name (``opt.zero_grad(); loss(model...).backward(); opt.step()``), prepared
+    once per signature like :func:`_tensor_call`: ``call(cf, entry, dyn)`` gives the
+    result, or :data:`SLOW` when anything differs from what the general path
+    (``CompiledFunction._run``: ``_with_captured``, ``_for_memory``, the write-back)
+    checked and accepted on an earlier call.
+
+    Straight-line code generated for the signature: the grad mode; every optimizer's
+    guard (its groups, hyper-parameters, state keys and parameters); every lifted tensor
+    found again at its place, with the class, shape, dtype, requires_grad and ``.grad``
+    presence the trace assumed; the memory check's arrays compared by identity with those
+    the last full check passed (``entry.mem_ok``, so aliasing, read-only and layout checks
+    are not skipped: other arrays take the general path); the native call; the write-back
+    of arguments, lifted tensors and their ``.grad`` with version bumps; ``.grad`` clears;
+    the outputs.  None when the signature does not qualify: no optimizer, arguments that
+    are not all tensors, random streams, the optimizer's first step (state it creates)."""
+    tr, key = entry.trace, entry.key
+    if (
+        not tr.tensor_io
+        or not tr.opt_guards
+        or tr.randoms
+        or tr.state_writes
+        or tr.state_sets
+        or entry.call is not None
+    ):
+        return None
+    items = key[:-1] if key and key[-1][:1] == ("default_dtype",) else key
+    if len(items) != tr.n_args:
+        return None
+    for it in items:
+        if not (isinstance(it, tuple) and len(it) == 5 and it[0] == "T"):
+            return None
+    specs = tr.in_specs
+    n_args, n = tr.n_args, len(specs)
+    if n != n_args + len(tr.captured):
+        return None
+    for it, s in zip(items, specs):
+        if it[4] != s.has_grad:
+            return None
+    exe = entry.stages.get("_executable")
+    direct = exe is not None and hasattr(exe, "_native") and entry.run == exe.run_trusted
+    ns: dict = {}
+    L = [
+        "def call(cf, entry, dyn):",
+        "    if GRAD_MODE.enabled is not GRAD_ON:",
+        "        return SLOW",
+    ]
+    for k in range(len(tr.opt_guards)):
+        ns[f"guard{k}"] = tr.opt_guards[k]
+        L.append(f"    if guard{k}(dyn) is not None:")
+        L.append("        return SLOW")
+    L.append(f"    {', '.join(f'a{i}' for i in range(n_args))}{',' if n_args == 1 else ''} = dyn")
+    for i in range(n):
+        s = specs[i]
+        if i >= n_args:  # a lifted tensor: as _with_captured checks it
+            cap = tr.captured[i - n_args]
+            ns[f"cur{i}"], ns[f"shape{i}"], ns[f"dtype{i}"] = cap.current, s.shape, s.dtype
+            L.append(f"    a{i} = cur{i}(dyn)")
+            L.append(f"    if a{i}.__class__ is not Tensor:")
+            L.append("        return SLOW")
+            L.append(f"    d{i} = data_of(a{i})")
+            L.append(
+                f"    if d{i}.shape != shape{i} or d{i}.dtype != dtype{i} or "
+                f"requires_grad_of(a{i}) != {bool(s.requires_grad)}:"
+            )
+            L.append("        return SLOW")
+            if tr.grads_used:
+                L.append(f"    if (grad_of(a{i}) is not None) != {bool(s.has_grad)}:")
+                L.append("        return SLOW")
+        else:
+            L.append(f"    d{i} = data_of(a{i})")
+        if s.has_grad:
+            L.append(f"    g{i} = grad_of(a{i})")
+            L.append(f"    if g{i} is None:")
+            L.append("        return SLOW")
+            L.append(f"    e{i} = data_of(g{i})")
+    mem = [f"d{i}" for i in range(n)]
+    for i, _ in tr.grad_writes:
+        if specs[i].has_grad:
+            mem.append(f"e{i}")
+        else:  # a .grad that appeared: the general path checks it
+            L.append(f"    if grad_of(a{i}) is not None:")
+            L.append("        return SLOW")
+    L.append("    ok = entry.mem_ok")
+    L.append(f"    if len(ok) != {len(mem)}:")
+    L.append("        return SLOW")
+    for k, name in enumerate(mem):
+        L.append(f"    if ok[{k}]() is not {name}:")
+        L.append("        return SLOW")
+    ins = []
+    for i in range(n):
+        ins.append(f"d{i}")
+        if specs[i].has_grad:
+            ins.append(f"e{i}")
+    L.append(f"    ins = ({', '.join(ins)},)")
+    if direct:
+        L.append("    outs = exe._native(ins)")
+        L.append("    if outs.__class__ is int:")
+        L.append("        outs = exe._slow(ins, outs)")
+    else:
+        L.append("    outs = run(ins)")
+    for i, p in tr.mutated_inputs:
+        L.append(f"    o = outs[{p}]")
+        L.append(f"    if o is not d{i}:")
+        L.append(f"        copyto(d{i}, o, casting='same_kind')")
+        L.append(f"    version_of(a{i})[0] += 1")
+    for i, p in tr.grad_writes:
+        if specs[i].has_grad:
+            L.append(f"    o = outs[{p}]")
+            L.append(f"    if o is not e{i}:")
+            L.append(f"        copyto(e{i}, o, casting='same_kind')")
+            L.append(f"    version_of(g{i})[0] += 1")
+        else:
+            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
+    for i in tr.grad_clears:
+        L.append(f"    set_grad(a{i}, None)")
+    n_user = tr.out_tree.num_leaves - len(tr.out_static)
+    L.append("    res = build_out(outs)")
+    if n_user:
+        L.append("    if res.__class__ is Tensor:")
+        L.append("        if data_of(res).dtype.kind == 'f':")
+        L.append("            NO_GRAD_NOTE[0] = (cf, entry.trace, GRAD_ON, [weakref_ref(res)])")
+        L.append("    else:")
+        L.append("        note_no_grad(cf, entry.trace, res)")
+    L.append("    return res")
+    import weakref
+
+    from eager.interop import (
+        GRAD_MODE,
+        Tensor,
+        data_of,
+        grad_of,
+        requires_grad_of,
+        set_grad,
+        version_of,
+    )
+
+    from .autograd_bridge import _NO_GRAD_NOTE, _note_no_grad
+
+    ns.update(
+        {
+            "GRAD_MODE": GRAD_MODE,
+            "GRAD_ON": tr.grad_on,
+            "SLOW": SLOW,
+            "data_of": data_of,
+            "grad_of": grad_of,
+            "requires_grad_of": requires_grad_of,
+            "set_grad": set_grad,
+            "version_of": version_of,
+            "copyto": np.copyto,
+            "np_array": np.array,
+            "make": tensor_from_array,
+            "exe": exe,
+            "run": entry.run,
+            "build_out": entry.build_out,
+            "Tensor": Tensor,
+            "NO_GRAD_NOTE": _NO_GRAD_NOTE,
+            "note_no_grad": _note_no_grad,
+            "weakref_ref": weakref.ref,
+        }
+    )
+    exec(compile("\n".join(L) + "\n", f"<graphc step call {n} inputs>", "exec"), ns)
     return ns["call"]
