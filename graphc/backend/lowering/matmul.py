@@ -6,7 +6,17 @@ its rows or columns), or plain loops where BLAS does not apply.
 filled with ``beta * input`` (broadcast, any layout; each thread fills its own share), and
 the gemm then adds ``alpha * A @ B`` to it (gemm's ``beta`` = 1), so the bias costs no
 separate pass over the result.  A broadcast batch dimension is a stride of 0 in the
-operand's view: no copy."""
+operand's view: no copy.
+
+Batched small products (``matmul`` only: at least 4 batch items, each at most
+``SMALL_GEMM_MAX_FMAS`` multiply-adds, the attention products of W8) run in
+:func:`_small_gemm` instead of a BLAS call per item: OpenBLAS's per-call overhead was
+most of a 64x64x16 item's time.  Each item packs B into a zero-padded row-major block
+on the stack and computes C in register blocks of ``SMALL_ROWS`` rows by
+``2 * lanes`` columns (vector FMAs, A's element broadcast).  Reduction order: every
+element of C is ``fma(a[i, K-1], b[K-1, j], ... fma(a[i, 0], b[0, j], 0))``, k
+ascending, one rounding per step, the same on every thread count (threads split the
+batch items) and every call."""
 
 from __future__ import annotations
 
@@ -25,7 +35,7 @@ class GemmDims:
     """How a matmul node runs: its operands as matrix views, batch and M, K, N; whether
     BLAS computes it, and how threads would share it (by rows or columns of C)."""
 
-    __slots__ = ("va", "vb", "batch", "M", "K", "N", "blas", "split", "split_size")
+    __slots__ = ("va", "vb", "batch", "M", "K", "N", "blas", "small", "split", "split_size")
 
     def __init__(self, plan, n: int) -> None:
         g = plan.g
@@ -57,6 +67,7 @@ class GemmDims:
         self.split = "rows" if self.M >= min(self.N, 16) else "cols"
         self.split_size = self.M if self.split == "rows" else self.N
         nbatch = int(np.prod(self.batch, dtype=np.int64))
+        self.small = summed is None and _small_fits(d, self, dt, adt, bdt)
         if nbatch >= 4:
             # many products: each thread runs whole gemms on its batch items (splitting
             # every small product's rows instead doubles the gemm calls per thread)
@@ -85,6 +96,31 @@ class GemmDims:
         if blas_layout(va) is None or blas_layout(vb) is None:
             return
         self.va, self.vb, self.batch, self.M = va, vb, (), rows
+
+
+#: batched float products whose items are at most this many multiply-adds (and whose
+#: packed B fits ``SMALL_GEMM_MAX_PACK`` bytes) run in :func:`_small_gemm`; False: BLAS
+SMALL_GEMM = True
+SMALL_GEMM_MAX_FMAS = 64 * 64 * 64
+SMALL_GEMM_MAX_PACK = 16384
+SMALL_ROWS = 4  # rows of C per register block (times 2 vectors of columns: 8 accumulators)
+
+
+def _small_fits(d: dict, gd: GemmDims, dt: np.dtype, adt: np.dtype, bdt: np.dtype) -> bool:
+    """Does the product run in :func:`_small_gemm`: a ``matmul`` of one float dtype with
+    at least 4 batch items (threads share items), K > 0 and small items."""
+    if not SMALL_GEMM or d["op"] != "matmul" or not gd.batch or dt.kind != "f":
+        return False
+    if adt != dt or bdt != dt or dt.itemsize not in (4, 8) or gd.K == 0:
+        return False
+    if int(np.prod(gd.batch, dtype=np.int64)) < 4:
+        return False
+    lanes = 32 // dt.itemsize
+    npad = -(-gd.N // (2 * lanes)) * (2 * lanes)
+    return (
+        gd.M * gd.N * gd.K <= SMALL_GEMM_MAX_FMAS
+        and gd.K * npad * dt.itemsize <= SMALL_GEMM_MAX_PACK
+    )
 
 
 def gemm_dims(plan, n: int) -> GemmDims:
@@ -155,6 +191,9 @@ def matmul_kernel(kb, n: int) -> None:
         v0 = plan.views[d["operands"][0]]
         vin = View(v0.buf, v0.offset, v0.broadcast_to(batch + (M, N)), batch + (M, N))
     if numel(batch + (M, N)) == 0:
+        return
+    if gd.small:
+        _small_gemm(kb, n, gd, dt, ast, bst, cst)
         return
     if not gd.blas:
         # plain loops: integer/bool/mixed matmuls, K == 0, no BLAS library installed, or
@@ -233,6 +272,136 @@ def matmul_kernel(kb, n: int) -> None:
         kb.loop(list(batch), call, name="batch")
     else:
         call([])
+
+
+def _small_gemm(kb, n, gd: GemmDims, dt: np.dtype, ast, bst, cst) -> None:
+    """C[b] = A[b] @ B[b] for every batch item b (the thread's share of the flattened
+    batch): B[b] packed into a (K, npad) zero-padded stack block, then register blocks of
+    ``SMALL_ROWS`` x ``2 * lanes`` elements of C accumulated over k ascending with vector
+    FMAs (module docstring: reduction order), stored without the padding columns."""
+    b = kb.b
+    va, vb, batch, M, K, N = gd.va, gd.vb, gd.batch, gd.M, gd.K, gd.N
+    ft = reg_type(dt)
+    lanes = 32 // dt.itemsize
+    width = 2 * lanes
+    npad = -(-N // width) * width
+    vt = ir.VectorType(ft, lanes)
+    i64 = lambda v: ir.Constant(I64, v)  # noqa: E731
+    with b.goto_entry_block():
+        pack0 = b.alloca(ft, size=i64(K * npad), name="bpack")
+        pack0.align = 32
+    zero_v = ir.Constant(vt, [0.0] * lanes)
+    rows = SMALL_ROWS
+    acc = [[kb.alloca(vt, name=f"acc{r}_{c}") for c in range(2)] for r in range(rows)]
+    a_rs, a_cs = va.strides[-2], va.strides[-1]
+    b_rs, b_cs = vb.strides[-2], vb.strides[-1]
+    undef_v = ir.Constant(vt, None)
+    splat_mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    # fused on FMA hosts, like vecmath's fma (a non-FMA host runs mul + add)
+    fname = f"llvm.fmuladd.v{lanes}f{dt.itemsize * 8}"
+    fma = kb.module.globals.get(fname) or ir.Function(
+        kb.module, ir.FunctionType(vt, [vt] * 3), fname
+    )
+
+    def packed(k, j):  # pointer to pack[k, j]
+        return b.gep(pack0, [b.add(b.mul(k, i64(npad)), j)], source_etype=ft)
+
+    def item(idx):
+        oa = kb.offset(va.offset, ast, idx)
+        ob = kb.offset(vb.offset, bst, idx)
+        oc = kb.offset(0, cst, idx)
+
+        def pack_row(kk):
+            def pack_col(jj):
+                v = kb.load(vb.buf, dt, b.add(ob, kb.offset(0, (b_rs, b_cs), [kk[0], jj[0]])))
+                b.store(v, packed(kk[0], jj[0]))
+
+            kb.loop([N], pack_col, name="pj")
+            if npad != N:
+
+                def pad_col(jj):
+                    b.store(ir.Constant(ft, 0.0), packed(kk[0], b.add(jj[0], i64(N))))
+
+                kb.loop([npad - N], pad_col, name="pz")
+
+        kb.loop([K], pack_row, name="pk")
+
+        def block(i0, nrows, jb):
+            """C[i0:i0+nrows, jb*width : jb*width+width] (nrows <= rows)."""
+            j0 = b.mul(jb, i64(width))
+            for r in range(nrows):
+                for c in range(2):
+                    b.store(zero_v, acc[r][c])
+
+            def kstep(kk):
+                k = kk[0]
+                bv = [
+                    b.load(packed(k, b.add(j0, i64(c * lanes))), typ=vt, align=dt.itemsize)
+                    for c in range(2)
+                ]
+                for r in range(nrows):
+                    ia = b.add(i0, i64(r))
+                    a = kb.load(va.buf, dt, b.add(oa, kb.offset(0, (a_rs, a_cs), [ia, k])))
+                    av = b.shuffle_vector(
+                        b.insert_element(undef_v, a, ir.Constant(I32, 0)), undef_v, splat_mask
+                    )
+                    for c in range(2):
+                        cur = b.load(acc[r][c], typ=vt)
+                        b.store(b.call(fma, [av, bv[c], cur]), acc[r][c])
+
+            kb.loop([K], kstep, name="kk")
+            for r in range(nrows):
+                row = b.add(oc, b.mul(b.add(i0, i64(r)), i64(N)))
+                for c in range(2):
+                    v = b.load(acc[r][c], typ=vt)
+                    col = b.add(j0, i64(c * lanes))
+                    if npad == N:  # no padding columns: one vector store
+                        b.store(v, kb.ptr(n, dt, b.add(row, col)), align=dt.itemsize)
+                        continue
+                    for lane in range(lanes):
+                        _store_lane_if(
+                            kb,
+                            n,
+                            dt,
+                            row,
+                            b.add(col, i64(lane)),
+                            N,
+                            b.extract_element(v, ir.Constant(I32, lane)),
+                        )
+
+        full = M // rows
+        nblk = npad // width
+        if full:
+            kb.loop([full, nblk], lambda ij: block(b.mul(ij[0], i64(rows)), rows, ij[1]), name="rb")
+        if M % rows:
+            base = full * rows
+            kb.loop(
+                [M % rows, nblk], lambda ij: block(b.add(ij[0], i64(base)), 1, ij[1]), name="rr"
+            )
+
+    nbatch = int(np.prod(batch, dtype=np.int64))
+    inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
+
+    def flat(ii):  # the multi-index of flat batch item ii[0]
+        idx = []
+        for d, size in enumerate(batch):
+            q = b.udiv(ii[0], i64(inner[d])) if inner[d] != 1 else ii[0]
+            idx.append(b.urem(q, i64(size)) if d else q)
+        item(idx)
+
+    if kb.par is not None:
+        assert gd.split == "batch", "a small batched product is shared by batch items"
+        kb.outer_size = nbatch
+        kb.loop([nbatch], flat, name="batch", outer_range=(kb.par[0], kb.par[1]))
+    else:
+        kb.loop([nbatch], flat, name="batch")
+
+
+def _store_lane_if(kb, n, dt, row, col, N, v) -> None:
+    """C[row + col] = v, skipped for the padding columns col >= N."""
+    b = kb.b
+    with b.if_then(b.icmp_unsigned("<", col, ir.Constant(I64, N))):
+        kb.store(n, dt, b.add(row, col), v)
 
 
 def _matmul_loops(kb, n, va, vb, batch, M, K, N, dt, adt, bdt, vin=None, beta=0.0, alpha=1.0):

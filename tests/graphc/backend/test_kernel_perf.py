@@ -15,7 +15,14 @@ def _erf_ref(xs: np.ndarray) -> np.ndarray:
     return np.array([math.erf(float(v)) for v in xs.astype(np.float64)]).astype(np.float32)
 
 
-def test_erf_float32_within_one_ulp():
+@pytest.mark.parametrize("native", [True, False], ids=["f32-arithmetic", "via-f64"])
+def test_erf_float32_within_one_ulp(native, monkeypatch):
+    """float32 erf: in float32 arithmetic (the default, 8 lanes) within 2 ulp of the
+    correctly rounded result and unbiased; via float64 (``ERF_F32_NATIVE = False``)
+    within 1 ulp, correctly rounded but for near-ties."""
+    from graphc.backend import vecmath
+
+    monkeypatch.setattr(vecmath, "ERF_F32_NATIVE", native)
     rng = np.random.default_rng(17)
     edges = np.array([0.75, 4.0, 3.9, 6.0, 1e-30, 1e-38, 1.4e-45], np.float32)
     near = np.concatenate([np.nextafter(edges, np.float32(0)), edges, np.nextafter(edges, 9)])
@@ -30,9 +37,15 @@ def test_erf_float32_within_one_ulp():
     )
     got = np.asarray(graphc.compile(lambda a: eager.erf(a))(xs))
     ref = _erf_ref(xs)
-    ulp = np.abs(got.view(np.int32).astype(np.int64) - ref.view(np.int32).astype(np.int64))
-    assert ulp.max() <= 1
-    assert np.mean(ulp == 0) > 0.999  # correctly rounded but for near-ties
+    diff = got.view(np.int32).astype(np.int64) - ref.view(np.int32).astype(np.int64)
+    ulp = np.abs(diff)
+    if native:
+        assert ulp.max() <= 2
+        assert np.mean(ulp == 0) > 0.9  # 93% on this sample (most of it in [0.75, 2])
+        assert abs(np.mean(diff[xs > 0])) < 0.05  # no bias (it would add up in sums)
+    else:
+        assert ulp.max() <= 1
+        assert np.mean(ulp == 0) > 0.999  # correctly rounded but for near-ties
 
 
 def test_erf_float32_special_values():

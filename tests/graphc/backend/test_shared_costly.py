@@ -123,7 +123,11 @@ def test_gelu_gradient_computes_erf_once(dt, monkeypatch):
     loss.backward()
     tol = 1e-5 if dt == np.float32 else 1e-12
     np.testing.assert_allclose(got[0], loss.item(), rtol=tol)
-    np.testing.assert_allclose(got[1], xe.grad.numpy(), rtol=tol, atol=tol)
+    # float32: the compiled erf is float32 arithmetic (<= 2 ulp, docs/backend-accuracy.md),
+    # eager's is rounded from float64; the product's outputs (|y| ~ 20, ulp 2e-6) then
+    # round differently and cos' gradient amplifies that where its sum cancels
+    atol = 3 * tol if dt == np.float32 else tol
+    np.testing.assert_allclose(got[1], xe.grad.numpy(), rtol=tol, atol=atol)
     np.testing.assert_allclose(got[2], be.grad.numpy(), rtol=tol, atol=tol * 100)
 
 
