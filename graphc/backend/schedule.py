@@ -741,7 +741,7 @@ class Schedule:
             for b in k.reads:
                 if b in last_writer:
                     ds.add(last_writer[b])
-            for b in k.writes:
+            for b in self._writes_for_order(k):
                 if b in last_writer:
                     ds.add(last_writer[b])
                 ds.update(readers.get(b, ()))
@@ -749,10 +749,22 @@ class Schedule:
             deps.append(ds)
             for b in k.reads:
                 readers.setdefault(b, set()).add(j)
-            for b in k.writes:
+            for b in self._writes_for_order(k):
                 last_writer[b] = j
                 readers[b] = set()
         return deps
+
+    def _writes_for_order(self, k: Kernel) -> set:
+        """What kernel ``k`` writes, for ordering: an output that may be written over an
+        input (``inplace_requested``, decided after the order) also counts as writing that
+        input, so the readers of the input stay before it (a later reader would rule the
+        in-place write out: the optimizer's update would get an output array and a copy)."""
+        out = set(k.writes)
+        for b in k.writes:
+            idx = b[1] if isinstance(b, tuple) and b[0] == "out" else self.out_buffer.get(b)
+            if idx is not None and idx in self.inplace_requested:
+                out.add(("in", self.inplace_requested[idx]))
+        return out
 
     def _memory_order(self) -> Optional[list]:
         """A dependency-respecting order of the kernels that keeps fewer bytes live: list
@@ -776,27 +788,53 @@ class Schedule:
         for j, ds in enumerate(deps):
             for i in ds:
                 users[i].append(j)
+        # a product and the loop right after it that reads its result stay together:
+        # the loop may run inside the product's thread shares (parallel_policy.epilogues)
+        glue = {
+            i: i + 1
+            for i in range(len(ks) - 1)
+            if ks[i].kind == "matmul"
+            and ks[i + 1].kind == "loop"
+            and ks[i].writes & ks[i + 1].reads
+        }
+        tails = set(glue.values())
         waiting = [len(ds) for ds in deps]
         ready = [j for j in range(len(ks)) if waiting[j] == 0]
         order = []
-        while ready:
-            best, best_key = None, None
-            for j in ready:
-                k = ks[j]
-                grow = sum(size.get(b, 0) for b in k.writes) + sum(n for _, n in k.scratch)
-                free = sum(size[b] for b in k.reads if b in size and pending[b] == 1)
-                key = (grow - free, j)
-                if best_key is None or key < best_key:
-                    best, best_key = j, key
-            ready.remove(best)
-            order.append(best)
-            for b in ks[best].reads:
+
+        def cost(j: int) -> int:
+            k = ks[j]
+            grow = sum(size.get(b, 0) for b in k.writes) + sum(n for _, n in k.scratch)
+            return grow - sum(size[b] for b in k.reads if b in size and pending[b] == 1)
+
+        def run(j: int) -> None:
+            ready.remove(j)
+            order.append(j)
+            for b in ks[j].reads:
                 if b in size:
                     pending[b] -= 1
-            for u in users[best]:
+            for u in users[j]:
                 waiting[u] -= 1
                 if waiting[u] == 0:
                     ready.append(u)
+
+        while ready:
+            best, best_key = None, None
+            for j in ready:
+                if j in tails:
+                    continue  # runs right after its product
+                if j in glue and waiting[glue[j]] != 1:
+                    continue  # its loop waits for more than the product: not yet
+                key = (cost(j) + (cost(glue[j]) if j in glue else 0), j)
+                if best_key is None or key < best_key:
+                    best, best_key = j, key
+            if best is None:  # only glued pairs not ready as a unit: the built order's next
+                best = min((j for j in ready if j not in tails), default=min(ready))
+            run(best)
+            if best in glue and waiting[glue[best]] == 0 and glue[best] in ready:
+                run(glue[best])
+            elif best in glue:
+                tails.discard(glue[best])  # cannot follow at once: schedule it on its own
         if len(order) != len(ks):  # cannot happen (deps point backwards): keep the built order
             return None
         return order

@@ -205,3 +205,42 @@ def test_pooling_rule_needs_a_zero_branch(fill):
     _same_bits([got], [interp])
     y = np.maximum(x, 0)
     assert (got[y <= 0] == fill).all() and np.signbit(got[y <= 0]).all() == np.signbit(fill)
+
+
+def test_reordered_step_keeps_the_optimizer_updates_in_place(monkeypatch):
+    """A parameter's update may be written over the parameter only when no later kernel
+    reads it: the order counts that write as a write of the parameter, so the readers
+    (the backward's products with the weight) stay before it."""
+    from graphc.tools.models import build
+
+    rng = np.random.default_rng(6)
+    x = eager.tensor(rng.random((32, 1, 8, 8), dtype=np.float32))
+    y = eager.tensor(rng.integers(0, 10, size=32))
+
+    def run(patch):
+        M = build()
+        eager.manual_seed(0)
+        m = M.Classifier(64, 128, 10)
+        opt = eager.optim.Adam(m.parameters(), lr=1e-3)
+
+        def step(a, b):
+            opt.zero_grad()
+            v = M.class_loss(m, a, b)
+            v.backward()
+            opt.step()
+            return v
+
+        with monkeypatch.context() as mp:
+            if patch:
+                mp.setattr(Schedule, "_memory_order", lambda self: None)
+            cf = graphc.compile(step, poison_freed=True, disk_cache=False)
+            losses = [float(cf(x, y)) for _ in range(3)]
+            plan = plan_of(cf, x, y)
+        return losses, [p.detach().numpy().copy() for p in m.parameters()], plan
+
+    l1, p1, plan1 = run(False)
+    l0, p0, plan0 = run(True)
+    assert plan1.inplace == plan0.inplace and plan1.inplace
+    assert plan1.arena_bytes < plan0.arena_bytes
+    assert l1 == l0
+    _same_bits(p1, p0)
