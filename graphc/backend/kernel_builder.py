@@ -400,6 +400,11 @@ class KernelBuilder:
                 for r in kern.reduces
             ]
             for dest, dt, v in stored:
+                if dest in plan.reuse:
+                    # stored over the operand it selects from (``where(m, 0, g)`` over
+                    # g): opaque, or LLVM makes it a store only where m holds, which x86
+                    # vectorizes as vmaskmovps (microcoded on AMD: 3.4x slower loop)
+                    v = _freeze(b, v)
                 self.store(dest, dt, self.offset(0, remap(cstrides(space)), idx), v)
             for r, v in zip(kern.reduces, reduced):
                 d = g.nx.nodes[r]

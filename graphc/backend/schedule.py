@@ -127,6 +127,7 @@ class Schedule:
         self._choose_fusion()
         self._build_kernels()
         self._plan_memory()
+        self._store_masks_early()
         self._check_bounds()
         self._choose_inplace()
 
@@ -466,6 +467,105 @@ class Schedule:
             self.kernels.append(kern)
         self._drop_unread_stores()
 
+    def _store_masks_early(self) -> None:
+        """Store a comparison a loop kernel computes from one float buffer as bytes, in
+        the earlier kernel that stores that buffer, when the arena gets smaller.
+
+        A ReLU's gradient ``where(y <= 0, 0, g)`` reads the forward's output ``y`` (4
+        bytes an element) in the backward, so ``y`` stays live while the incoming
+        gradient is made.  The mask ``y <= 0`` computed where ``y`` is stored (from the
+        register, no load) and kept as 1 byte an element lets ``y`` go after its last
+        other reader (the weight gradient).  Candidates: a bool value of a loop kernel's
+        whole space whose fused expression reads nothing but one buffer (and scalars),
+        stored at the index it is read by a loop over the same space.  Each is kept
+        only when the whole plan (:meth:`_plan_memory`, kernel order included) needs a
+        smaller arena with it; the arithmetic is the same either way."""
+        if not self.fuse:
+            return
+        tried = 0
+        seen: set = set()
+        for kern in list(self.kernels):
+            if kern.kind != "loop" or numel(kern.space) == 0:
+                continue
+            stores = {n for n, _ in kern.stores}
+            computed = [
+                r
+                for r in self.kernel_roots(kern)
+                if r in stores or (r not in self.views and r not in self.scalars)
+            ]
+            for n in self.expr_nodes(computed):
+                if n in seen or n in self.views or n in self.scalars or n in stores:
+                    continue
+                if self.nd(n)["dtype"] != "bool" or self.shape(n) != kern.space:
+                    continue
+                seen.add(n)
+                if tried >= MASK_TRIES:
+                    return
+                src = self._mask_source(n, kern.space)
+                if src is None:
+                    continue
+                produced_by: dict = {}
+                for i, k in enumerate(self.kernels):
+                    for b in k.writes:
+                        produced_by[b] = i
+                pi = produced_by.get(src)
+                ki = next(i for i, k in enumerate(self.kernels) if k is kern)
+                if pi is None or pi >= ki:
+                    continue
+                host = self.kernels[pi]
+                if host.kind != "loop" or host.space != kern.space or (src, src) not in host.stores:
+                    continue
+                probe = Kernel("loop", kern.space)
+                probe.stores.append((n, n))
+                if not self._reads_in_register(probe, pi, produced_by):
+                    continue
+                tried += 1
+                state = self._plan_state()
+                kstate = [(k, list(k.stores), set(k.writes), set(k.reads)) for k in self.kernels]
+                self.views[n] = self._own(n)
+                self.materialized.add(n)
+                host.stores.append((n, n))
+                host.writes.add(n)
+                self._refresh_reads()
+                self._reset_plan()
+                self._plan_memory()
+                if self.arena_bytes < state[-1]:
+                    continue
+                del self.views[n]  # no smaller: undo
+                self.materialized.discard(n)
+                for k, st, wr, rd in kstate:
+                    k.stores, k.writes, k.reads = st, wr, rd
+                self.kernels = state[0]
+                self._restore_plan(state)
+
+    def _mask_source(self, n: int, space: tuple) -> Optional[int]:
+        """The one buffer-backed node fused bool value ``n`` is computed from (its own
+        contiguous buffer of shape ``space``, elements wider than a byte), when every
+        other leaf is a scalar constant and every node of it elementwise; else None."""
+        leaves = set()
+        for m in self.expr_nodes([n]):
+            if self.nd(m)["op"] not in ELEMENTWISE or self.nd(m)["operands"] == []:
+                return None
+            for o in self.nd(m)["operands"]:
+                if o in self.views:
+                    leaves.add(o)
+        if len(leaves) != 1:
+            return None
+        (src,) = leaves
+        v = self.views[src]
+        if v.buf != src or v.offset != 0 or v.shape != space or v.strides != cstrides(space):
+            return None
+        if src not in self.materialized or src in self.copies or self.dtype(src).itemsize < 2:
+            return None
+        return src
+
+    def _refresh_reads(self) -> None:
+        """Recompute the reads of the loop kernels that compute their stores (an output's
+        copy kernel keeps the reads it was built with)."""
+        for k in self.kernels:
+            if k.kind == "loop" and all(dest == m for m, dest in k.stores):
+                k.reads = self._reads(k)
+
     def _drop_unread_stores(self) -> None:
         """A value materialized only to be computed once whose readers all ended up in
         the kernel that computes it (they use the value from a register) needs no
@@ -582,6 +682,164 @@ class Schedule:
         return last_use
 
     def _plan_memory(self) -> None:
+        """Plan the arena for the kernels in dependency order (:meth:`_plan_in_order`),
+        then for the order :meth:`_memory_order` proposes (a kernel that frees more than
+        it allocates runs as soon as it may), and keep the order with the smaller arena
+        (the built one on a tie).  Independent kernels compute the same values in any
+        order, so only lifetimes change: W6's step computed the gradient flowing into the
+        hidden layer (256 x 128) before the last layer's weight gradient that was the last
+        reader of the hidden activations (another 256 x 128), so both were live at once."""
+        self._plan_in_order()
+        order = self._memory_order() if len(self.kernels) <= REORDER_LIMIT else None
+        if order is None or order == list(range(len(self.kernels))):
+            return
+        state = self._plan_state()
+        self.kernels = [self.kernels[i] for i in order]
+        self._reset_plan()
+        self._plan_in_order()
+        if self.arena_bytes >= state[-1]:
+            self.kernels = state[0]
+            self._restore_plan(state)
+
+    def _plan_state(self) -> tuple:
+        return (
+            list(self.kernels),
+            dict(self.buffers),
+            list(self.intervals),
+            dict(self.reuse),
+            dict(self.kernel_of),
+            set(self.alias_kernels),
+            {k: list(v) for k, v in self.poison_after.items()},
+            self.arena_bytes,
+        )
+
+    def _restore_plan(self, state: tuple) -> None:
+        (
+            _,
+            self.buffers,
+            self.intervals,
+            self.reuse,
+            self.kernel_of,
+            self.alias_kernels,
+            self.poison_after,
+            self.arena_bytes,
+        ) = state
+
+    def _reset_plan(self) -> None:
+        self.buffers, self.intervals, self.reuse, self.kernel_of = {}, [], {}, {}
+        self.alias_kernels, self.poison_after, self.arena_bytes = set(), {}, 0
+
+    def _kernel_deps(self) -> list:
+        """For each kernel, the earlier kernels it must follow: the last writer of every
+        buffer it reads or writes, and every reader of a buffer it writes since that
+        buffer's last write (read-after-write, write-after-write, write-after-read)."""
+        last_writer: dict = {}
+        readers: dict = {}
+        deps = []
+        for j, k in enumerate(self.kernels):
+            ds = set()
+            for b in k.reads:
+                if b in last_writer:
+                    ds.add(last_writer[b])
+            for b in self._writes_for_order(k):
+                if b in last_writer:
+                    ds.add(last_writer[b])
+                ds.update(readers.get(b, ()))
+            ds.discard(j)
+            deps.append(ds)
+            for b in k.reads:
+                readers.setdefault(b, set()).add(j)
+            for b in self._writes_for_order(k):
+                last_writer[b] = j
+                readers[b] = set()
+        return deps
+
+    def _writes_for_order(self, k: Kernel) -> set:
+        """What kernel ``k`` writes, for ordering: an output that may be written over an
+        input (``inplace_requested``, decided after the order) also counts as writing that
+        input, so the readers of the input stay before it (a later reader would rule the
+        in-place write out: the optimizer's update would get an output array and a copy)."""
+        out = set(k.writes)
+        for b in k.writes:
+            idx = b[1] if isinstance(b, tuple) and b[0] == "out" else self.out_buffer.get(b)
+            if idx is not None and idx in self.inplace_requested:
+                out.add(("in", self.inplace_requested[idx]))
+        return out
+
+    def _memory_order(self) -> Optional[list]:
+        """A dependency-respecting order of the kernels that keeps fewer bytes live: list
+        scheduling that runs, among the kernels whose dependencies have run, the one
+        whose arena bytes written minus arena bytes it is the last reader of is the
+        smallest (the built order breaks ties).  Only a proposal: :meth:`_plan_memory`
+        keeps it when its planned arena is smaller."""
+        ks = self.kernels
+        deps = self._kernel_deps()
+        outs = {self.views[o].buf if o in self.views else o for o in self.g.outputs}
+        size: dict = {}
+        for b, spec in self.buffers.items():
+            if spec[0] == "arena" and isinstance(b, int) and b not in outs:
+                size[b] = max(ALIGN, -(-spec[2] // ALIGN) * ALIGN)
+        pending: dict = {}  # arena buffer -> readers not yet run
+        for j, k in enumerate(ks):
+            for b in k.reads:
+                if b in size:
+                    pending[b] = pending.get(b, 0) + 1
+        users: list = [[] for _ in ks]
+        for j, ds in enumerate(deps):
+            for i in ds:
+                users[i].append(j)
+        # a product and the loop right after it that reads its result stay together:
+        # the loop may run inside the product's thread shares (parallel_policy.epilogues)
+        glue = {
+            i: i + 1
+            for i in range(len(ks) - 1)
+            if ks[i].kind == "matmul"
+            and ks[i + 1].kind == "loop"
+            and ks[i].writes & ks[i + 1].reads
+        }
+        tails = set(glue.values())
+        waiting = [len(ds) for ds in deps]
+        ready = [j for j in range(len(ks)) if waiting[j] == 0]
+        order = []
+
+        def cost(j: int) -> int:
+            k = ks[j]
+            grow = sum(size.get(b, 0) for b in k.writes) + sum(n for _, n in k.scratch)
+            return grow - sum(size[b] for b in k.reads if b in size and pending[b] == 1)
+
+        def run(j: int) -> None:
+            ready.remove(j)
+            order.append(j)
+            for b in ks[j].reads:
+                if b in size:
+                    pending[b] -= 1
+            for u in users[j]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    ready.append(u)
+
+        while ready:
+            best, best_key = None, None
+            for j in ready:
+                if j in tails:
+                    continue  # runs right after its product
+                if j in glue and waiting[glue[j]] != 1:
+                    continue  # its loop waits for more than the product: not yet
+                key = (cost(j) + (cost(glue[j]) if j in glue else 0), j)
+                if best_key is None or key < best_key:
+                    best, best_key = j, key
+            if best is None:  # only glued pairs not ready as a unit: the built order's next
+                best = min((j for j in ready if j not in tails), default=min(ready))
+            run(best)
+            if best in glue and waiting[glue[best]] == 0 and glue[best] in ready:
+                run(glue[best])
+            elif best in glue:
+                tails.discard(glue[best])  # cannot follow at once: schedule it on its own
+        if len(order) != len(ks):  # cannot happen (deps point backwards): keep the built order
+            return None
+        return order
+
+    def _plan_in_order(self) -> None:
         """Give every intermediate buffer an arena slot by liveness: a buffer lives from
         the kernel writing it to the last kernel reading it.  Freed slots are merged with
         free neighbours and taken best-fit; a slot at the arena's end grows in place.  A
@@ -735,6 +993,47 @@ class Schedule:
         self.intervals = out
         return new_top
 
+    def _over_operand(self, b: int, size: int, owner: dict, ki: int) -> Optional[int]:
+        """The operand whose slot node ``b``'s own kernel (not a loop kernel) may write
+        over, or None.  Only ``max_pool2d_grad`` over its input when the windows tile the
+        input exactly (stride = kernel size, no padding or dilation, no leftover rows or
+        columns) and are unrolled: its kernel loads a whole window before storing that
+        window's gradient, and every input element is in exactly one window, so each
+        element is loaded before it is overwritten and never read again.  W7's pooling
+        gradient (2.8 MB) then needs no second buffer beside the activations it reads."""
+        d = self.nd(b)
+        if d["op"] != "max_pool2d_grad" or len(d["operands"]) != 2:
+            return None
+        x, gr = d["operands"]
+        a = d["attrs"]
+        shp = self.shape(b)
+        if len(shp) != 4 or self.shape(x) != shp or self.dtype(x) != self.dtype(b):
+            return None
+        kh, kw = a["kernel_size"]
+        Ho, Wo = self.shape(gr)[2:]
+        if (
+            tuple(a["stride"]) != (kh, kw)
+            or tuple(a["padding"]) != (0, 0)
+            or tuple(a["dilation"]) != (1, 1)
+            or Ho * kh != shp[2]
+            or Wo * kw != shp[3]
+            or kh * kw > 16
+            or numel(shp) == 0
+        ):
+            return None
+        xv, gv = self.views.get(x), self.views.get(gr)
+        if xv is None or gv is None or xv.buf != x or gv.buf == x:
+            return None
+        if xv.offset != 0 or xv.shape != shp or xv.strides != cstrides(shp):
+            return None
+        spec = self.buffers.get(x)
+        if spec is None or spec[0] != "arena" or owner.get(spec[1]) is None:
+            return None
+        end, osize, ob = owner[spec[1]]
+        if ob != x or end != ki or osize != size or x in self.reuse.values():
+            return None
+        return x
+
     def _reusable(self, ki: int, b: int, size: int, owner: dict) -> Optional[int]:
         """An arena buffer whose slot ``b`` (stored by kernel ``ki``) may take over: its
         last reader is ``ki``, a loop kernel storing ``b`` at every element of its index
@@ -743,6 +1042,8 @@ class Schedule:
         operand has the space's shape and ``b``'s element size, and no other value of the
         kernel takes its slot."""
         kern = self.kernels[ki]
+        if kern.kind != "loop" and kern.node == b and self.fuse:
+            return self._over_operand(b, size, owner, ki)
         if (
             kern.kind != "loop"
             or b in self.copies
@@ -1025,6 +1326,11 @@ def _sort_key(b) -> tuple:
 
 # the most arena blocks Schedule._repack_by_size places again (it is quadratic at worst)
 REPACK_LIMIT = 4000
+#: Above this many kernels the memory-aware kernel order is not tried (quadratic).
+REORDER_LIMIT = 4000
+#: How many comparisons ``Schedule._store_masks_early`` tries storing as bytes (each try
+#: plans the arena again).
+MASK_TRIES = 8
 
 
 def _interval_key(t: tuple) -> tuple:

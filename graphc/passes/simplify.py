@@ -222,6 +222,72 @@ def _skip_inner(g, n, d, src) -> None:
     _replace_op(g, n, d["op"], (src["operands"][0],), dict(d["attrs"]))
 
 
+_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _mask_of_pool_grad_guard(g, n, d):
+    """``where(cmp(y, c), 0, max_pool2d_grad(y, G))`` (or the branches swapped) with
+    windows that tile ``y`` exactly and the forward ``p = max_pool2d(y)`` in the graph:
+    (the mask's node, the branch index of the gradient, p, the gradient node)."""
+    cond, a, b = d["operands"]
+    for i, (pg, z) in enumerate(((b, a), (a, b))):
+        pd = g.nx.nodes[pg]
+        if pd["op"] != "max_pool2d_grad" or not _is(g, z, 0.0) or _kind(pd) != "f":
+            continue
+        if tuple(g.nx.nodes[z]["shape"]) != () or not _same_type(g, pg, n):
+            continue
+        if g.users(pg) != [n] or pg in g.outputs:
+            continue
+        y, grad = pd["operands"]
+        at = pd["attrs"]
+        kh, kw = at["kernel_size"]
+        shp = tuple(pd["shape"])
+        Ho, Wo = tuple(g.nx.nodes[grad]["shape"])[2:]
+        if (
+            tuple(at["stride"]) != (kh, kw)
+            or tuple(at["padding"]) != (0, 0)
+            or tuple(at["dilation"]) != (1, 1)
+            or len(shp) != 4
+            or Ho * kh != shp[2]
+            or Wo * kw != shp[3]
+        ):
+            continue
+        cd = g.nx.nodes[cond]
+        if cd["op"] not in _COMPARE or tuple(cd["shape"]) != shp:
+            continue
+        x0, x1 = cd["operands"]
+        other = x1 if x0 == y else x0 if x1 == y else None
+        if other is None or other == y or _const_value(g, other) is None:
+            continue
+        if tuple(g.nx.nodes[other]["shape"]) != ():
+            continue
+        for p in g.users(y):
+            q = g.nx.nodes[p]
+            if q["op"] == "max_pool2d" and list(q["operands"]) == [y] and q["attrs"] == at:
+                return cond, i, p, grad
+    return None
+
+
+def _mask_on_pooled_side(g, n, d, match) -> None:
+    """The mask moves before the pooling gradient, onto the pooled values: each window's
+    gradient lands on its argmax, whose input value *is* the window's pooled value, so
+    comparing it there gives the same mask on the element that is not 0 (and 0 stays 0
+    elsewhere; the windows do not overlap, so no two gradients are summed).  Exact, and
+    the input of the pooling is then read only by the gradient, which the native
+    backend writes over it (a ReLU before a 2x2 pooling: W7's 2.8 MB activation)."""
+    cond, i, p, grad = match
+    cd = g.nx.nodes[cond]
+    src, role = d.get("src", ""), d["role"]
+    y = g.nx.nodes[d["operands"][2 - i]]["operands"][0]
+    ops = tuple(p if o == y else o for o in cd["operands"])
+    c2 = g.add_node(cd["op"], ops, dict(cd["attrs"]), src=src, role=role, by="simplify")
+    zero = d["operands"][1 + i]
+    branches = (zero, grad) if i == 0 else (grad, zero)
+    w2 = g.add_node("where", (c2,) + branches, {}, src=src, role=role, by="simplify")
+    pg = d["operands"][2 - i]
+    _replace_op(g, n, "max_pool2d_grad", (y, w2), dict(g.nx.nodes[pg]["attrs"]))
+
+
 def _sum_of_broadcast_guard(g, n, d):
     """sum(expand(x)) over broadcast dims only, of floats, not empty: (x, shapes...)."""
     e = d["operands"][0]
@@ -310,6 +376,12 @@ RULES: list = [
     Rule("reshape(reshape x)", ("reshape",), _of_same_op, _skip_inner),
     Rule("expand(expand x)", ("expand",), _of_same_op, _skip_inner),
     Rule("sum of broadcast", ("sum",), _sum_of_broadcast_guard, _sum_of_broadcast),
+    Rule(
+        "mask of a pooling gradient",
+        ("where",),
+        _mask_of_pool_grad_guard,
+        _mask_on_pooled_side,
+    ),
 ]
 
 _by_op: dict = {}

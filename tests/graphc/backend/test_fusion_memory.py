@@ -231,6 +231,12 @@ def assert_written_over_elementwise(plan: Schedule, ki: int, src, dst) -> None:
     """Kernel ``ki`` stores ``dst`` over ``src``'s slot: a loop kernel storing ``dst``
     over its whole space and reading ``src`` only at the element it stores."""
     k = plan.kernels[ki]
+    if k.kind == "max_pool2d_grad":  # over its input, windows tiling it (Schedule._over_operand)
+        d = plan.g.nx.nodes[dst]
+        assert k.node == dst and d["operands"][0] == src
+        assert tuple(d["attrs"]["stride"]) == tuple(d["attrs"]["kernel_size"])
+        assert plan.views[src].buf == src and plan.views[src].offset == 0
+        return
     assert k.kind == "loop" and (dst, dst) in k.stores and src in k.reads
     assert tuple(plan.g.nx.nodes[dst]["shape"]) == k.space
     ident = tuple(int(np.prod(k.space[i + 1:])) for i in range(len(k.space)))
