@@ -315,3 +315,50 @@ def fused_cross_entropy(
     if (t == ignore_index).any():
         return None
     return _CrossEntropy.apply(input, t.copy(), reduction)
+
+
+# --- embedding ------------------------------------------------------------------------------
+
+
+class _Embedding(Function):
+    """The rows of ``weight`` at ``index`` (an int array, checked in range) as one node;
+    the gradient sums the incoming rows per index with one ``np.bincount`` (float64
+    sums, rounded once to the weight's dtype) instead of the gather VJP's ``np.add.at``."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Any, index: np.ndarray) -> Any:
+        w = weight._data
+        ctx.index, ctx.n, ctx.dt = index, w.shape[0], w.dtype
+        out = np.take(w, index.reshape(-1), axis=0)
+        return Tensor._make(out.reshape(index.shape + (w.shape[1],)))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        index, n, dt = ctx.index, ctx.n, ctx.dt
+        d = grad.shape[-1]
+        flat = index.reshape(-1)
+        if is_grad_enabled():  # create_graph: the gradient as tensor ops (linear in grad)
+            z = grad._wrap_const(np.zeros((n, d), dt))
+            return z.index_add(0, grad._wrap_const(flat), grad.reshape(-1, d)), None
+        g = grad._data.reshape(-1, d)
+        if flat.size == 0 or d == 0:
+            return _fresh(np.zeros((n, d), dt)), None
+        pos = flat.astype(np.intp)[:, None] * d + np.arange(d, dtype=np.intp)
+        sums = np.bincount(pos.reshape(-1), weights=g.reshape(-1), minlength=n * d)
+        return _fresh(sums.astype(dt, copy=False).reshape(n, d)), None
+
+
+_Embedding._backward_cls.__name__ = "EmbeddingBackward0"
+_Embedding._backward_cls.__qualname__ = "EmbeddingBackward0"
+
+
+def fused_embedding(input: Any, weight: Any) -> Optional[Any]:
+    """``F.embedding(input, weight)`` without ``padding_idx`` (arguments already checked,
+    indices in range) as one ``EmbeddingBackward0`` node, when both are eager tensors and
+    ``weight`` is a non-empty float32/float64 matrix; else None."""
+    if not isinstance(weight, Tensor) or input.__class__ is not Tensor:
+        return None
+    w = weight._data
+    if w.dtype not in _FAST or w.ndim != 2 or w.size == 0:
+        return None
+    return _Embedding.apply(weight, input._data.copy())  # (kept: a later write must not change it)

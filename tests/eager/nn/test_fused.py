@@ -311,3 +311,45 @@ def test_retain_graph_twice_and_no_grad():
     np.testing.assert_allclose(x.grad.numpy(), 2 * g1, rtol=1e-6)
     with eager.no_grad():
         assert F.cross_entropy(x, y).grad_fn is None and x.softmax(1).grad_fn is None
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("ishape", [(8, 5), (7,), (), (0,), (3, 0), (1, 1)])
+def test_embedding_matches_pytorch(dt, ishape):
+    r = np.random.default_rng(11)
+    w = r.standard_normal((6, 4)).astype(dt)
+    idx = r.integers(0, 6, ishape)
+    oe, ot = _check(lambda a: F.embedding(eager.tensor(idx), a),
+                    lambda a: TF.embedding(torch.tensor(idx), a), [w], dt)  # fmt: skip
+    if ishape != ():
+        assert type(oe.grad_fn).__name__ == ot.grad_fn.name() == "EmbeddingBackward0"
+
+
+def test_embedding_padding_int32_module_double_backward_and_index_write():
+    r = np.random.default_rng(12)
+    w = r.standard_normal((5, 3))
+    idx = np.array([[0, 2, 2], [4, 2, 1]])
+    _check(lambda a: F.embedding(eager.tensor(idx), a, padding_idx=2),
+           lambda a: TF.embedding(torch.tensor(idx), a, padding_idx=2), [w], np.float64)  # fmt: skip
+    i32 = idx.astype(np.int32)
+    _check(lambda a: F.embedding(eager.tensor(i32), a),
+           lambda a: TF.embedding(torch.tensor(i32), a), [w], np.float64)  # fmt: skip
+    res = []
+    for lib, F_ in ((eager, F), (torch, TF)):
+        a = lib.tensor(w, requires_grad=True)
+        out = F_.embedding(lib.tensor(idx), a)
+        c = lib.tensor(np.cos(np.arange(out.numel()).reshape(tuple(out.shape))))
+        (g,) = lib.autograd.grad((out * out * c).sum(), a, create_graph=True)
+        (g * g).sum().backward()
+        res.append((g.detach().numpy(), a.grad.numpy()))
+    np.testing.assert_allclose(res[0][0], res[1][0], rtol=1e-12)
+    np.testing.assert_allclose(res[0][1], res[1][1], rtol=1e-12)
+    a = eager.tensor(w, requires_grad=True)
+    ix = eager.tensor(idx)
+    out = F.embedding(ix, a)
+    ix[0, 0] = 4  # the node kept its own copy of the indices
+    out.sum().backward()
+    want = np.bincount(idx.reshape(-1), minlength=5)[:, None] * np.ones((1, 3))
+    np.testing.assert_array_equal(a.grad.numpy(), want)
+    with pytest.raises(IndexError):
+        F.embedding(eager.tensor([5]), a)
