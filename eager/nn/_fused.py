@@ -53,9 +53,27 @@ def _fresh(arr: np.ndarray) -> Tensor:
     return Tensor._make(arr)
 
 
+def _release(node: Any) -> None:
+    """After the backward ran without ``retain_graph``: drop everything the ctx holds
+    (its arrays and inputs, not only ``save_for_backward``'s tensors), so a graph kept
+    alive by its output (the loss of the last step) does not keep them."""
+    ctx = node._ctx
+    ctx.__dict__.clear()
+    ctx._freed = True
+    ctx._to_save = ()
+
+
+def frees_ctx(cls: Any) -> Any:
+    """Class decorator for a Function whose ``ctx`` keeps arrays as attributes: its node's
+    ``release`` drops them all (see :func:`_release`)."""
+    cls._backward_cls.release = _release
+    return cls
+
+
 # --- softmax / log_softmax ------------------------------------------------------------
 
 
+@frees_ctx
 class _Softmax(Function):
     """softmax (``log=False``) or log_softmax (``log=True``) over ``axes`` as one node.
     The fast backward reads the saved output: softmax g -> y * (g - sum(g * y)),
@@ -111,6 +129,7 @@ class _Softmax(Function):
 _Softmax._backward_cls.__name__ = _Softmax._backward_cls.__qualname__ = "SoftmaxBackward0"
 
 
+@frees_ctx
 class _LogSoftmax(_Softmax):
     """(The same node as :class:`_Softmax`, named ``LogSoftmaxBackward0``.)"""
 
@@ -147,6 +166,7 @@ _MS.FUSED["log_softmax"] = fused_log_softmax
 # --- layer_norm -------------------------------------------------------------------------
 
 
+@frees_ctx
 class _LayerNorm(Function):
     """layer_norm over the last ``k`` dims as one node; saves x-hat and 1/std."""
 
@@ -242,6 +262,7 @@ def fused_layer_norm(input: Any, ns: tuple, weight: Any, bias: Any, eps: float) 
 # --- cross_entropy of class indices -------------------------------------------------------
 
 
+@frees_ctx
 class _CrossEntropy(Function):
     """cross_entropy of (N, C) logits and N class indices, no weights, no ignored
     targets, no smoothing: one node whose gradient is (softmax - one_hot) * g."""
@@ -320,6 +341,7 @@ def fused_cross_entropy(
 # --- embedding ------------------------------------------------------------------------------
 
 
+@frees_ctx
 class _Embedding(Function):
     """The rows of ``weight`` at ``index`` (an int array, checked in range) as one node;
     the gradient sums the incoming rows per index with one ``np.bincount`` (float64

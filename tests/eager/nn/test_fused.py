@@ -353,3 +353,29 @@ def test_embedding_padding_int32_module_double_backward_and_index_write():
     np.testing.assert_array_equal(a.grad.numpy(), want)
     with pytest.raises(IndexError):
         F.embedding(eager.tensor([5]), a)
+
+
+def test_a_finished_graph_keeps_no_arrays():
+    """After backward (no retain_graph) the fused nodes drop their ctx's arrays, so the
+    last step's loss, which keeps its graph alive, does not keep them too."""
+    x = eager.randn(16, 8, requires_grad=True)
+    w = eager.ones(8, requires_grad=True)
+    y = eager.tensor(np.arange(16) % 8)
+    h = F.gelu(F.layer_norm(x, (8,), w, w).softmax(1).log_softmax(0))
+    loss = F.cross_entropy(h + F.embedding(y, x[:8]), y)
+    loss.backward()
+    seen, stack = set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        ctx = getattr(node, "_ctx", None)
+        if ctx is not None:
+            assert not [
+                k for k, v in vars(ctx).items() if isinstance(v, (np.ndarray, eager.Tensor))
+            ]
+            with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+                node.apply([eager.ones(())])
+        stack.extend(n for n, _ in node.next_functions)
+    assert len(seen) > 6
