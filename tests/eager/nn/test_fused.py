@@ -379,3 +379,25 @@ def test_a_finished_graph_keeps_no_arrays():
                 node.apply([eager.ones(())])
         stack.extend(n for n, _ in node.next_functions)
     assert len(seen) > 6
+
+
+def test_jvp_and_hessian_match_pytorch():
+    r = np.random.default_rng(13)
+    x, v = r.standard_normal((4, 6)), r.standard_normal((4, 6))
+    y, w = r.integers(0, 6, 4), r.standard_normal(6)
+    fns = [
+        (lambda a: a.softmax(1), lambda a: a.softmax(1)),
+        (lambda a: a.log_softmax(0), lambda a: a.log_softmax(0)),
+        (lambda a: F.layer_norm(a, (6,), eager.tensor(w), eager.tensor(w)),
+         lambda a: TF.layer_norm(a, (6,), torch.tensor(w), torch.tensor(w))),
+        (lambda a: F.cross_entropy(a, eager.tensor(y)), lambda a: TF.cross_entropy(a, torch.tensor(y))),
+        (lambda a: F.embedding(eager.tensor(y % 4), a), lambda a: TF.embedding(torch.tensor(y % 4), a)),
+    ]  # fmt: skip
+    for fe, ft in fns:
+        pe, te = eager.func.jvp(fe, (eager.tensor(x),), (eager.tensor(v),))
+        pt, tt = torch.func.jvp(ft, (torch.tensor(x),), (torch.tensor(v),))
+        np.testing.assert_allclose(pe.numpy(), pt.numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(te.numpy(), tt.numpy(), rtol=1e-12, atol=1e-14)
+        he = eager.autograd.functional.hessian(lambda a: (fe(a) ** 2).sum(), eager.tensor(x))
+        ht = torch.autograd.functional.hessian(lambda a: (ft(a) ** 2).sum(), torch.tensor(x))
+        np.testing.assert_allclose(he.numpy(), ht.numpy(), rtol=1e-10, atol=1e-12)
