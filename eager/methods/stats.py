@@ -226,16 +226,16 @@ class StatsMethods:
     def softmax(self, dim=None, dtype=None):
         """``exp(x) / exp(x).sum(dim)``, shifted by the (detached) max for stability."""
         x, axes = _softmax_input(self, dim, dtype, "softmax")
-        m = _safe_max_raw(x, axes)
-        e = (x - m).exp() if m is not None else x.exp()
-        return e / e.sum(axes, keepdim=True)
+        fused = FUSED.get("softmax")
+        out = fused(x, axes) if fused is not None else None
+        return out if out is not None else composite_softmax(x, axes)
 
     def log_softmax(self, dim=None, dtype=None):
         """``x - logsumexp(x, dim)``, shifted by the (detached) max for stability."""
         x, axes = _softmax_input(self, dim, dtype, "log_softmax")
-        m = _safe_max_raw(x, axes)
-        s = x - m if m is not None else x
-        return s - s.exp().sum(axes, keepdim=True).log()
+        fused = FUSED.get("log_softmax")
+        out = fused(x, axes) if fused is not None else None
+        return out if out is not None else composite_log_softmax(x, axes)
 
     def logsumexp(self, dim=None, keepdim=False):
         """``log(exp(x).sum(dim))`` without overflow; all -inf gives -inf, a +inf gives +inf."""
@@ -324,6 +324,27 @@ class StatsMethods:
     def count_nonzero(self, dim=None):
         """Number of nonzero elements over ``dim`` (int64)."""
         return (self != 0).sum(dim)
+
+
+#: fast paths of methods, installed by a higher layer (eager/nn/_fused.py installs
+#: "softmax" and "log_softmax"): ``f(x, axes)`` returns the result, or None to run the
+#: composite definition
+FUSED: dict = {}
+
+
+def composite_softmax(x, axes: tuple):
+    """softmax over ``axes`` as recorded tensor ops (what graphc traces and what eager's
+    fused softmax falls back to and differentiates twice with)."""
+    m = _safe_max_raw(x, axes)
+    e = (x - m).exp() if m is not None else x.exp()
+    return e / e.sum(axes, keepdim=True)
+
+
+def composite_log_softmax(x, axes: tuple):
+    """log_softmax over ``axes`` as recorded tensor ops (see :func:`composite_softmax`)."""
+    m = _safe_max_raw(x, axes)
+    s = x - m if m is not None else x
+    return s - s.exp().sum(axes, keepdim=True).log()
 
 
 def _safe_max_raw(x, axes: tuple):

@@ -10,6 +10,8 @@ import eager._dtype as D
 from eager._operands import _dispatch
 from eager.methods.indexing import _check_range, _concrete
 
+from ._fused import fused_embedding
+
 __all__: list = ["one_hot", "embedding"]
 
 
@@ -82,6 +84,10 @@ def embedding(
             assert padding_idx >= -n, "Padding_idx must be within num_embeddings"
             padding_idx = n + padding_idx
     _check_range(input, n)
+    if padding_idx is None:
+        fused = fused_embedding(input, weight)
+        if fused is not None:  # one node, a bincount gradient (eager/nn/_fused.py)
+            return fused
     flat = input.reshape(-1)
     out = weight._index_rows(0, flat, "EmbeddingBackward0")
     out = out.reshape(tuple(input.shape) + (weight.shape[1],))

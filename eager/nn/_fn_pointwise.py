@@ -18,6 +18,7 @@ from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..ops.pointwise import _erf
 from ..tensor import Tensor
+from ._fused import frees_ctx
 
 __all__ = [
     "gelu",
@@ -66,6 +67,7 @@ def _gelu_composite(input):
     return input * 0.5 * ((input * _SQRT1_2).erf() + 1.0)
 
 
+@frees_ctx  # (ctx.erf: the step's whole erf array)
 class _Gelu(Function):
     """Eager's GELU on a float32/float64 tensor: the composite's forward on numpy (the same
     operations, so bit-identical values) as one node (PyTorch's ``GeluBackward0``) whose

@@ -18,6 +18,7 @@ import numpy as np
 from ..autograd.grad_mode import no_grad
 from ..surface import TensorOps, where
 from ..tensor import Tensor
+from ._fused import fused_cross_entropy, fused_layer_norm
 from ._reduction import check_reduction, legacy_reduction
 
 __all__: list = [
@@ -247,6 +248,10 @@ def cross_entropy(
         return _cross_entropy_probs(input, target, weight, ignore_index, reduction,
                                     label_smoothing, cdim)  # fmt: skip
     cdim = _check_class_target(input, target, weight, ignore_index)
+    if weight is None and label_smoothing <= 0.0:
+        fused = fused_cross_entropy(input, target, reduction, ignore_index)
+        if fused is not None:  # one node, a numpy gradient (eager/nn/_fused.py)
+            return fused
     logp = input.log_softmax(cdim)
     nll = _nll(logp, target, weight, ignore_index, reduction, cdim)
     if label_smoothing <= 0.0:
@@ -454,6 +459,9 @@ def layer_norm(
             f"Given normalized_shape={list(ns)}, expected input with shape "
             f"[*, {', '.join(map(str, ns))}], but got input of size{list(input.shape)}"
         )
+    fused = fused_layer_norm(input, ns, weight, bias, eps)
+    if fused is not None:  # one node, a numpy gradient (eager/nn/_fused.py)
+        return fused
     out = _normalize(input, tuple(range(input.ndim - k, input.ndim)), eps)
     if weight is not None:
         out = out * weight

@@ -1,0 +1,386 @@
+"""Fused eager kernels of softmax, log_softmax, layer_norm and cross_entropy.
+
+Each is one backward node (PyTorch's ``SoftmaxBackward0``, ``LogSoftmaxBackward0``,
+``NativeLayerNormBackward0``, ``NllLossBackward0``) whose forward and gradient are a
+few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
+composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
+graphc traces, and what these functions fall back to outside their fast path).  The
+forward values are the composite's (the same numpy operations in the same order).
+
+With ``create_graph`` (grad mode on while the backward runs) the gradient is built from
+tensor ops instead, recomputed from the saved input, so it is differentiable again
+(double backward, ``eager.func.jvp``); if that input was modified in place since the
+forward, that path raises PyTorch's in-place error instead of differentiating the new
+values.  Each ``fused_*`` function returns None when its fast path does not apply (a
+traced value, a dtype other than float32/float64, a 0-d or empty input, class weights,
+ignored targets, label smoothing...): the caller then runs the composite.
+
+Importing this module installs :func:`fused_softmax` and :func:`fused_log_softmax` as
+the fast paths of the ``Tensor.softmax`` / ``Tensor.log_softmax`` methods
+(:data:`eager.methods.stats.FUSED`; the methods layer cannot import autograd itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+import eager.methods.stats as _MS
+from ..autograd.function import Function
+from ..autograd.grad_mode import is_grad_enabled
+from ..tensor import Tensor
+
+__all__: list = []
+
+_FAST = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _inplace_error(t: Any, expected: int, what: str, node: str) -> RuntimeError:
+    """PyTorch's error for a saved tensor modified in place before the backward."""
+    name = {"float32": "FloatTensor", "float64": "DoubleTensor"}.get(
+        t._data.dtype.name, t._data.dtype.name
+    )
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: [torch.{name} {list(t.shape)}], which is {what}, is at version "
+        f"{t._version[0]}; expected version {expected} instead. Hint: the operation that "
+        f"saved it is {node}; avoid modifying it in place, or clone() it first."
+    )
+
+
+def _fresh(arr: np.ndarray) -> Tensor:
+    return Tensor._make(arr)
+
+
+def _release(node: Any) -> None:
+    """After the backward ran without ``retain_graph``: drop everything the ctx holds
+    (its arrays and inputs, not only ``save_for_backward``'s tensors), so a graph kept
+    alive by its output (the loss of the last step) does not keep them."""
+    ctx = node._ctx
+    ctx.__dict__.clear()
+    ctx._freed = True
+    ctx._to_save = ()
+
+
+def frees_ctx(cls: Any) -> Any:
+    """Class decorator for a Function whose ``ctx`` keeps arrays as attributes: its node's
+    ``release`` drops them all (see :func:`_release`)."""
+    cls._backward_cls.release = _release
+    return cls
+
+
+# --- softmax / log_softmax ------------------------------------------------------------
+
+
+@frees_ctx
+class _Softmax(Function):
+    """softmax (``log=False``) or log_softmax (``log=True``) over ``axes`` as one node.
+    The fast backward reads the saved output: softmax g -> y * (g - sum(g * y)),
+    log_softmax g -> g - exp(y) * sum(g)."""
+
+    @staticmethod
+    @np.errstate(all="ignore")  # (inf - inf, NaN rows: as the composite, without warnings)
+    def forward(ctx: Any, x: Any, axes: tuple, log: bool) -> Any:
+        a = x._data
+        out = np.subtract(a, a.max(axis=axes, keepdims=True))
+        if log:
+            s = np.exp(out).sum(axis=axes, keepdims=True)
+            np.log(s, out=s)
+            out -= s
+        else:
+            np.exp(out, out=out)
+            out /= out.sum(axis=axes, keepdims=True)
+        res = Tensor._make(out)
+        ctx.y, ctx.yver, ctx.x, ctx.xv = out, res._version, x, x._version[0]
+        ctx.axes, ctx.log = axes, log
+        return res
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        axes, log = ctx.axes, ctx.log
+        node = "LogSoftmaxBackward0" if log else "SoftmaxBackward0"
+        if is_grad_enabled():  # create_graph: a differentiable gradient, from x
+            x = ctx.x
+            if x._version[0] != ctx.xv:
+                raise _inplace_error(x, ctx.xv, "the input of " + node, node)
+            if log:
+                y = _MS.composite_log_softmax(x, axes)
+                return grad - y.exp() * grad.sum(axes, keepdim=True), None, None
+            y = _MS.composite_softmax(x, axes)
+            return y * (grad - (grad * y).sum(axes, keepdim=True)), None, None
+        y = ctx.y
+        if ctx.yver[0] != 0:
+            raise _inplace_error(_fresh(y), 0, "output 0 of " + node, node)
+        g = grad._data
+        with np.errstate(all="ignore"):
+            if log:
+                t = np.exp(y)
+                t *= g.sum(axis=axes, keepdims=True)
+                np.subtract(g, t, out=t)
+            else:
+                t = np.multiply(g, y)
+                s = t.sum(axis=axes, keepdims=True)
+                np.subtract(g, s, out=t)
+                t *= y
+        return _fresh(t.astype(y.dtype, copy=False)), None, None
+
+
+_Softmax._backward_cls.__name__ = _Softmax._backward_cls.__qualname__ = "SoftmaxBackward0"
+
+
+@frees_ctx
+class _LogSoftmax(_Softmax):
+    """(The same node as :class:`_Softmax`, named ``LogSoftmaxBackward0``.)"""
+
+
+_LogSoftmax._backward_cls.__name__ = "LogSoftmaxBackward0"
+_LogSoftmax._backward_cls.__qualname__ = "LogSoftmaxBackward0"
+
+
+def _fast_input(x: Any) -> bool:
+    return (
+        x.__class__ is Tensor and x._data.dtype in _FAST and x._data.ndim > 0 and x._data.size > 0
+    )
+
+
+def fused_softmax(x: Any, axes: tuple) -> Optional[Any]:
+    """``x.softmax`` over ``axes`` as one ``SoftmaxBackward0`` node, or None when the
+    fast path does not apply (see the module docstring)."""
+    if not _fast_input(x):
+        return None
+    return _Softmax.apply(x, axes, False)
+
+
+def fused_log_softmax(x: Any, axes: tuple) -> Optional[Any]:
+    """``x.log_softmax`` over ``axes`` as one ``LogSoftmaxBackward0`` node, or None."""
+    if not _fast_input(x):
+        return None
+    return _LogSoftmax.apply(x, axes, True)
+
+
+_MS.FUSED["softmax"] = fused_softmax
+_MS.FUSED["log_softmax"] = fused_log_softmax
+
+
+# --- layer_norm -------------------------------------------------------------------------
+
+
+@frees_ctx
+class _LayerNorm(Function):
+    """layer_norm over the last ``k`` dims as one node; saves x-hat and 1/std."""
+
+    @staticmethod
+    @np.errstate(all="ignore")
+    def forward(ctx: Any, x: Any, weight: Any, bias: Any, k: int, eps: float) -> Any:
+        a = x._data
+        axes = tuple(range(a.ndim - k, a.ndim))
+        d = np.subtract(a, a.mean(axis=axes, keepdims=True))
+        var = np.multiply(d, d).mean(axis=axes, keepdims=True)
+        var += eps
+        rstd = np.sqrt(var, out=var)
+        np.divide(1, rstd, out=rstd)
+        d *= rstd  # x-hat
+        if weight is not None:
+            out = np.multiply(d, weight._data)
+            if bias is not None:
+                out += bias._data
+        elif bias is not None:
+            out = np.add(d, bias._data)
+        else:
+            out = d.copy()
+        ctx.save_for_backward(x, weight, bias)
+        ctx.xhat, ctx.rstd, ctx.axes, ctx.eps = d, rstd, axes, eps
+        return Tensor._make(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, weight, bias = ctx.saved_tensors  # (checks their versions, as PyTorch's)
+        axes = ctx.axes
+        lead = tuple(range(x.ndim - len(axes)))
+        nx, nw, nb = ctx.needs_input_grad[:3]
+        if is_grad_enabled():  # create_graph: a differentiable gradient, from x
+            mu = x.mean(axes, keepdim=True)
+            d = x - mu
+            rstd = ((d * d).mean(axes, keepdim=True) + ctx.eps).rsqrt()
+            xhat = d * rstd
+            gxhat = grad * weight if weight is not None else grad
+            gx = gw = gb = None
+            if nx:
+                gx = rstd * (
+                    gxhat
+                    - gxhat.mean(axes, keepdim=True)
+                    - xhat * (gxhat * xhat).mean(axes, keepdim=True)
+                )
+            if nw:
+                gw = (grad * xhat).sum(lead) if lead else grad * xhat
+            if nb:
+                gb = grad.sum(lead) if lead else grad * 1.0
+            return gx, gw, gb, None, None
+        g = grad._data
+        xhat, rstd = ctx.xhat, ctx.rstd
+        dt = xhat.dtype
+        gx = gw = gb = None
+        with np.errstate(all="ignore"):
+            if nb:
+                gb = _fresh(g.sum(axis=lead).astype(dt, copy=False) if lead else g.astype(dt))
+            if nw:
+                u = np.multiply(g, xhat)
+                gw = _fresh(u.sum(axis=lead).astype(dt, copy=False) if lead else u)
+            if nx:
+                t = np.multiply(g, weight._data) if weight is not None else np.array(g, dt)
+                m1 = t.mean(axis=axes, keepdims=True)
+                u = np.multiply(t, xhat)
+                m2 = u.mean(axis=axes, keepdims=True)
+                np.multiply(xhat, m2, out=u)
+                t -= m1
+                t -= u
+                t *= rstd
+                gx = _fresh(t.astype(dt, copy=False))
+        return gx, gw, gb, None, None
+
+
+_LayerNorm._backward_cls.__name__ = "NativeLayerNormBackward0"
+_LayerNorm._backward_cls.__qualname__ = "NativeLayerNormBackward0"
+
+
+def fused_layer_norm(input: Any, ns: tuple, weight: Any, bias: Any, eps: float) -> Optional[Any]:
+    """``F.layer_norm`` (shapes already checked) as one ``NativeLayerNormBackward0``
+    node, when ``input`` is a float32/float64 eager tensor and ``weight``/``bias`` are
+    None or eager tensors of shape ``ns`` and the same dtype; else None."""
+    if not _fast_input(input):
+        return None
+    dt = input._data.dtype
+    for p in (weight, bias):
+        if p is not None and (
+            not isinstance(p, Tensor) or p._data.dtype != dt or p._data.shape != ns
+        ):
+            return None
+    return _LayerNorm.apply(input, weight, bias, len(ns), float(eps))
+
+
+# --- cross_entropy of class indices -------------------------------------------------------
+
+
+@frees_ctx
+class _CrossEntropy(Function):
+    """cross_entropy of (N, C) logits and N class indices, no weights, no ignored
+    targets, no smoothing: one node whose gradient is (softmax - one_hot) * g."""
+
+    @staticmethod
+    @np.errstate(all="ignore")
+    def forward(ctx: Any, x: Any, target: np.ndarray, reduction: str) -> Any:
+        a = x._data
+        n = a.shape[0]
+        s = np.subtract(a, a.max(axis=1, keepdims=True))
+        e = np.exp(s)
+        se = e.sum(axis=1, keepdims=True)
+        rows = np.arange(n)
+        lse = np.log(se)
+        picked = s[rows, target] - lse[:, 0]  # log_softmax at each target
+        if reduction == "mean":
+            out = np.asarray(-picked.sum() / float(n), a.dtype)
+        elif reduction == "sum":
+            out = np.asarray(-picked.sum(), a.dtype)
+        else:
+            out = -picked
+        e /= se  # softmax, what the gradient reads
+        ctx.p, ctx.rows, ctx.target, ctx.red = e, rows, target, reduction
+        ctx.x, ctx.xv = x, x._version[0]
+        return Tensor._make(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        red, n = ctx.red, ctx.p.shape[0]
+        if is_grad_enabled():  # create_graph: a differentiable gradient, from x
+            x = ctx.x
+            if x._version[0] != ctx.xv:
+                raise _inplace_error(x, ctx.xv, "the input of NllLossBackward0", "NllLossBackward0")
+            p = _MS.composite_softmax(x, (1,))
+            hot = np.zeros(ctx.p.shape, ctx.p.dtype)
+            hot[ctx.rows, ctx.target] = 1
+            diff = p - x._wrap_const(hot)
+            if red == "mean":
+                return diff * (grad / float(n)), None, None
+            return diff * (grad if red == "sum" else grad.unsqueeze(1)), None, None
+        p, g = ctx.p, grad._data
+        dt = p.dtype
+        with np.errstate(all="ignore"):
+            if red == "none":
+                gc = g.astype(dt, copy=False)
+                gx = np.multiply(p, gc[:, None])
+                gx[ctx.rows, ctx.target] -= gc
+            else:
+                scale = dt.type(g / dt.type(n)) if red == "mean" else dt.type(g)
+                gx = np.multiply(p, scale)
+                gx[ctx.rows, ctx.target] -= scale
+        return _fresh(gx), None, None
+
+
+_CrossEntropy._backward_cls.__name__ = "NllLossBackward0"
+_CrossEntropy._backward_cls.__qualname__ = "NllLossBackward0"
+
+
+def fused_cross_entropy(
+    input: Any, target: Any, reduction: str, ignore_index: int
+) -> Optional[Any]:
+    """``F.cross_entropy`` of 2-D float32/float64 logits and a 1-D int64 class target
+    (already checked in range) with no class weights and no label smoothing, as one
+    ``NllLossBackward0`` node; None when a target equals ``ignore_index`` or the
+    inputs fall outside that case."""
+    if not _fast_input(input) or input._data.ndim != 2 or target.__class__ is not Tensor:
+        return None
+    t = target._data
+    if t.ndim != 1 or t.dtype != np.int64 or input._data.shape[1] == 0:
+        return None
+    if (t == ignore_index).any():
+        return None
+    return _CrossEntropy.apply(input, t.copy(), reduction)
+
+
+# --- embedding ------------------------------------------------------------------------------
+
+
+@frees_ctx
+class _Embedding(Function):
+    """The rows of ``weight`` at ``index`` (an int array, checked in range) as one node;
+    the gradient sums the incoming rows per index with one ``np.bincount`` (float64
+    sums, rounded once to the weight's dtype) instead of the gather VJP's ``np.add.at``."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: Any, index: np.ndarray) -> Any:
+        w = weight._data
+        ctx.index, ctx.n, ctx.dt = index, w.shape[0], w.dtype
+        out = np.take(w, index.reshape(-1), axis=0)
+        return Tensor._make(out.reshape(index.shape + (w.shape[1],)))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        index, n, dt = ctx.index, ctx.n, ctx.dt
+        d = grad.shape[-1]
+        flat = index.reshape(-1)
+        if is_grad_enabled():  # create_graph: the gradient as tensor ops (linear in grad)
+            z = grad._wrap_const(np.zeros((n, d), dt))
+            return z.index_add(0, grad._wrap_const(flat), grad.reshape(-1, d)), None
+        g = grad._data.reshape(-1, d)
+        if flat.size == 0 or d == 0:
+            return _fresh(np.zeros((n, d), dt)), None
+        pos = flat.astype(np.intp)[:, None] * d + np.arange(d, dtype=np.intp)
+        sums = np.bincount(pos.reshape(-1), weights=g.reshape(-1), minlength=n * d)
+        return _fresh(sums.astype(dt, copy=False).reshape(n, d)), None
+
+
+_Embedding._backward_cls.__name__ = "EmbeddingBackward0"
+_Embedding._backward_cls.__qualname__ = "EmbeddingBackward0"
+
+
+def fused_embedding(input: Any, weight: Any) -> Optional[Any]:
+    """``F.embedding(input, weight)`` without ``padding_idx`` (arguments already checked,
+    indices in range) as one ``EmbeddingBackward0`` node, when both are eager tensors and
+    ``weight`` is a non-empty float32/float64 matrix; else None."""
+    if not isinstance(weight, Tensor) or input.__class__ is not Tensor:
+        return None
+    w = weight._data
+    if w.dtype not in _FAST or w.ndim != 2 or w.size == 0:
+        return None
+    return _Embedding.apply(weight, input._data.copy())  # (kept: a later write must not change it)
