@@ -171,6 +171,10 @@ EXCUSED = {
         "runs thousands of fuzz programs (minutes)",
     ("testing.md", "GRAPHC_FUZZ_N=400 python3 -m pytest tests/graphc/backend/test_fuzz_reuse.py -k poisoned"):
         "a memory-plan fuzz campaign (minutes); CI runs the default 12 programs",
+    ("testing.md", 'GRAPHC_FUZZ_N=400 GRAPHC_FUZZ_LONG=1 python3 -m pytest -q tests/graphc/backend/test_fuzz_reuse.py tests/graphc/runtime/test_tiers_fuzz_kernels.py tests/graphc/onnx/test_roundtrip.py -k "fuzz" tests/graphc/test_tensor_call_fuzz.py'):
+        "a long fuzz campaign (an hour or more); CI runs the default samples",
+    ("testing.md", "python3 -m pytest -q -p no:cacheprovider --durations=30 --junitxml=/tmp/t.xml tests/graphc/onnx"):
+        "prints timings (different on every run)",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
         "below is its output on the machine it names",
