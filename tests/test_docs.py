@@ -171,7 +171,7 @@ EXCUSED = {
         "runs thousands of fuzz programs (minutes)",
     ("testing.md", "GRAPHC_FUZZ_N=400 python3 -m pytest tests/graphc/backend/test_fuzz_reuse.py -k poisoned"):
         "a memory-plan fuzz campaign (minutes); CI runs the default 12 programs",
-    ("testing.md", 'GRAPHC_FUZZ_N=400 GRAPHC_FUZZ_LONG=1 python3 -m pytest -q tests/graphc/backend/test_fuzz_reuse.py tests/graphc/runtime/test_tiers_fuzz_kernels.py tests/graphc/onnx/test_roundtrip.py -k "fuzz" tests/graphc/test_tensor_call_fuzz.py'):
+    ("testing.md", 'GRAPHC_FUZZ_N=400 GRAPHC_FUZZ_LONG=1 python3 -m pytest -q tests/graphc/backend/test_fuzz_reuse.py tests/graphc/runtime/test_tiers_fuzz_kernels.py tests/graphc/onnx/test_roundtrip.py tests/graphc/test_autodiff.py -k "fuzz or random_program" tests/graphc/test_tensor_call_fuzz.py'):
         "a long fuzz campaign (an hour or more); CI runs the default samples",
     ("testing.md", "python3 -m pytest -q -p no:cacheprovider --durations=30 --junitxml=/tmp/t.xml tests/graphc/onnx"):
         "prints timings (different on every run)",
