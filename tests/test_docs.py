@@ -171,6 +171,10 @@ EXCUSED = {
         "runs thousands of fuzz programs (minutes)",
     ("testing.md", "GRAPHC_FUZZ_N=400 python3 -m pytest tests/graphc/backend/test_fuzz_reuse.py -k poisoned"):
         "a memory-plan fuzz campaign (minutes); CI runs the default 12 programs",
+    ("testing.md", 'GRAPHC_FUZZ_N=400 GRAPHC_FUZZ_LONG=1 python3 -m pytest -q tests/graphc/backend/test_fuzz_reuse.py tests/graphc/runtime/test_tiers_fuzz_kernels.py tests/graphc/onnx/test_roundtrip.py tests/graphc/test_autodiff.py -k "fuzz or random_program" tests/graphc/test_tensor_call_fuzz.py'):
+        "a long fuzz campaign (an hour or more); CI runs the default samples",
+    ("testing.md", "python3 -m pytest -q -p no:cacheprovider --durations=30 --junitxml=/tmp/t.xml tests/graphc/onnx"):
+        "prints timings (different on every run)",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
         "below is its output on the machine it names",
@@ -628,8 +632,8 @@ def _line_before(path: Path, block: Block) -> str:
 
 @pytest.mark.slow
 def test_readme_commands_work_in_a_fresh_clone(tmp_path):
-    """``git clone`` the committed project; run ``python3 dev.py test`` on a subset, then
-    ``python3 dev.py demo`` (short).
+    """``git clone`` the committed project; run ``python3 dev.py test`` on one file (the seed
+    tutorials' tests), then ``python3 dev.py demo`` (short).
 
     Measured here: about 35 s (creating .venv and installing the dependencies
     from the package index included).  Uses the last commit, not the working tree.
@@ -643,9 +647,12 @@ def test_readme_commands_work_in_a_fresh_clone(tmp_path):
     if not (clone / "dev.py").exists():
         pytest.skip("the last commit has no dev.py")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    # one small file: what is checked is that the command makes a working .venv and runs
+    # pytest in it (``-k seed`` also selected the 120 random programs of test_fuzz.py, which
+    # the suite itself runs, and collected all 15,000 tests first)
     r = subprocess.run([python3, "dev.py", "test", "-q", "-x", "-p", "no:cacheprovider",
-                        "-k", "seed"], cwd=clone, env=env, capture_output=True, text=True,
-                       timeout=600)
+                        "tests/eager/test_seeds.py"], cwd=clone, env=env, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert re.search(r"\d+ passed", r.stdout), r.stdout[-2000:]
     # the first command, on the .venv the second one made (a short run of the demo)
