@@ -543,3 +543,37 @@ def test_first_call_interrupted_while_backend_or_pool_loads_then_works_and_exits
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("zero", ["optimizer", "module"])
+def test_compiled_step_with_zero_grad_set_to_none_false_matches_eager(zero):
+    """``opt.zero_grad(set_to_none=False)`` (or the module's) inside a compiled step,
+    once the .grad arrays exist: traced (the traced .grad has no ``grad_fn``; this was
+    an AttributeError at the second call) and equal to eager, .grad zeroed and refilled
+    in place at every step."""
+    nn = eager.nn
+
+    def build():
+        eager.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+        o = eager.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x):
+            (o if zero == "optimizer" else m).zero_grad(set_to_none=False)
+            loss = (m(x) ** 2).sum()
+            loss.backward()
+            o.step()
+            return loss
+
+        return m, step
+
+    me, estep = build()
+    mc, cstep = build()
+    cstep = graphc.compile(cstep)
+    x = eager.tensor(np.arange(8, dtype=np.float32).reshape(2, 4) / 8)
+    for _ in range(5):
+        le, lc = estep(x), cstep(x)
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
+        for pe, pc in zip(me.parameters(), mc.parameters()):
+            np.testing.assert_allclose(pc.detach().numpy(), pe.detach().numpy(), rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-6, atol=1e-7)
