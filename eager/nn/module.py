@@ -639,7 +639,8 @@ def _zero_grad(p: Tensor, set_to_none: bool) -> None:
     if set_to_none:
         p.grad = None
         return
-    if g.grad_fn is not None:
+    # (a compiler's traced .grad may have no grad_fn: it is no autograd graph's output)
+    if getattr(g, "grad_fn", None) is not None:
         g.detach_()
     else:
         g.requires_grad_(False)
