@@ -48,8 +48,6 @@ _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _new_locks_in_child() -> None:
-    global _prefetch_lock
-    _prefetch_lock = threading.Lock()
     for cf in list(_LIVE):
         cf._lock = threading.RLock()
 
@@ -60,45 +58,10 @@ if hasattr(os, "register_at_fork"):
 _loaded = {False: False, True: False}  # the compiler's modules, without / with the backend
 
 
-_prefetch: Optional[threading.Thread] = None  # the backend's import, started by a first call
-_prefetch_lock = threading.Lock()
-
-
-def _prefetch_backend() -> None:
-    """Start importing the native backend (llvmlite's shared library, LLVM's set-up) on a
-    thread of its own, at the first call that compiles natively.  The call meanwhile
-    traces, differentiates and optimizes its graph; loading the library is mostly waiting
-    on the disk and the dynamic linker, without the GIL, so the two overlap.  The call
-    joins the thread before it lowers (:func:`_load_compiler`), and imports again itself
-    if the thread failed, so an error is raised where it always was."""
-    global _prefetch
-    if _loaded[True] or _prefetch is not None:
-        return
-    with _prefetch_lock:
-        if _loaded[True] or _prefetch is not None:
-            return
-
-        def load() -> None:
-            try:
-                _load_compiler(native=True, join=False)
-                from .runtime import native
-
-                native.prepare_process()
-            except BaseException:  # the call's own import reports it
-                pass
-
-        t = threading.Thread(target=load, name="graphc-backend-import")
-        t.start()
-        _prefetch = t
-
-
-def _load_compiler(native: bool, join: bool = True) -> None:
+def _load_compiler(native: bool) -> None:
     """Import the modules a compile uses (the native backend's too with ``native``) under
     the lock ``fork`` waits for (graphc.runtime.imports): a child forked while another
-    thread compiles for the first time never waits on a half-done import.  With ``join``,
-    first wait for :func:`_prefetch_backend`'s thread, if one was started."""
-    if join and native and _prefetch is not None and _prefetch is not threading.current_thread():
-        _prefetch.join()
+    thread compiles for the first time never waits on a half-done import."""
     if _loaded[native]:
         return
     with _imports.IMPORT_LOCK:
@@ -330,8 +293,6 @@ class CompiledFunction(Inspection):
                 return self.__wrapped__(*args)
         entry = self._cache.get(key)
         if entry is None:
-            if self.backend == "native" and not _loaded[True]:
-                _prefetch_backend()
             entry = self._miss(args, key)
         else:
             self._hits += 1

@@ -319,14 +319,6 @@ def _host_has_fma() -> bool:
     return _HOST_HAS_FMA
 
 
-def prepare_process() -> None:
-    """The one-time set-up of a process's first native compile that does not depend on
-    the graph (LLVM's targets, the host CPU's features): graphc.api runs it on the thread
-    that imports the backend while the first call traces."""
-    jit._ensure_initialized()
-    _host_has_fma()
-
-
 def _needs_optimizer(plan: Schedule, k) -> bool:
     """Is kernel ``k`` a loop nest whose unoptimized code would be much slower than one
     pass over its elements: a product or convolution that does not run on BLAS (its
@@ -423,13 +415,10 @@ class NativeExecutable:
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Schedule(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
-        # code that calls graphc_pool_run needs the pool registered before it is loaded;
-        # without a disk cache the pool is compiled on a thread while this one lowers
-        # (its object code comes from the disk cache when that is on)
-        needs_pool = parallel_policy.needs_pool(self.plan)
-        pool_thread = pool.prefetch(disk_cache) if needs_pool and disk_cache is None else None
-        if needs_pool and pool_thread is None:
-            pool.ensure(disk_cache)
+        if parallel_policy.needs_pool(
+            self.plan
+        ):  # its code calls graphc_pool_run: register it first
+            pool.ensure(disk_cache)  # its object code comes from the disk cache when on
         if any(k.kind in _CALLS_BLAS for k in self.plan.all_kernels()):  # may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk
@@ -471,17 +460,9 @@ class NativeExecutable:
                     module, self._reductions, quick=True, optimized=optimized_kernels(self.plan)
                 )
                 quick = module
-
-        def lowered():
-            m = self._lower() if quick is None else quick
-            if pool_thread is not None:  # the module is lowered: now wait for the pool
-                pool_thread.join()
-                pool.ensure(disk_cache)
-            return m
-
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
         self.jit, self.cache_status = cache.load_or_compile(
-            lowered,
+            self._lower if quick is None else (lambda: quick),
             disk_cache,
             key,
             opt_level,

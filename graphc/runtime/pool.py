@@ -55,7 +55,6 @@ import os
 import signal
 import threading
 import time
-from typing import Optional
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -556,26 +555,6 @@ def _load_or_compile(disk) -> tuple:
         except llvm_engine.JitError:
             pass
     return mod, how
-
-
-def prefetch(disk_cache=None) -> Optional[threading.Thread]:
-    """Start :func:`ensure` on a thread of its own and return it (None when the pool is
-    ready already).  LLVM compiles the pool's code without holding the GIL, so a caller
-    can lower its own module meanwhile; it must join the thread and call :func:`ensure`
-    itself before loading code that calls the pool (that call re-raises an error the
-    thread met, and returns at once when the thread succeeded)."""
-    if _jit is not None:
-        return None
-
-    def run() -> None:
-        try:
-            ensure(disk_cache)
-        except BaseException:  # the caller's own ensure() reports it
-            pass
-
-    t = threading.Thread(target=run, name="graphc-pool-compile")
-    t.start()
-    return t
 
 
 def ensure(disk_cache=None) -> None:
