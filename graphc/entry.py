@@ -199,6 +199,81 @@ def _native_order(run: Callable) -> Callable:
 SLOW = object()
 
 
+def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
+    """The end of a prepared call (:func:`_tensor_call`, :func:`_step_call`): run the
+    code on ``ins``, write the outputs back into the mutated arguments (``a{i}``, data
+    ``d{i}``) and their ``.grad`` (``g{i}``, data ``e{i}``), clear the ``.grad`` the step
+    clears, and return the outputs with eager's no-grad note."""
+    if direct:
+        L.append("    outs = exe._native(ins)")
+        L.append("    if outs.__class__ is int:")
+        L.append("        outs = exe._slow(ins, outs)")
+    else:
+        L.append("    outs = run(ins)")
+    for i, p in tr.mutated_inputs:
+        L.append(f"    o = outs[{p}]")
+        L.append(f"    if o is not d{i}:")
+        L.append(f"        copyto(d{i}, o, casting='same_kind')")
+        L.append(f"    version_of(a{i})[0] += 1")
+    for i, p in tr.grad_writes:
+        if tr.in_specs[i].has_grad:
+            L.append(f"    o = outs[{p}]")
+            L.append(f"    if o is not e{i}:")
+            L.append(f"        copyto(e{i}, o, casting='same_kind')")
+            L.append(f"    version_of(g{i})[0] += 1")
+        else:  # no .grad yet (the signature says so): a new one
+            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
+    for i in tr.grad_clears:
+        L.append(f"    set_grad(a{i}, None)")
+    n_user = tr.out_tree.num_leaves - len(tr.out_static)
+    L.append("    res = build_out(outs)")
+    if n_user:
+        L.append("    if res.__class__ is Tensor:")
+        L.append("        if data_of(res).dtype.kind == 'f':")
+        L.append("            NO_GRAD_NOTE[0] = (cf, entry.trace, GRAD_ON, [weakref_ref(res)])")
+        L.append("    else:")
+        L.append("        note_no_grad(cf, entry.trace, res)")
+    L.append("    return res")
+
+
+def _call_globals(entry: "_Entry", exe) -> dict:
+    """The names the code of a prepared call reads (see :func:`_emit_run_and_write_back`)."""
+    import weakref
+
+    from eager.interop import (
+        GRAD_MODE,
+        Tensor,
+        data_of,
+        grad_of,
+        requires_grad_of,
+        set_grad,
+        version_of,
+    )
+
+    from .autograd_bridge import _NO_GRAD_NOTE, _note_no_grad
+
+    return {
+        "GRAD_MODE": GRAD_MODE,
+        "GRAD_ON": entry.trace.grad_on,
+        "SLOW": SLOW,
+        "data_of": data_of,
+        "grad_of": grad_of,
+        "requires_grad_of": requires_grad_of,
+        "set_grad": set_grad,
+        "version_of": version_of,
+        "copyto": np.copyto,
+        "np_array": np.array,
+        "make": tensor_from_array,
+        "exe": exe,
+        "run": entry.run,
+        "build_out": entry.build_out,
+        "Tensor": Tensor,
+        "NO_GRAD_NOTE": _NO_GRAD_NOTE,
+        "note_no_grad": _note_no_grad,
+        "weakref_ref": weakref.ref,
+    }
+
+
 def _tensor_call(entry: "_Entry") -> Optional[Callable]:
     """The whole call of a signature whose arguments are all eager tensors and whose
     function writes arguments or their ``.grad`` in place (a training step), prepared
@@ -271,61 +346,8 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         if has_grad[i]:
             ins.append(f"e{i}")
     L.append(f"    ins = ({', '.join(ins)},)")
-    if direct:
-        L.append("    outs = exe._native(ins)")
-        L.append("    if outs.__class__ is int:")
-        L.append("        outs = exe._slow(ins, outs)")
-    else:
-        L.append("    outs = run(ins)")
-    for i, p in tr.mutated_inputs:
-        L.append(f"    o = outs[{p}]")
-        L.append(f"    if o is not d{i}:")
-        L.append(f"        copyto(d{i}, o, casting='same_kind')")
-        L.append(f"    version_of(a{i})[0] += 1")
-    for i, p in tr.grad_writes:
-        if has_grad[i]:
-            L.append(f"    o = outs[{p}]")
-            L.append(f"    if o is not e{i}:")
-            L.append(f"        copyto(e{i}, o, casting='same_kind')")
-            L.append(f"    version_of(g{i})[0] += 1")
-        else:  # no .grad yet (checked above, or the key says so): a new one
-            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
-    for i in tr.grad_clears:
-        L.append(f"    set_grad(a{i}, None)")
-    n_user = tr.out_tree.num_leaves - len(tr.out_static)
-    L.append("    res = build_out(outs)")
-    if n_user:
-        L.append("    if res.__class__ is Tensor:")
-        L.append("        if data_of(res).dtype.kind == 'f':")
-        L.append("            NO_GRAD_NOTE[0] = (cf, entry.trace, GRAD_ON, [weakref_ref(res)])")
-        L.append("    else:")
-        L.append("        note_no_grad(cf, entry.trace, res)")
-    L.append("    return res")
-    import weakref
-
-    from eager.interop import GRAD_MODE, Tensor, data_of, grad_of, set_grad, version_of
-
-    from .autograd_bridge import _NO_GRAD_NOTE, _note_no_grad
-
-    ns = {
-        "GRAD_MODE": GRAD_MODE,
-        "GRAD_ON": tr.grad_on,
-        "SLOW": SLOW,
-        "data_of": data_of,
-        "grad_of": grad_of,
-        "set_grad": set_grad,
-        "version_of": version_of,
-        "copyto": np.copyto,
-        "np_array": np.array,
-        "make": tensor_from_array,
-        "exe": exe,
-        "run": entry.run,
-        "build_out": entry.build_out,
-        "Tensor": Tensor,
-        "NO_GRAD_NOTE": _NO_GRAD_NOTE,
-        "note_no_grad": _note_no_grad,
-        "weakref_ref": weakref.ref,
-    }
+    _emit_run_and_write_back(L, tr, direct)
+    ns = _call_globals(entry, exe)
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
 
@@ -426,71 +448,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         if specs[i].has_grad:
             ins.append(f"e{i}")
     L.append(f"    ins = ({', '.join(ins)},)")
-    if direct:
-        L.append("    outs = exe._native(ins)")
-        L.append("    if outs.__class__ is int:")
-        L.append("        outs = exe._slow(ins, outs)")
-    else:
-        L.append("    outs = run(ins)")
-    for i, p in tr.mutated_inputs:
-        L.append(f"    o = outs[{p}]")
-        L.append(f"    if o is not d{i}:")
-        L.append(f"        copyto(d{i}, o, casting='same_kind')")
-        L.append(f"    version_of(a{i})[0] += 1")
-    for i, p in tr.grad_writes:
-        if specs[i].has_grad:
-            L.append(f"    o = outs[{p}]")
-            L.append(f"    if o is not e{i}:")
-            L.append(f"        copyto(e{i}, o, casting='same_kind')")
-            L.append(f"    version_of(g{i})[0] += 1")
-        else:
-            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
-    for i in tr.grad_clears:
-        L.append(f"    set_grad(a{i}, None)")
-    n_user = tr.out_tree.num_leaves - len(tr.out_static)
-    L.append("    res = build_out(outs)")
-    if n_user:
-        L.append("    if res.__class__ is Tensor:")
-        L.append("        if data_of(res).dtype.kind == 'f':")
-        L.append("            NO_GRAD_NOTE[0] = (cf, entry.trace, GRAD_ON, [weakref_ref(res)])")
-        L.append("    else:")
-        L.append("        note_no_grad(cf, entry.trace, res)")
-    L.append("    return res")
-    import weakref
-
-    from eager.interop import (
-        GRAD_MODE,
-        Tensor,
-        data_of,
-        grad_of,
-        requires_grad_of,
-        set_grad,
-        version_of,
-    )
-
-    from .autograd_bridge import _NO_GRAD_NOTE, _note_no_grad
-
-    ns.update(
-        {
-            "GRAD_MODE": GRAD_MODE,
-            "GRAD_ON": tr.grad_on,
-            "SLOW": SLOW,
-            "data_of": data_of,
-            "grad_of": grad_of,
-            "requires_grad_of": requires_grad_of,
-            "set_grad": set_grad,
-            "version_of": version_of,
-            "copyto": np.copyto,
-            "np_array": np.array,
-            "make": tensor_from_array,
-            "exe": exe,
-            "run": entry.run,
-            "build_out": entry.build_out,
-            "Tensor": Tensor,
-            "NO_GRAD_NOTE": _NO_GRAD_NOTE,
-            "note_no_grad": _note_no_grad,
-            "weakref_ref": weakref.ref,
-        }
-    )
+    _emit_run_and_write_back(L, tr, direct)
+    ns.update(_call_globals(entry, exe))
     exec(compile("\n".join(L) + "\n", f"<graphc step call {n} inputs>", "exec"), ns)
     return ns["call"]

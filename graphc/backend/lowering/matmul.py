@@ -172,6 +172,21 @@ def _fill_bias(kb, n, dt, vin, cst, idx, rows_range, cols_range, M, N, beta) -> 
     kb.loop([M], body_i, name="bi", outer_range=rows_range)
 
 
+def _on_batch_item(b, batch: tuple, body):
+    """A loop body over flat batch items: ``body`` gets the multi-index (one i64 per
+    batch dim, row-major) of flat item ``ii[0]``."""
+    inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
+
+    def flat(ii):
+        idx = []
+        for d, size in enumerate(batch):
+            q = b.udiv(ii[0], ir.Constant(I64, inner[d])) if inner[d] != 1 else ii[0]
+            idx.append(b.urem(q, ir.Constant(I64, size)) if d else q)
+        body(idx)
+
+    return flat
+
+
 @kernel("matmul")
 def matmul_kernel(kb, n: int) -> None:
     plan, g, b = kb.plan, kb.g, kb.b
@@ -258,16 +273,12 @@ def matmul_kernel(kb, n: int) -> None:
         )
 
     if batch and kb.par is not None and gd.split == "batch":
-        inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
-
-        def flat(ii):  # the multi-index of flat batch item ii[0]
-            idx = []
-            for d, size in enumerate(batch):
-                q = b.udiv(ii[0], i64(inner[d])) if inner[d] != 1 else ii[0]
-                idx.append(b.urem(q, i64(size)) if d else q)
-            call(idx)
-
-        kb.loop([gd.split_size], flat, name="batch", outer_range=(kb.par[0], kb.par[1]))
+        kb.loop(
+            [gd.split_size],
+            _on_batch_item(b, batch, call),
+            name="batch",
+            outer_range=(kb.par[0], kb.par[1]),
+        )
     elif batch:
         kb.loop(list(batch), call, name="batch")
     else:
@@ -380,14 +391,7 @@ def _small_gemm(kb, n, gd: GemmDims, dt: np.dtype, ast, bst, cst) -> None:
             )
 
     nbatch = int(np.prod(batch, dtype=np.int64))
-    inner = [int(np.prod(batch[d + 1 :], dtype=np.int64)) for d in range(len(batch))]
-
-    def flat(ii):  # the multi-index of flat batch item ii[0]
-        idx = []
-        for d, size in enumerate(batch):
-            q = b.udiv(ii[0], i64(inner[d])) if inner[d] != 1 else ii[0]
-            idx.append(b.urem(q, i64(size)) if d else q)
-        item(idx)
+    flat = _on_batch_item(b, batch, item)
 
     if kb.par is not None:
         assert gd.split == "batch", "a small batched product is shared by batch items"
