@@ -174,6 +174,17 @@ def _where_same(g, n, d):
     return _same(g, n, a) if a == b else None
 
 
+def _where_const(g, n, d):
+    """``where(c, x, y)`` with every element of the constant ``c`` alike: the chosen branch,
+    when it already has the result's shape and dtype (a branch that broadcasts or promotes
+    does not match)."""
+    cond, a, b = d["operands"]
+    c = _const_value(g, cond)
+    if c is None:
+        return None
+    return _same(g, n, a if bool(c) else b)
+
+
 def _use(g, n, d, match) -> int:
     """Rewrite of the identity rules: the node's uses go to ``match``."""
     return match
@@ -368,6 +379,7 @@ RULES: list = [
     Rule("identity transpose", ("transpose",), _identity_perm, _use),
     Rule("cast to the same dtype", ("cast",), _cast_same_dtype, _use),
     Rule("where(c, x, x)", ("where",), _where_same, _use),
+    Rule("where(constant c, x, y)", ("where",), _where_const, _use),
     # rewrites into cheaper ops
     Rule("x**2 -> x*x", ("pow",), _square, _to_mul_self),
     Rule("x*(-1) -> neg", ("mul",), _times_minus_one(True), _to_neg),

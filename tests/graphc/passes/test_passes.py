@@ -206,6 +206,14 @@ SIMPLIFY_RULES = {
     "where(c, x, x)": ([("c", (3,), "bool"), ("x", (3,), F64)],
                        lambda g, cc, x: op(g, "where", cc, x, x),
                        ["%2 = where(c, x, x) : f64[3]"], "%2", [], "x"),
+    "where(constant c, x, y)": (
+        [("x", (3,), F64), ("y", (3,), F64)],
+        lambda g, x, y: op(g, "where", c(g, np.zeros(3, bool), "bool"), x, y),
+        ["%2 = const <bool[3]> : bool[3]", "%3 = where(%2, x, y) : f64[3]"], "%3", [], "y"),
+    "where(constant True, x, y)": (
+        [("x", (3,), F64), ("y", (3,), F64)],
+        lambda g, x, y: op(g, "where", c(g, True, "bool"), x, y),
+        ["%3 = where(True, x, y) : f64[3]"], "%3", [], "x"),
     "int x+0": ([("i", (3,), "int64")], lambda g, i: op(g, "add", i, c(g, 0, "int64")),
                 ["%2 = add(i, 0) : i64[3]"], "%2", [], "i"),
     "int x-0": ([("i", (3,), "int64")], lambda g, i: op(g, "sub", i, c(g, 0, "int64")),
@@ -289,6 +297,15 @@ SIMPLIFY_NEGATIVE = {
                        lambda g, cc, x, y: op(g, "where", cc, x, y)),
     "where(c, x, x) where c broadcasts x": ([("c", (2, 3), "bool"), ("x", (3,), F64)],
                                             lambda g, cc, x: op(g, "where", cc, x, x)),
+    "where(constant c, x, y) with c mixed": (
+        [("x", (3,), F64), ("y", (3,), F64)],
+        lambda g, x, y: op(g, "where", c(g, np.array([True, False, True]), "bool"), x, y)),
+    "where(constant c, x, y) where the chosen branch broadcasts": (
+        [("x", (3,), F64), ("y", (1,), F64)],
+        lambda g, x, y: op(g, "where", c(g, False, "bool"), x, y)),
+    "where(constant c, x, y) where the chosen branch is promoted": (
+        [("x", (3,), F64), ("y", (3,), F32)],
+        lambda g, x, y: op(g, "where", c(g, False, "bool"), x, y)),
     "sum of an empty broadcast (inf * 0 would be nan)": (
         [("x", (1,), F64)], lambda g, x: op(g, "sum", op(g, "expand", x, shape=(0,)),
                                             axis=(0,), keepdim=False)),
