@@ -20,6 +20,7 @@ import numpy as np
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..nn.module import _typename, _zero_grad
 from ..factories import TRACING, zeros, zeros_like
+from ..surface import TensorOps
 from ..tensor import Tensor
 
 
@@ -377,7 +378,7 @@ def _lr_value(lr: Any, ops: Any) -> Any:
     change (``lr.fill_(...)``, a scheduler) is seen: in eager as a numpy scalar of its
     dtype (integer -> float32), so ``lr / bias_correction`` rounds in that dtype as
     PyTorch's 0-d tensor arithmetic does; traced, as the tensor (a graph input)."""
-    if not isinstance(lr, Tensor):
+    if not isinstance(lr, TensorOps):  # (traced, a Tensor lr is a compiler's tracer)
         return lr
     if ops.traced:
         if lr.dim() != 0:
@@ -395,7 +396,7 @@ def _lr_div(lr: Any, d: Any) -> Any:
     """``lr / d`` in the lr's dtype: traced, the step-derived ``d`` is a float64 tensor
     (as exact as a Python float) and is cast to the lr's dtype first, as a Python float
     would be by a 0-d float32 tensor lr in PyTorch."""
-    if isinstance(lr, Tensor) and isinstance(d, Tensor) and d.dtype != lr.dtype:
+    if isinstance(lr, TensorOps) and isinstance(d, TensorOps) and d.dtype != lr.dtype:
         d = d.to(lr.dtype)
     return lr / d
 

@@ -12,6 +12,7 @@ import eager.methods.shape as _shape
 from ...autograd.grad_mode import no_grad
 from ...factories import TRACING
 from ...factories import tensor as _tensor
+from ...surface import TensorOps
 from ...tensor import Tensor
 
 
@@ -45,7 +46,7 @@ def get_total_norm(
     Only tensor ops (no ``float()``), so it runs inside a compiled function too, except
     ``error_if_nonfinite=True`` there: whether to raise depends on the values, which a
     compiled function does not look at; that is refused with a RuntimeError."""
-    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    tensors = [tensors] if isinstance(tensors, TensorOps) else list(tensors)
     norm_type = float(norm_type)
     if len(tensors) == 0:
         return _tensor(0.0)
@@ -92,7 +93,7 @@ def clip_grads_with_norm_(
     """Scale the gradients of ``parameters`` in place by
     ``min(1, max_norm / (total_norm + 1e-6))`` (``total_norm`` a 0-d tensor, e.g. from
     :func:`get_total_norm`), as tensor ops: no data-dependent branch."""
-    if isinstance(parameters, Tensor):
+    if isinstance(parameters, TensorOps):  # (a compiler's tracer too)
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
     max_norm = float(max_norm)
@@ -115,7 +116,7 @@ def clip_grad_norm_(
     the total norm (before clipping) as a 0-d tensor.  :func:`get_total_norm` followed
     by :func:`clip_grads_with_norm_`, both tensor ops, so a compiled training step can
     call it (``error_if_nonfinite=True`` is refused there)."""
-    if isinstance(parameters, Tensor):
+    if isinstance(parameters, TensorOps):  # (a compiler's tracer too)
         parameters = [parameters]
     else:
         is_generator = isinstance(parameters, types.GeneratorType)
@@ -150,7 +151,7 @@ def clip_grad_norm(
 
 def clip_grad_value_(parameters: Any, clip_value: float, foreach: Optional[bool] = None) -> None:
     """Clamp every gradient in place to ``[-clip_value, clip_value]``."""
-    if isinstance(parameters, Tensor):
+    if isinstance(parameters, TensorOps):  # (a compiler's tracer too)
         parameters = [parameters]
     clip_value = float(clip_value)
     with no_grad():
