@@ -219,8 +219,8 @@ class OptCaptured:
 
 def opt_structure(opt: Any) -> tuple:
     """What a compiled step bakes in: the optimizer's type; per group its parameters,
-    hyper-parameters but ``lr`` (an input) and whether ``lr`` is a Tensor; per parameter the keys of its state, with the
-    value of the keys that do not hold tensors."""
+    hyper-parameters but ``lr`` (an input) and whether ``lr`` is a Tensor; per parameter
+    the keys of its state, with the value of the keys that do not hold tensors."""
     groups, states = [], []
     state = opt.state
     for g in opt.param_groups:
@@ -252,9 +252,7 @@ def describe_change(oc: OptCaptured, old: tuple, new: tuple) -> str:
         if ids0 != ids1:
             return f"{oc.name}.param_groups[{gi}]['params'] changed"
         if t0 != t1:
-            return f"{oc.name}.param_groups[{gi}]['lr'] is now a " + (
-                "Tensor" if t1 else "number"
-            )
+            return f"{oc.name}.param_groups[{gi}]['lr'] is now a " + ("Tensor" if t1 else "number")
         if hp0 != hp1:
             d0, d1 = dict(hp0), dict(hp1)
             for k in list(d0) + [k for k in d1 if k not in d0]:
