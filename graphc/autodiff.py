@@ -372,7 +372,10 @@ def _own_buffer(gr: Tracer) -> Tracer:
     (``clip_grad_norm_``'s ``g.mul_``) then rebinds only this leaf's grad: not another
     leaf's grad that backprop gave the same value (``a + b``), and not refused as a
     possible alias of a backward intermediate (a reshape of a transposed product)."""
-    own = Tracer(gr._ctx, gr.node, gr._meta_shape, gr._meta_dtype, gr._lay)
+    # a view's layout describes its base's buffer, not a buffer of its own: unknown
+    own = Tracer(
+        gr._ctx, gr.node, gr._meta_shape, gr._meta_dtype, gr._lay if gr._view is None else None
+    )
     own._ng = gr._ng
     return own
 
