@@ -363,7 +363,21 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
         for t, gr in zip(leaves, grads):
             if gr is None:
                 continue
-            set_grad(t, gr if grad_of(t) is None else grad_of(t) + gr)
+            set_grad(t, _own_buffer(gr) if grad_of(t) is None else grad_of(t) + gr)
+
+
+def _own_buffer(gr: Tracer) -> Tracer:
+    """A leaf's new ``.grad`` as eager makes it: a buffer of its own (eager's engine stores
+    a fresh array), so a Tracer of its own on the same node.  An in-place write to it
+    (``clip_grad_norm_``'s ``g.mul_``) then rebinds only this leaf's grad: not another
+    leaf's grad that backprop gave the same value (``a + b``), and not refused as a
+    possible alias of a backward intermediate (a reshape of a transposed product)."""
+    # a view's layout describes its base's buffer, not a buffer of its own: unknown
+    own = Tracer(
+        gr._ctx, gr.node, gr._meta_shape, gr._meta_dtype, gr._lay if gr._view is None else None
+    )
+    own._ng = gr._ng
+    return own
 
 
 def traced_grad(outs: tuple, ins: tuple, grad_outputs: tuple, allow_unused, materialize):

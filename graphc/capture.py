@@ -101,6 +101,20 @@ class OptParamCaptured(Captured):
     __slots__ = ()
 
 
+class LrTensorCaptured(Captured):
+    """A param group's Tensor lr (``SGD(params, lr=torch.tensor(0.01))``): lifted like any
+    tensor, so each call reads its value then (``lr.fill_(...)`` or an lr scheduler
+    between calls is seen, no re-trace); found by name elsewhere too, that place is
+    swapped as well (``also``)."""
+
+    __slots__ = ()
+
+
+#: Captured found through an optimizer first; a later place reading the same tensor by
+#: name is added to its ``also`` (swapped for the tracer too)
+_VIA_OPTIMIZER = (OptParamCaptured, LrTensorCaptured)
+
+
 class LrCaptured(Captured):
     """A param group's learning rate: a graph input read at every call as a 0-d float64
     tensor (``tensor`` is the one made when found)."""
@@ -144,7 +158,7 @@ def lr_tensor(value: Any, name: str) -> Tensor:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(
             f"{name} is a {type(value).__name__}; a compiled optimizer step reads the "
-            "learning rate as a Python float"
+            "learning rate as a Python float or a 1-element Tensor"
         )
     a = np.array(float(value), dtype=np.float64)
     a.flags.writeable = False  # shared by the calls that read the same lr
@@ -204,9 +218,9 @@ class OptCaptured:
 
 
 def opt_structure(opt: Any) -> tuple:
-    """What a compiled step bakes in: the optimizer's type; per group its parameters and
-    hyper-parameters but ``lr`` (an input); per parameter the keys of its state, with the
-    value of the keys that do not hold tensors."""
+    """What a compiled step bakes in: the optimizer's type; per group its parameters,
+    hyper-parameters but ``lr`` (an input) and whether ``lr`` is a Tensor; per parameter
+    the keys of its state, with the value of the keys that do not hold tensors."""
     groups, states = [], []
     state = opt.state
     for g in opt.param_groups:
@@ -215,6 +229,7 @@ def opt_structure(opt: Any) -> tuple:
             (
                 tuple([id(p) for p in params]),
                 tuple([(k, v) for k, v in g.items() if k != "params" and k != "lr"]),
+                isinstance(g.get("lr"), Tensor),  # a number lr and a Tensor lr: two traces
             )
         )
         for p in params:
@@ -233,9 +248,11 @@ def describe_change(oc: OptCaptured, old: tuple, new: tuple) -> str:
         return f"{oc.name} is now a {new[0].__name__}"
     if len(old[1]) != len(new[1]):
         return f"{oc.name} has {len(new[1])} param groups (was {len(old[1])})"
-    for gi, ((ids0, hp0), (ids1, hp1)) in enumerate(zip(old[1], new[1])):
+    for gi, ((ids0, hp0, t0), (ids1, hp1, t1)) in enumerate(zip(old[1], new[1])):
         if ids0 != ids1:
             return f"{oc.name}.param_groups[{gi}]['params'] changed"
+        if t0 != t1:
+            return f"{oc.name}.param_groups[{gi}]['lr'] is now a " + ("Tensor" if t1 else "number")
         if hp0 != hp1:
             d0, d1 = dict(hp0), dict(hp1)
             for k in list(d0) + [k for k in d1 if k not in d0]:
@@ -244,7 +261,7 @@ def describe_change(oc: OptCaptured, old: tuple, new: tuple) -> str:
                         f"{oc.name}.param_groups[{gi}][{k!r}]: {d0.get(k, '<unset>')!r} -> "
                         f"{d1.get(k, '<unset>')!r}"
                     )
-    flat = [(gi, pi) for gi, (ids, _) in enumerate(old[1]) for pi in range(len(ids))]
+    flat = [(gi, pi) for gi, (ids, _, _) in enumerate(old[1]) for pi in range(len(ids))]
     for (gi, pi), s0, s1 in zip(flat, old[2], new[2]):
         if s0 != s1:
             keys = "no state" if s1 is None else "state " + str([k for k, _ in s1])
@@ -297,11 +314,15 @@ def _walk_optimizer(opt: Any, name: str, place: Place, found: dict) -> None:
                 )
             oc.params.append((gi, pi, found[id(p)]))
         lr_name = f"{name}.param_groups[{gi}]['lr']"
-        found[("lr", id(opt), gi)] = LrCaptured(
-            lr_name,
-            _item_place(_group_place(place, gi), "lr"),
-            lr_tensor(group["lr"], lr_name),
-        )
+        lr = group["lr"]
+        lr_place = _item_place(_group_place(place, gi), "lr")
+        if isinstance(lr, Tensor):  # a Tensor lr: lifted like any tensor, read at each call
+            if id(lr) not in found:  # (so lr.fill_() or a scheduler between calls is seen)
+                found[id(lr)] = LrTensorCaptured(lr_name, lr_place, lr)
+            else:
+                found[id(lr)].also.append(lr_place)
+            continue
+        found[("lr", id(opt), gi)] = LrCaptured(lr_name, lr_place, lr_tensor(lr, lr_name))
     for gi, pi, pcap in oc.params:
         st = opt.state.get(pcap.tensor)
         for k, v in (st or {}).items():
@@ -333,7 +354,7 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
     if isinstance(obj, Tensor):
         if id(obj) not in found:
             found[id(obj)] = Captured(name, place, obj)
-        elif isinstance(found[id(obj)], OptParamCaptured):
+        elif isinstance(found[id(obj)], _VIA_OPTIMIZER):
             found[id(obj)].also.append(place)  # an optimizer's parameter, read by name
     elif _is_module(obj):
         for mprefix, mod in obj.named_modules():
@@ -345,7 +366,7 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
                     mplace = _member_place(place, chain, registry, pname)
                     if id(t) not in found:
                         found[id(t)] = Captured(".".join((name,) + chain + (pname,)), mplace, t)
-                    elif isinstance(found[id(t)], OptParamCaptured):
+                    elif isinstance(found[id(t)], _VIA_OPTIMIZER):
                         found[id(t)].also.append(mplace)  # an optimizer's parameter
     elif _is_optimizer(obj):
         _walk_optimizer(obj, name, place, found)

@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections import Counter
 from typing import Any, Iterable, Optional
 
+from ..tensor import Tensor
 from .optimizer import Optimizer
 
 __all__ = [
@@ -47,7 +48,26 @@ _ORDER_WARNING = (
 
 
 def _lrs(optimizer: Optimizer) -> list:
-    return [group["lr"] for group in optimizer.param_groups]
+    """Every group's lr; a Tensor lr is cloned (PyTorch's ``_param_groups_val_list``: the
+    list never aliases the optimizer's lr tensors, which schedulers update in place)."""
+    return [_copy(group["lr"]) for group in optimizer.param_groups]
+
+
+def _copy(value: Any) -> Any:
+    return value.clone() if isinstance(value, Tensor) else value
+
+
+def _set_lr(group: dict, value: Any) -> None:
+    """PyTorch's ``_update_param_group_val``: a Tensor lr is updated in place (``fill_``,
+    so whoever holds that tensor, a compiled step included, sees the new value); a number
+    lr is replaced."""
+    lr = group["lr"]
+    if isinstance(lr, Tensor):
+        if isinstance(value, Tensor) and value.dim() != 0:
+            value = value.squeeze()
+        lr.fill_(value)
+    else:
+        group["lr"] = value
 
 
 class LRScheduler:
@@ -62,7 +82,7 @@ class LRScheduler:
         self.optimizer = optimizer
         if last_epoch == -1:
             for group in optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
+                group.setdefault("initial_lr", _copy(group["lr"]))
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
@@ -75,7 +95,7 @@ class LRScheduler:
                         "2. You're using last_epoch >= 0 for a fresh training run (not "
                         "recommended)"
                     )
-        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.base_lrs = [_copy(group["initial_lr"]) for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._step_count = 0
         self._is_initial = True
@@ -128,7 +148,7 @@ class LRScheduler:
         finally:
             self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values):
-            group["lr"] = lr
+            _set_lr(group, lr)
         self._last_lr = _lrs(self.optimizer)
 
 
@@ -378,7 +398,7 @@ class ReduceLROnPlateau(LRScheduler):
             old_lr = float(group["lr"])
             new_lr = max(old_lr * self.factor, self.min_lrs[i])
             if old_lr - new_lr > self.eps:
-                group["lr"] = new_lr
+                _set_lr(group, new_lr)
 
     @property
     def in_cooldown(self) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..nn.module import _typename, _zero_grad
 from ..factories import TRACING, zeros, zeros_like
+from ..surface import TensorOps
 from ..tensor import Tensor
 
 
@@ -252,6 +253,12 @@ class _ArrayOps:
     def full_like(a: Any, value: float) -> Any:
         return np.full_like(a, value)
 
+    @staticmethod
+    def num(v: Any) -> Any:
+        """A scalar coefficient as the Python float PyTorch passes to ``add_(alpha=)`` /
+        ``addcdiv_(value=)`` (a Tensor lr's arithmetic is done in its dtype first)."""
+        return float(v)
+
 
 class _TensorOps:
     """The same primitives on tensors (a compiler's tracers, under no_grad): the same
@@ -302,6 +309,10 @@ class _TensorOps:
     def full_like(a: Any, value: float) -> Any:
         return zeros_like(a) + value
 
+    @staticmethod
+    def num(v: Any) -> Any:
+        return v
+
 
 def _not_while_traced(opt: Optimizer, what: str) -> None:
     """An optimizer updates the buffers of the eager tensors it holds.  Inside a function
@@ -346,6 +357,50 @@ def _written(p: Tensor) -> None:
     p._version[0] += 1  # type: ignore[attr-defined]
 
 
+def _check_lr(lr: Any, foreach_refused: bool = False) -> None:
+    """PyTorch's checks of ``lr`` (a number, or a 1-element Tensor), same messages."""
+    if isinstance(lr, Tensor):
+        if foreach_refused:
+            raise ValueError(
+                "lr as a Tensor is not supported for capturable=False and foreach=True"
+            )
+        if lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
+    if lr < 0.0:
+        # PyTorch formats a 0-d tensor as its Python number
+        shown = lr.item() if isinstance(lr, Tensor) and lr.dim() == 0 else lr
+        raise ValueError(f"Invalid learning rate: {shown}")
+
+
+def _lr_value(lr: Any, ops: Any) -> Any:
+    """A group's lr as the update computes with it.  A number stays a number.  A Tensor
+    lr (PyTorch's ``_to_scalar``: squeezed to 0-d) is read at this step, so an in-place
+    change (``lr.fill_(...)``, a scheduler) is seen: in eager as a numpy scalar of its
+    dtype (integer -> float32), so ``lr / bias_correction`` rounds in that dtype as
+    PyTorch's 0-d tensor arithmetic does; traced, as the tensor (a graph input)."""
+    if not isinstance(lr, TensorOps):  # (traced, a Tensor lr is a compiler's tracer)
+        return lr
+    if ops.traced:
+        if lr.dim() != 0:
+            lr = lr.reshape(())
+        if not lr.is_floating_point():
+            lr = lr.float()
+        return lr
+    a = lr._data.reshape(())
+    if a.dtype.kind != "f":
+        a = a.astype(np.float32)
+    return a[()]
+
+
+def _lr_div(lr: Any, d: Any) -> Any:
+    """``lr / d`` in the lr's dtype: traced, the step-derived ``d`` is a float64 tensor
+    (as exact as a Python float) and is cast to the lr's dtype first, as a Python float
+    would be by a 0-d float32 tensor lr in PyTorch."""
+    if isinstance(lr, TensorOps) and isinstance(d, TensorOps) and d.dtype != lr.dtype:
+        d = d.to(lr.dtype)
+    return lr / d
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum, Nesterov and weight decay::
 
@@ -370,8 +425,7 @@ class SGD(Optimizer):
         differentiable: bool = False,
         fused: Optional[bool] = None,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_lr(lr)
         if momentum < 0.0:
             raise ValueError(f"Invalid momentum value: {momentum}")
         if weight_decay < 0.0:
@@ -393,7 +447,8 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group: dict, ops: Any) -> None:
-        lr, momentum = group["lr"], group["momentum"]
+        lr, momentum = _lr_value(group["lr"], ops), group["momentum"]
+        neg_lr = ops.num(-lr)
         dampening, wd = group["dampening"], group["weight_decay"]
         nesterov, maximize = group["nesterov"], group["maximize"]
         for p, x, g in self._grads(group, ops):
@@ -412,7 +467,7 @@ class SGD(Optimizer):
                     b *= momentum
                     b += (1 - dampening) * g
                 g = g + momentum * ops.data(buf) if nesterov else ops.data(buf)
-            x += (-lr) * g
+            x += neg_lr * g
             if not ops.traced:
                 _written(p)
 
@@ -443,8 +498,7 @@ class Adam(Optimizer):
         fused: Optional[bool] = None,
         decoupled_weight_decay: bool = False,
     ) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_lr(lr, foreach_refused=bool(foreach) and not capturable)
         if not 0.0 <= eps:
             raise ValueError(f"Invalid epsilon value: {eps}")
         if not 0.0 <= betas[0] < 1.0:
@@ -474,7 +528,7 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group: dict, ops: Any) -> None:
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        lr, (beta1, beta2), eps = _lr_value(group["lr"], ops), group["betas"], group["eps"]
         wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
         decoupled = group.get("decoupled_weight_decay", False)
         for p, x, g in self._grads(group, ops):
@@ -491,7 +545,7 @@ class Adam(Optimizer):
             step_t += 1
             if wd != 0:
                 if decoupled:
-                    x *= 1 - lr * wd
+                    x *= ops.num(1 - lr * wd)
                 else:
                     g = g + wd * x
             m, v = ops.data(state["exp_avg"]), ops.data(state["exp_avg_sq"])
@@ -501,7 +555,7 @@ class Adam(Optimizer):
             step = ops.scalar(step_t)
             bias_correction1 = 1 - beta1**step
             bias_correction2_sqrt = ops.scalar_sqrt(1 - beta2**step)
-            step_size = lr / bias_correction1
+            step_size = ops.num(_lr_div(lr, bias_correction1))
             if amsgrad:
                 vmax = ops.data(state["max_exp_avg_sq"])
                 ops.maximum_(vmax, v)
@@ -579,8 +633,7 @@ class RMSprop(Optimizer):
         maximize: bool = False,
         differentiable: bool = False,
     ) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_lr(lr)
         if not 0.0 <= eps:
             raise ValueError(f"Invalid epsilon value: {eps}")
         if not 0.0 <= momentum:
@@ -603,7 +656,8 @@ class RMSprop(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group: dict, ops: Any) -> None:
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        lr, alpha, eps = _lr_value(group["lr"], ops), group["alpha"], group["eps"]
+        neg_lr = ops.num(-lr)
         wd, momentum = group["weight_decay"], group["momentum"]
         centered, maximize = group["centered"], group["maximize"]
         for p, x, g in self._grads(group, ops):
@@ -635,9 +689,9 @@ class RMSprop(Optimizer):
                 buf = ops.data(state["momentum_buffer"])
                 buf *= momentum
                 buf += g / avg
-                x += (-lr) * buf
+                x += neg_lr * buf
             else:
-                x += (-lr) * g / avg
+                x += neg_lr * g / avg
             if not ops.traced:
                 _written(p)
 
@@ -663,8 +717,7 @@ class Adagrad(Optimizer):
         differentiable: bool = False,
         fused: Optional[bool] = None,
     ) -> None:
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
+        _check_lr(lr)
         if not 0.0 <= lr_decay:
             raise ValueError(f"Invalid lr_decay value: {lr_decay}")
         if not 0.0 <= weight_decay:
@@ -703,7 +756,7 @@ class Adagrad(Optimizer):
         return state
 
     def _update(self, group: dict, ops: Any) -> None:
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        lr, lr_decay, eps = _lr_value(group["lr"], ops), group["lr_decay"], group["eps"]
         wd, maximize = group["weight_decay"], group["maximize"]
         for p, x, g in self._grads(group, ops):
             state = self._init_state(p, group, ops)
@@ -714,7 +767,7 @@ class Adagrad(Optimizer):
                 g = -g
             if wd != 0:
                 g = g + wd * x
-            clr = lr / (1 + (step - 1) * lr_decay)
+            clr = ops.num(_lr_div(lr, 1 + (step - 1) * lr_decay))
             s = ops.data(state["sum"])
             s += g * g
             std = ops.sqrt(s)

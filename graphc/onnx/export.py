@@ -501,7 +501,7 @@ def _graph_pos(tr: Any) -> list:
 def _optimizer_inputs(tr: Any) -> set:
     """Positions (in ``tr.captured``) of the optimizer state tensors and learning rates the
     trace lifted; refuses a step that creates optimizer state (an optimizer's first step)."""
-    from ..capture import LrCaptured
+    from ..capture import LrCaptured, LrTensorCaptured
 
     opts = [getattr(guard, "__self__", None) for guard in tr.opt_guards]
     if tr.state_writes or tr.state_sets:
@@ -525,7 +525,7 @@ def _optimizer_inputs(tr: Any) -> set:
     return {
         k
         for k, cap in enumerate(tr.captured)
-        if isinstance(cap, LrCaptured) or id(cap.tensor) in state_ids
+        if isinstance(cap, (LrCaptured, LrTensorCaptured)) or id(cap.tensor) in state_ids
     }
 
 
