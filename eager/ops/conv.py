@@ -284,6 +284,9 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
         return _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size)
     if not (Ho and Wo and N):
         return np.zeros((N, Cg * groups, H, W), g.dtype)
+    if stride == (1, 1) or tuple(stride) == (1, 1):
+        if np.isfinite(w).all():  # (the shifted sums below add 0 * w: w must be finite)
+            return _input_grad_shifted(g, w, padding, dilation, groups, input_size)
     # channel-major: xp is (C, N, H, W) padded, the products' columns (N, Ho, Wo)
     xp = np.zeros((groups, Cg, N, H + pt + pb, W + pl + pr), g.dtype)
     sh, sw = stride
@@ -299,6 +302,36 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
             dst = xp[..., h0 : h0 + sh * (Ho - 1) + 1 : sh, w0 : w0 + sw * (Wo - 1) + 1 : sw]
             np.add(dst, cols[:, a, b], out=dst)
     xp = xp.reshape(groups * Cg, N, H + pt + pb, W + pl + pr)
+    return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W].transpose(1, 0, 2, 3))
+
+
+def _input_grad_shifted(g, w, padding, dilation, groups, input_size):
+    """conv2d_input_grad for stride 1 (and finite w): the gradient's rows padded with zeros
+    to the padded input's width Wp, so that each kernel tap's block of the product is
+    added to the flat padded input at one offset (a * dilation_h * Wp + b * dilation_w):
+    kh * kw contiguous adds instead of kh * kw strided ones over rows of Wo elements.  The
+    pad columns of the product are exact zeros (0 * finite w), which land in pad columns
+    or in the slack at the end of each row of the flat buffer."""
+    N, Co, Ho, Wo = g.shape
+    _, Cg, kh, kw = w.shape
+    H, W = input_size
+    pt, pb, pl, pr = padding
+    Hp, Wp = H + pt + pb, W + pl + pr
+    Og = Co // groups
+    gp = np.zeros((Co, N, Ho, Wp), g.dtype)
+    gp[..., :Wo] = g.transpose(1, 0, 2, 3)
+    wt = w.reshape(groups, Og, Cg, kh, kw).transpose(0, 3, 4, 2, 1)
+    wt = wt.reshape(groups, kh * kw * Cg, Og)
+    cols = np.matmul(wt, gp.reshape(groups, Og, N * Ho * Wp))  # (groups, kh*kw*Cg, N*Ho*Wp)
+    cols = cols.reshape(groups, kh, kw, Cg, N, Ho * Wp)
+    span = Ho * Wp
+    flat = np.zeros((groups, Cg, N, Hp * Wp + dilation[1] * (kw - 1)), g.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            off = a * dilation[0] * Wp + b * dilation[1]
+            dst = flat[..., off : off + span]
+            np.add(dst, cols[:, a, b], out=dst)
+    xp = flat[..., : Hp * Wp].reshape(groups * Cg, N, Hp, Wp)
     return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W].transpose(1, 0, 2, 3))
 
 
