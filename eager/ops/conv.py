@@ -359,6 +359,52 @@ def _conv2d_weight_grad(x, g, stride, padding, dilation, groups, kernel_size):
     return out.reshape(Co, Cg, kh, kw)
 
 
+def conv2d_keep_cols(x, w, stride, padding, dilation, groups) -> tuple:
+    """(conv2d(x, w), the im2col columns it multiplied, or None for an empty output):
+    eager's fused ConvolutionBackward0 keeps the columns for the weight gradient
+    (:func:`conv2d_weight_grad_cols`) instead of rebuilding them from x."""
+    _conv2d_shape(Meta(x.shape, x.dtype), Meta(w.shape, w.dtype), stride, padding, dilation, groups)
+    N, C, H, W = x.shape
+    Co, Cg, kh, kw = w.shape
+    Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
+    if not (N and Ho and Wo):
+        return np.zeros((N, Co, Ho, Wo), x.dtype), None
+    if not _one_product(Co // groups, Cg * kh * kw):
+        cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+        return _per_item_product(cols, w, N, Ho, Wo, groups), cols
+    cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+    out = np.matmul(w.reshape(groups, Co // groups, Cg * kh * kw), cols)
+    return np.ascontiguousarray(out.reshape(Co, N, Ho, Wo).transpose(1, 0, 2, 3)), cols
+
+
+def conv2d_weight_grad_cols(cols, g, groups: int, weight_shape: tuple) -> np.ndarray:
+    """conv2d_weight_grad from the columns :func:`conv2d_keep_cols` returned with the
+    forward (the same products as :func:`_conv2d_weight_grad`)."""
+    Co, Cg, kh, kw = weight_shape
+    if cols is None:
+        return np.zeros(weight_shape, g.dtype)
+    Og = Co // groups
+    if cols.ndim == 3:  # (groups, K, N*Ho*Wo): one product per group, the batch inside
+        out = np.matmul(_channel_major(g, groups), cols.transpose(0, 2, 1))
+        return out.reshape(weight_shape)
+    N, _, K, P = cols.shape  # (N, groups, K, Ho*Wo): per batch item, then summed
+    res = np.zeros((groups, Og, K), g.dtype)
+    gm = g.reshape(N, groups, Og, P)
+    for k in range(groups):
+        np.sum(np.matmul(gm[:, k], cols[:, k].transpose(0, 2, 1)), axis=0, out=res[k])
+    return res.reshape(weight_shape)
+
+
+def _per_item_product(cols, w, N, Ho, Wo, groups) -> np.ndarray:
+    Co, Cg, kh, kw = w.shape
+    Og = Co // groups
+    wm = w.reshape(groups, Og, Cg * kh * kw)
+    out = np.empty((N, groups, Og, Ho * Wo), cols.dtype)
+    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
+        np.matmul(wm[k], cols[:, k], out=out[:, k])
+    return out.reshape(N, Co, Ho, Wo)
+
+
 # The per-batch-item products (numpy's batched matmul: one small BLAS call per item), for
 # thin matrices, where one large product would run on the BLAS thread pool for little work
 # (on a loaded 2-core machine that is 2-10x slower).
@@ -378,12 +424,7 @@ def _conv2d_per_item(x, w, stride, padding, dilation, groups):
     Co, Cg, kh, kw = w.shape
     Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
     cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
-    Og = Co // groups
-    wm = w.reshape(groups, Og, Cg * kh * kw)
-    out = np.empty((N, groups, Og, Ho * Wo), x.dtype)
-    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
-        np.matmul(wm[k], cols[:, k], out=out[:, k])
-    return out.reshape(N, Co, Ho, Wo)
+    return _per_item_product(cols, w, N, Ho, Wo, groups)
 
 
 def _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size):
