@@ -391,6 +391,10 @@ def fused_embedding(input: Any, weight: Any) -> Optional[Any]:
 # --- conv2d and max_pool2d (W7's CNN) -------------------------------------------------------
 
 _CONV_BWD2 = "ConvolutionBackwardBackward0"
+
+#: whether the fused conv2d keeps its im2col columns for the weight gradient (faster
+#: backward, more memory held between forward and backward) or rebuilds them from x
+KEEP_COLS = True
 _POOL_BWD = "MaxPool2DWithIndicesBackward0"
 
 
@@ -409,7 +413,7 @@ class _Conv2d(Function):
         if b is not None:
             out += b._data.reshape(1, -1, 1, 1)
         ctx.save_for_backward(x, w)
-        ctx.cols = cols if w.requires_grad else None
+        ctx.cols = cols if w.requires_grad and KEEP_COLS else None
         ctx.p = dict(stride=stride, padding=pad, dilation=dil, groups=groups)
         return Tensor._make(out)
 
