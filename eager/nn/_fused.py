@@ -1,7 +1,9 @@
-"""Fused eager kernels of softmax, log_softmax, layer_norm and cross_entropy.
+"""Fused eager kernels of softmax, log_softmax, layer_norm, cross_entropy, embedding,
+conv2d (bias included) and tiling max_pool2d.
 
 Each is one backward node (PyTorch's ``SoftmaxBackward0``, ``LogSoftmaxBackward0``,
-``NativeLayerNormBackward0``, ``NllLossBackward0``) whose forward and gradient are a
+``NativeLayerNormBackward0``, ``NllLossBackward0``, ``EmbeddingBackward0``,
+``ConvolutionBackward0``, ``MaxPool2DWithIndicesBackward0``) whose forward and gradient are a
 few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
 composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
 graphc traces, and what these functions fall back to outside their fast path).  The

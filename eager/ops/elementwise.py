@@ -635,7 +635,7 @@ def _select_bits(c, x, y):
     ReLU gradient's)."""
     shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
     it = _SAME_SIZE_INT[x.dtype.itemsize]
-    if x.ndim == 0 and y.shape == shape and x.view(it) == 0:
+    if x.ndim == 0 and y.shape == shape and c.shape == shape and x.view(it) == 0:
         # where(c, +0.0, y), the ReLU gradient: y & (c - 1), c - 1 being all bits set
         # where c is False and none where it is True; two passes fewer
         m = c.astype(it)

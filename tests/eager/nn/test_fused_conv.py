@@ -289,3 +289,34 @@ def test_lenet_step_matches_pytorch():
         out.append([loss.detach().numpy()] + [t.grad.numpy() for t in w])
     for a, b in zip(*out):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
+
+
+def test_func_transforms_through_the_fused_nodes_match_torch_func():
+    """eager.func.jvp (double backward), grad and jacrev through conv2d/relu/max_pool2d."""
+    r = np.random.default_rng(16)
+    x, v = r.standard_normal((2, 3, 6, 6)), r.standard_normal((2, 3, 6, 6))
+    w, b = r.standard_normal((4, 3, 3, 3)), r.standard_normal(4)
+
+    def net(lib, F_):
+        return lambda t: F_.max_pool2d(F_.relu(F_.conv2d(t, lib.tensor(w), lib.tensor(b))), 2)
+
+    fe, ft = net(eager, F), net(torch, TF)
+    _, te = eager.func.jvp(fe, (eager.tensor(x),), (eager.tensor(v),))
+    _, tt = torch.func.jvp(ft, (torch.tensor(x),), (torch.tensor(v),))
+    np.testing.assert_allclose(te.numpy(), tt.numpy(), rtol=1e-12, atol=1e-12)
+    je = eager.func.jacrev(fe)(eager.tensor(x))
+    jt = torch.func.jacrev(ft)(torch.tensor(x))
+    np.testing.assert_allclose(je.numpy(), jt.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_keep_cols_off_rebuilds_the_columns():
+    import eager.nn._fused as FU
+
+    r = np.random.default_rng(17)
+    arrs = [r.standard_normal(s) for s in ((2, 16, 6, 6), (32, 16, 3, 3), (32,))]
+    old = FU.KEEP_COLS
+    try:
+        FU.KEEP_COLS = False
+        _check(F.conv2d, TF.conv2d, arrs, np.float64)
+    finally:
+        FU.KEEP_COLS = old
