@@ -15,6 +15,7 @@ import numpy as np
 import eager.ops.conv as _C
 from eager.ops.registry import Meta
 from ..surface import TensorOps, _const_like
+from ._fused import fused_conv2d, fused_max_pool2d
 
 __all__: list = [
     "conv1d",
@@ -116,10 +117,18 @@ def conv2d(
     _check_nonneg(stride, pad, dilation)
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
-    out = x._op(
-        "conv2d", _BWD, weight, stride=stride, padding=pad, dilation=dilation, groups=int(groups)
-    )
-    out = _add_bias(out, bias, tuple(weight.shape), int(weight.shape[0]), 2)
+    out = fused_conv2d(x, weight, bias, stride, pad, dilation, int(groups))
+    if out is None:  # (else one node, the bias inside: eager/nn/_fused.py)
+        out = x._op(
+            "conv2d",
+            _BWD,
+            weight,
+            stride=stride,
+            padding=pad,
+            dilation=dilation,
+            groups=int(groups),
+        )
+        out = _add_bias(out, bias, tuple(weight.shape), int(weight.shape[0]), 2)
     return out.squeeze(0) if unbatched else out
 
 
@@ -327,7 +336,9 @@ def max_pool2d(
     k, s, p, d = _pool_args(kernel_size, stride, padding, dilation)
     x, unbatched = _batched(input, 2)
     attrs = dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=bool(ceil_mode))
-    out = x._op("max_pool2d", "MaxPool2DWithIndicesBackward0", **attrs)
+    out = None if return_indices else fused_max_pool2d(x, k, s, p, d, bool(ceil_mode))
+    if out is None:  # (else one node that keeps the maxima: eager/nn/_fused.py)
+        out = x._op("max_pool2d", "MaxPool2DWithIndicesBackward0", **attrs)
     if unbatched:
         out = out.squeeze(0)
     if not return_indices:

@@ -1,7 +1,9 @@
-"""Fused eager kernels of softmax, log_softmax, layer_norm and cross_entropy.
+"""Fused eager kernels of softmax, log_softmax, layer_norm, cross_entropy, embedding,
+conv2d (bias included) and tiling max_pool2d.
 
 Each is one backward node (PyTorch's ``SoftmaxBackward0``, ``LogSoftmaxBackward0``,
-``NativeLayerNormBackward0``, ``NllLossBackward0``) whose forward and gradient are a
+``NativeLayerNormBackward0``, ``NllLossBackward0``, ``EmbeddingBackward0``,
+``ConvolutionBackward0``, ``MaxPool2DWithIndicesBackward0``) whose forward and gradient are a
 few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
 composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
 graphc traces, and what these functions fall back to outside their fast path).  The
@@ -27,6 +29,8 @@ from typing import Any, Optional
 import numpy as np
 
 import eager.methods.stats as _MS
+import eager.ops.conv as _C
+from eager.ops.registry import Meta as _Meta
 from ..autograd.function import Function
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
@@ -384,3 +388,161 @@ def fused_embedding(input: Any, weight: Any) -> Optional[Any]:
     if w.dtype not in _FAST or w.ndim != 2 or w.size == 0:
         return None
     return _Embedding.apply(weight, input._data.copy())  # (kept: a later write must not change it)
+
+
+# --- conv2d and max_pool2d (W7's CNN) -------------------------------------------------------
+
+_CONV_BWD2 = "ConvolutionBackwardBackward0"
+
+#: whether the fused conv2d keeps its im2col columns for the weight gradient (faster
+#: backward, more memory held between forward and backward) or rebuilds them from x
+KEEP_COLS = True
+_POOL_BWD = "MaxPool2DWithIndicesBackward0"
+
+
+@frees_ctx
+class _Conv2d(Function):
+    """conv2d of a batched input plus its bias as one node (PyTorch's
+    ``ConvolutionBackward0`` also covers the bias): the forward keeps its im2col columns
+    (when the weight needs a gradient), so the weight gradient is one product of them
+    with the incoming gradient instead of a second im2col of x."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Any, w: Any, b: Any, stride: tuple, pad: tuple, dil: tuple, groups: int
+    ) -> Any:
+        out, cols = _C.conv2d_keep_cols(x._data, w._data, stride, pad, dil, groups)
+        if b is not None:
+            out += b._data.reshape(1, -1, 1, 1)
+        ctx.save_for_backward(x, w)
+        ctx.cols = cols if w.requires_grad and KEEP_COLS else None
+        ctx.p = dict(stride=stride, padding=pad, dilation=dil, groups=groups)
+        return Tensor._make(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, w = ctx.saved_tensors  # (checks their versions, as PyTorch's)
+        nx, nw, nb = ctx.needs_input_grad[:3]
+        p = ctx.p
+        size = tuple(int(v) for v in x.shape[2:])
+        ksize = tuple(int(v) for v in w.shape[2:])
+        gx = gw = gb = None
+        if is_grad_enabled():  # create_graph: the composite's differentiable ops
+            if nx:
+                gx = grad._op("conv2d_input_grad", _CONV_BWD2, w, input_size=size, **p)
+            if nw:
+                gw = x._op("conv2d_weight_grad", _CONV_BWD2, grad, kernel_size=ksize, **p)
+            if nb:
+                gb = grad.sum((0, 2, 3))
+            return gx, gw, gb, None, None, None, None
+        dt = x._data.dtype
+        g = grad._data.astype(dt, copy=False)
+        if nx:
+            gx = _fresh(_C._conv2d_input_grad(g, w._data, input_size=size, **p))
+        if nw:
+            cols = ctx.cols
+            if cols is None and x._data.size and g.size:  # (w did not need it in forward)
+                gw = _fresh(_C._conv2d_weight_grad(x._data, g, kernel_size=ksize, **p))
+            else:
+                gw = _fresh(_C.conv2d_weight_grad_cols(cols, g, p["groups"], w._data.shape))
+        if nb:
+            gb = _fresh(g.sum(axis=(0, 2, 3)))
+        return gx, gw, gb, None, None, None, None
+
+
+_Conv2d._backward_cls.__name__ = "ConvolutionBackward0"
+_Conv2d._backward_cls.__qualname__ = "ConvolutionBackward0"
+
+
+def fused_conv2d(
+    x: Any, weight: Any, bias: Any, stride: tuple, pad: tuple, dilation: tuple, groups: int
+) -> Optional[Any]:
+    """``F.conv2d`` of a batched (N, C, H, W) float32/float64 eager tensor (plus its bias)
+    as one ``ConvolutionBackward0`` node, when ``weight`` (and ``bias``, if given) are
+    eager tensors of the same dtype, the bias of shape (C_out,); else None (the caller
+    runs the composite: a traced value, another dtype, an empty input...).  Shape errors
+    are the composite's (the conv2d record's checks run first)."""
+    if not _fast_input(x) or x._data.ndim != 4 or weight.__class__ is not Tensor:
+        return None
+    dt = x._data.dtype
+    w = weight._data
+    if w.dtype != dt or w.ndim != 4:
+        return None
+    if bias is not None and (
+        bias.__class__ is not Tensor or bias._data.dtype != dt or bias._data.shape != w.shape[:1]
+    ):
+        return None
+    return _Conv2d.apply(x, weight, bias, stride, pad, dilation, int(groups))
+
+
+@frees_ctx
+class _MaxPool2d(Function):
+    """max_pool2d over windows that tile the input (stride == kernel_size, no padding or
+    dilation) as one node that keeps the window maxima: the gradient goes to the first
+    tap (row-major) equal to its window's maximum, PyTorch's tie rule, without
+    recomputing the maxima.  A NaN in the input, a non-finite gradient or an output
+    modified in place take the general scatter (``max_pool2d_grad``)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, k: tuple, ceil_mode: bool) -> Any:
+        a = x._data
+        best = _C._tiled_values(_C._tiles(a, k, k, (0, 0), (1, 1), ceil_mode))
+        res = Tensor._make(best)
+        ctx.save_for_backward(x)
+        ctx.best, ctx.ver = best, res._version
+        ctx.attrs = dict(
+            kernel_size=k, stride=k, padding=(0, 0), dilation=(1, 1), ceil_mode=ceil_mode
+        )
+        return res
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        (x,) = ctx.saved_tensors  # (checks its version, as PyTorch's)
+        attrs = ctx.attrs
+        if is_grad_enabled():  # create_graph: the composite's differentiable op
+            return x._op("max_pool2d_grad", _POOL_BWD, grad, **attrs), None, None
+        a, best = x._data, ctx.best
+        g = grad._data.astype(a.dtype, copy=False)
+        if ctx.ver[0] != 0 or np.isnan(best).any() or not np.isfinite(g).all():
+            return _fresh(_C._max_pool2d_grad(a, g, **attrs)), None, None
+        kh, kw = attrs["kernel_size"]
+        xr = _C._tiles(a, (kh, kw), (kh, kw), (0, 0), (1, 1), attrs["ceil_mode"])
+        out = np.zeros(a.shape, a.dtype)
+        dst = _C._tiles(out, (kh, kw), (kh, kw), (0, 0), (1, 1), attrs["ceil_mode"])
+        free = np.ones(best.shape, bool)  # windows whose argmax is not found yet
+        hit = np.empty(best.shape, bool)
+        last = kh * kw - 1
+        for k in range(kh * kw):  # the first tap equal to the maximum gets g
+            i, j = divmod(k, kw)
+            np.equal(xr[:, :, :, i, :, j], best, out=hit)
+            if k:
+                np.logical_and(hit, free, out=hit)
+            np.multiply(g, hit, out=dst[:, :, :, i, :, j])
+            if k < last:
+                np.not_equal(free, hit, out=free)
+        # PyTorch adds g to zeros: +0.0 where g * False gave -0.0 (and -0.0 + 0 -> +0.0)
+        np.add(out, a.dtype.type(0), out=out)
+        return _fresh(out), None, None
+
+
+_MaxPool2d._backward_cls.__name__ = _POOL_BWD
+_MaxPool2d._backward_cls.__qualname__ = _POOL_BWD
+
+
+def fused_max_pool2d(
+    x: Any, k: tuple, s: tuple, p: tuple, d: tuple, ceil_mode: bool
+) -> Optional[Any]:
+    """``F.max_pool2d`` (no ``return_indices``) of a batched float32/float64 eager tensor
+    whose windows tile it (``stride == kernel_size``, no padding, no dilation, fewer
+    than 128 taps) as one ``MaxPool2DWithIndicesBackward0`` node that keeps the maxima
+    for the gradient; else None (the caller runs the composite)."""
+    if not _fast_input(x) or x._data.ndim != 4:
+        return None
+    if tuple(s) != tuple(k) or any(p) or tuple(d) != (1, 1) or k[0] * k[1] >= 128:
+        return None
+    a = x._data
+    attrs = dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=bool(ceil_mode))
+    _C._max_pool2d_shape(_Meta(a.shape, a.dtype), **attrs)  # (the composite's errors)
+    if _C._tiles(a, k, k, (0, 0), (1, 1), bool(ceil_mode)) is None:
+        return None
+    return _MaxPool2d.apply(x, tuple(k), bool(ceil_mode))

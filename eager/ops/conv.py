@@ -284,6 +284,9 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
         return _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size)
     if not (Ho and Wo and N):
         return np.zeros((N, Cg * groups, H, W), g.dtype)
+    if stride == (1, 1) or tuple(stride) == (1, 1):
+        if np.isfinite(w).all():  # (the shifted sums below add 0 * w: w must be finite)
+            return _input_grad_shifted(g, w, padding, dilation, groups, input_size)
     # channel-major: xp is (C, N, H, W) padded, the products' columns (N, Ho, Wo)
     xp = np.zeros((groups, Cg, N, H + pt + pb, W + pl + pr), g.dtype)
     sh, sw = stride
@@ -299,6 +302,36 @@ def _conv2d_input_grad(g, w, stride, padding, dilation, groups, input_size):
             dst = xp[..., h0 : h0 + sh * (Ho - 1) + 1 : sh, w0 : w0 + sw * (Wo - 1) + 1 : sw]
             np.add(dst, cols[:, a, b], out=dst)
     xp = xp.reshape(groups * Cg, N, H + pt + pb, W + pl + pr)
+    return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W].transpose(1, 0, 2, 3))
+
+
+def _input_grad_shifted(g, w, padding, dilation, groups, input_size):
+    """conv2d_input_grad for stride 1 (and finite w): the gradient's rows padded with zeros
+    to the padded input's width Wp, so that each kernel tap's block of the product is
+    added to the flat padded input at one offset (a * dilation_h * Wp + b * dilation_w):
+    kh * kw contiguous adds instead of kh * kw strided ones over rows of Wo elements.  The
+    pad columns of the product are exact zeros (0 * finite w), which land in pad columns
+    or in the slack at the end of each row of the flat buffer."""
+    N, Co, Ho, Wo = g.shape
+    _, Cg, kh, kw = w.shape
+    H, W = input_size
+    pt, pb, pl, pr = padding
+    Hp, Wp = H + pt + pb, W + pl + pr
+    Og = Co // groups
+    gp = np.zeros((Co, N, Ho, Wp), g.dtype)
+    gp[..., :Wo] = g.transpose(1, 0, 2, 3)
+    wt = w.reshape(groups, Og, Cg, kh, kw).transpose(0, 3, 4, 2, 1)
+    wt = wt.reshape(groups, kh * kw * Cg, Og)
+    cols = np.matmul(wt, gp.reshape(groups, Og, N * Ho * Wp))  # (groups, kh*kw*Cg, N*Ho*Wp)
+    cols = cols.reshape(groups, kh, kw, Cg, N, Ho * Wp)
+    span = Ho * Wp
+    flat = np.zeros((groups, Cg, N, Hp * Wp + dilation[1] * (kw - 1)), g.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            off = a * dilation[0] * Wp + b * dilation[1]
+            dst = flat[..., off : off + span]
+            np.add(dst, cols[:, a, b], out=dst)
+    xp = flat[..., : Hp * Wp].reshape(groups * Cg, N, Hp, Wp)
     return np.ascontiguousarray(xp[:, :, pt : pt + H, pl : pl + W].transpose(1, 0, 2, 3))
 
 
@@ -326,6 +359,52 @@ def _conv2d_weight_grad(x, g, stride, padding, dilation, groups, kernel_size):
     return out.reshape(Co, Cg, kh, kw)
 
 
+def conv2d_keep_cols(x, w, stride, padding, dilation, groups) -> tuple:
+    """(conv2d(x, w), the im2col columns it multiplied, or None for an empty output):
+    eager's fused ConvolutionBackward0 keeps the columns for the weight gradient
+    (:func:`conv2d_weight_grad_cols`) instead of rebuilding them from x."""
+    _conv2d_shape(Meta(x.shape, x.dtype), Meta(w.shape, w.dtype), stride, padding, dilation, groups)
+    N, C, H, W = x.shape
+    Co, Cg, kh, kw = w.shape
+    Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
+    if not (N and Ho and Wo):
+        return np.zeros((N, Co, Ho, Wo), x.dtype), None
+    if not _one_product(Co // groups, Cg * kh * kw):
+        cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+        return _per_item_product(cols, w, N, Ho, Wo, groups), cols
+    cols = _im2col(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
+    out = np.matmul(w.reshape(groups, Co // groups, Cg * kh * kw), cols)
+    return np.ascontiguousarray(out.reshape(Co, N, Ho, Wo).transpose(1, 0, 2, 3)), cols
+
+
+def conv2d_weight_grad_cols(cols, g, groups: int, weight_shape: tuple) -> np.ndarray:
+    """conv2d_weight_grad from the columns :func:`conv2d_keep_cols` returned with the
+    forward (the same products as :func:`_conv2d_weight_grad`)."""
+    Co, Cg, kh, kw = weight_shape
+    if cols is None:
+        return np.zeros(weight_shape, g.dtype)
+    Og = Co // groups
+    if cols.ndim == 3:  # (groups, K, N*Ho*Wo): one product per group, the batch inside
+        out = np.matmul(_channel_major(g, groups), cols.transpose(0, 2, 1))
+        return out.reshape(weight_shape)
+    N, _, K, P = cols.shape  # (N, groups, K, Ho*Wo): per batch item, then summed
+    res = np.zeros((groups, Og, K), g.dtype)
+    gm = g.reshape(N, groups, Og, P)
+    for k in range(groups):
+        np.sum(np.matmul(gm[:, k], cols[:, k].transpose(0, 2, 1)), axis=0, out=res[k])
+    return res.reshape(weight_shape)
+
+
+def _per_item_product(cols, w, N, Ho, Wo, groups) -> np.ndarray:
+    Co, Cg, kh, kw = w.shape
+    Og = Co // groups
+    wm = w.reshape(groups, Og, Cg * kh * kw)
+    out = np.empty((N, groups, Og, Ho * Wo), cols.dtype)
+    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
+        np.matmul(wm[k], cols[:, k], out=out[:, k])
+    return out.reshape(N, Co, Ho, Wo)
+
+
 # The per-batch-item products (numpy's batched matmul: one small BLAS call per item), for
 # thin matrices, where one large product would run on the BLAS thread pool for little work
 # (on a loaded 2-core machine that is 2-10x slower).
@@ -345,12 +424,7 @@ def _conv2d_per_item(x, w, stride, padding, dilation, groups):
     Co, Cg, kh, kw = w.shape
     Ho, Wo = _spatial_out("conv2d", H, W, kh, kw, stride, padding, dilation)
     cols = _im2col_per_item(x, kh, kw, Ho, Wo, stride, padding, dilation, groups)
-    Og = Co // groups
-    wm = w.reshape(groups, Og, Cg * kh * kw)
-    out = np.empty((N, groups, Og, Ho * Wo), x.dtype)
-    for k in range(groups):  # (Og, K) @ (N, K, P): one BLAS product per batch item
-        np.matmul(wm[k], cols[:, k], out=out[:, k])
-    return out.reshape(N, Co, Ho, Wo)
+    return _per_item_product(cols, w, N, Ho, Wo, groups)
 
 
 def _conv2d_input_grad_per_item(g, w, stride, padding, dilation, groups, input_size):

@@ -635,6 +635,13 @@ def _select_bits(c, x, y):
     ReLU gradient's)."""
     shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
     it = _SAME_SIZE_INT[x.dtype.itemsize]
+    if x.ndim == 0 and y.shape == shape and c.shape == shape and x.view(it) == 0:
+        # where(c, +0.0, y), the ReLU gradient: y & (c - 1), c - 1 being all bits set
+        # where c is False and none where it is True; two passes fewer
+        m = c.astype(it)
+        np.subtract(m, it(1), out=m)
+        np.bitwise_and(y.view(it), m, out=m)
+        return m.view(x.dtype)
     # astype, not a view as int8: a bool array made by viewing other bytes (uint8 2
     # viewed as bool) holds bytes other than 0/1, which np.where takes as True; the cast
     # gives 0/1 for them

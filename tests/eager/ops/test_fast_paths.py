@@ -31,6 +31,10 @@ def test_where_bit_select_is_np_where_bit_for_bit(dt, it):
         (c[:1], x, y),
         (c, x[:, :1], y[0]),
         (c, np.zeros((), dt), y),
+        (c, np.array(-0.0, dt), y),  # not the +0.0 fast case: -0.0's bits are not 0
+        (c.T, np.zeros((), dt), x.T),  # the +0.0 case (ReLU's gradient), non-contiguous
+        (c[:1], np.zeros((), dt), y),  # +0.0 with a broadcast condition (W8's causal mask)
+        (c, np.zeros((), dt), y[:1]),  # +0.0 with a broadcast y
         (c[0], x, np.array(np.nan, dt)),
         (c.T, x.T, y.T),  # non-contiguous
         (c[:, ::2], x[:, ::2], y[:, 1::2]),
