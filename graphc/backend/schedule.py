@@ -1251,7 +1251,7 @@ class Schedule:
             return None
         taken = {d for n, d in self.reuse.items() if n in kern.writes}
         ident = cstrides(kern.space)
-        views = self._loop_views(kern)
+        views: Optional[list] = None  # found only for an operand that passes the rest
         for o in sorted(kern.reads, key=repr):
             if not isinstance(o, int) or o in taken or o in kern.writes:
                 continue
@@ -1266,6 +1266,8 @@ class Schedule:
             # overwrite elements 2i and 2i+1 before they are loaded)
             if self.shape(o) != kern.space or self.dtype(o).itemsize != self.dtype(b).itemsize:
                 continue
+            if views is None:
+                views = self._loop_views(kern)
             if all(
                 v.offset == 0 and v.shape == kern.space and v.strides == ident
                 for v in views
@@ -1397,7 +1399,8 @@ class Schedule:
         its slot), ``"buffers"``: the ``top`` largest live there, largest first, as dicts
         ``node`` (the node's one-line description, or a loop's scratch key), ``bytes``,
         ``offset``, ``kernels`` (first and last kernel using it) and ``over`` (the node
-        whose slot it took, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
+        whose slot it took, or None) and ``recomputes`` (the node a rematerialized copy
+        recomputes for late readers, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
         difference is fragmentation (free blocks too small for what came next)."""
         best_k, best, best_live = -1, -1, []
         for ki in range(len(self.kernels)):
@@ -1418,6 +1421,7 @@ class Schedule:
                     "offset": off,
                     "kernels": (start, end),
                     "over": self.reuse.get(b),
+                    "recomputes": self.remat.get(b),
                 }
             )
         return {
@@ -1438,6 +1442,8 @@ class Schedule:
         ]
         for d in p["buffers"]:
             over = f", over %{d['over']}" if d["over"] is not None else ""
+            if d.get("recomputes") is not None:
+                over += f", recomputes %{d['recomputes']}"
             k0, k1 = d["kernels"]
             lines.append(f"  {d['bytes']:>10} B @{d['offset']:<9} k{k0}-k{k1}{over}  {d['node']}")
         return "\n".join(lines)
