@@ -618,9 +618,7 @@ class Schedule:
         that read them after the peak kernel (see :meth:`_rematerialize`)."""
         if not self.intervals or len(self.kernels) > REORDER_LIMIT:
             return []
-        peak = self.peak(0)["kernel"]
-        if peak < 0:
-            return []
+        peak = self._peak_kernel()
         last_use = self._last_uses()
         outs = set(self.g.outputs)
         aliased: dict = {}  # buffer -> view nodes of it
@@ -652,6 +650,23 @@ class Schedule:
                 continue
             found.append((b, sorted(late)))
         return sorted(found)
+
+    def _peak_kernel(self) -> int:
+        """The kernel at which the live arena bytes peak (the first such), as ``peak()``
+        finds it, in one sweep: a value stored over its operand shares the operand's
+        slot at the kernel that writes it, so it counts from the next kernel."""
+        delta = [0] * (len(self.kernels) + 2)
+        for start, end, b, nbytes, _off in self.intervals:
+            first = start + 1 if b in self.reuse else start
+            if first <= end:
+                delta[first] += nbytes
+                delta[end + 1] -= nbytes
+        best, best_k, live = -1, -1, 0
+        for ki in range(len(self.kernels)):
+            live += delta[ki]
+            if live > best:
+                best, best_k = live, ki
+        return best_k
 
     def _remat_leaves_ok(self, v: int, late_from: int, last_use: dict) -> bool:
         """Is ``v`` made of :data:`REMAT_OPS` over scalars and over buffers that are inputs,
