@@ -95,8 +95,13 @@ class Schedule:
         poison: bool = False,
         inplace: Optional[dict] = None,
         _nesting: int = 0,
+        _remat: Optional[dict] = None,
+        _order: Optional[list] = None,
     ) -> None:
         self.g = g
+        # a node recomputed for late readers (a copy of a cheap elementwise node, see
+        # _rematerialize) -> the node it recomputes
+        self.remat: dict = dict(_remat or {})
         self.nesting = _nesting  # how many loops' bodies this graph is inside
         self.inplace_requested = dict(inplace or {})  # output index -> input index
         self.inplace: dict = {}  # the pairs found safe: output k written over input i
@@ -107,7 +112,7 @@ class Schedule:
         self.reuse: dict = {}  # arena buffer -> the operand whose slot it is written over
         self.intervals: list = []  # (first kernel, last kernel, buffer, nbytes, offset)
         self.kernel_of: dict = {}  # arena buffer -> the kernel writing it
-        self.order = g.topo_order()
+        self.order = list(_order) if _order is not None else g.topo_order()
         self.pos = {n: i for i, n in enumerate(self.order)}
         self.views: dict = {}  # node -> View for buffer-backed nodes
         self.scalars: dict = {}  # node -> numpy 0-d const
@@ -122,7 +127,8 @@ class Schedule:
         self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
         self.arena_bytes = 0
         self.loops: dict = {}  # scan/while node -> LoopPlan (its graphs' own schedules)
-        self._check_dtypes()
+        if _remat is None:  # a rematerialized plan's graph has the same types
+            self._check_dtypes()
         self._classify()
         self._choose_fusion()
         self._build_kernels()
@@ -130,6 +136,8 @@ class Schedule:
         self._store_masks_early()
         self._check_bounds()
         self._choose_inplace()
+        if _remat is None and fuse and _nesting == 0:
+            self._rematerialize()
 
     # --- helpers ---------------------------------------------------------------
     def nd(self, n: int) -> dict:
@@ -151,7 +159,8 @@ class Schedule:
                     f"{describe(self.g, n)}: dtype {d['dtype']} is not supported by the native "
                     "backend (float32, float64, int64, int32, bool); use backend='interpreter'"
                 )
-            check_size(d["shape"], d["dtype"], describe(self.g, n), error=TooBigError)
+            if numel(d["shape"]) * np.dtype(d["dtype"]).itemsize > MAX_BYTES:  # named lazily
+                check_size(d["shape"], d["dtype"], describe(self.g, n), error=TooBigError)
 
     def _own(self, n: int) -> View:
         shp = self.shape(n)
@@ -438,7 +447,7 @@ class Schedule:
             kern.reads = self._reads(kern)
             dep = max((produced_by.get(b, -1) for b in kern.reads), default=-1)
             target = None
-            if kern.kind == "loop" and self.fuse and numel(kern.space) > 0:
+            if kern.kind == "loop" and self.fuse and numel(kern.space) > 0 and n not in self.remat:
                 for gi in reversed(groups.get(kern.space, [])):
                     if gi > dep or (gi == dep and self._reads_in_register(kern, gi, produced_by)):
                         target = gi
@@ -537,6 +546,204 @@ class Schedule:
                     k.stores, k.writes, k.reads = st, wr, rd
                 self.kernels = state[0]
                 self._restore_plan(state)
+
+    # --- rematerialization: recompute a cheap value for its late readers --------------
+    def _rematerialize(self) -> None:
+        """Recompute cheap elementwise values for the kernels that read them after the
+        arena's peak, so the stored values die at their last readers before the peak,
+        when the whole plan then needs a smaller arena.
+
+        A training step keeps forward values for the backward: softmax's probabilities
+        ``exp / sum`` are a forward product's operand and, transposed, a backward
+        product's; a GELU's output ``x * Phi`` and a layer norm's output likewise
+        (``exp``, ``sum``, ``x``, the ``erf`` term, the norm's input, mean and
+        reciprocal deviation are kept anyway, for the gradient formulas).  Each such
+        value lived from the forward to the backward, across the peak.  A copy of the
+        node (the same op on the same operands, its fused operands recomputed with it, as
+        every kernel recomputes a fused value: the same code, so the same bits) is read by
+        the late readers instead, and runs after every reader of the original.  A
+        candidate (:meth:`_remat_candidates`) is live at the peak, has readers before and
+        after it, and is computed by a loop kernel from nothing but exact cheap ops
+        (:data:`REMAT_OPS`) over scalars, constants, inputs and buffers live at its
+        first late reader anyway.  All candidates of a plan are recomputed together in
+        one new plan, for at most :data:`REMAT_ROUNDS` rounds (each plans the graph
+        again; the peak moves); a new plan is kept only when its arena is smaller and it
+        writes the same outputs over the same inputs (in-place updates are decided per
+        plan)."""
+        best = self
+        tried: set = set()
+        for _ in range(REMAT_ROUNDS):
+            cands = best._remat_candidates(tried)
+            if not cands:
+                break
+            g2 = best.g.copy()
+            order = list(best.order)
+            remat = dict(best.remat)
+            for v, late in cands:
+                tried.add(v)
+                d = best.nd(v)
+                c = g2.add_node(
+                    d["op"],
+                    d["operands"],
+                    d["attrs"],
+                    shape=d["shape"],
+                    dtype=d["dtype"],
+                    src=d.get("src", ""),
+                    role=d.get("role", "forward"),
+                    by="remat",
+                )
+                for u in late:
+                    ops = g2.nx.nodes[u]["operands"]
+                    g2.set_operands(u, [c if o == v else o for o in ops])
+                first = min(order.index(u) for u in late)
+                order.insert(first, c)
+                remat[c] = best.remat.get(v, v)
+            alt = Schedule(
+                g2,
+                fuse=self.fuse,
+                poison=self.poison,
+                inplace=self.inplace_requested,
+                _nesting=self.nesting,
+                _remat=remat,
+                _order=order,
+            )
+            if alt.arena_bytes >= best.arena_bytes or alt.inplace != best.inplace:
+                break
+            best = alt
+        if best is not self:
+            self.__dict__.update(best.__dict__)
+
+    def _remat_candidates(self, tried: set) -> list:
+        """``[(node, late users)]``: the arena values worth recomputing for the graph nodes
+        that read them after the peak kernel (see :meth:`_rematerialize`)."""
+        if not self.intervals or len(self.kernels) > REORDER_LIMIT:
+            return []
+        peak = self._peak_kernel()
+        last_use = self._last_uses()
+        outs = set(self.g.outputs)
+        aliased: dict = {}  # buffer -> view nodes of it
+        for o, vw in self.views.items():
+            if vw.buf != o and isinstance(vw.buf, int):
+                aliased.setdefault(vw.buf, []).append(o)
+        found = []
+        for start, end, b, _nbytes, _off in self.intervals:
+            if not (isinstance(b, int) and start < peak < end) or b in tried or b in outs:
+                continue
+            if b in self.out_buffer or b in self.copies or b in self.costly:
+                continue
+            if self.nd(b)["op"] not in REMAT_OPS or self.kernels[start].kind != "loop":
+                continue
+            late_from = min(
+                (ki for ki in range(peak + 1, len(self.kernels)) if b in self.kernels[ki].reads),
+                default=None,
+            )
+            if late_from is None or not self._remat_leaves_ok(b, late_from, last_use):
+                continue
+            users = self._remat_users(b, aliased)
+            if users is None:
+                continue
+            early = {u for u, ks in users.items() if max(ks) <= peak}
+            late = {u for u, ks in users.items() if min(ks) > peak}
+            if not early or not late or early | late != set(users):
+                continue
+            if set(self.g.users(b)) != set(users):
+                continue
+            found.append((b, sorted(late)))
+        return sorted(found)
+
+    def _peak_kernel(self) -> int:
+        """The kernel at which the live arena bytes peak (the first such), as ``peak()``
+        finds it, in one sweep: a value stored over its operand shares the operand's
+        slot at the kernel that writes it, so it counts from the next kernel."""
+        delta = [0] * (len(self.kernels) + 2)
+        for start, end, b, nbytes, _off in self.intervals:
+            first = start + 1 if b in self.reuse else start
+            if first <= end:
+                delta[first] += nbytes
+                delta[end + 1] -= nbytes
+        best, best_k, live = -1, -1, 0
+        for ki in range(len(self.kernels)):
+            live += delta[ki]
+            if live > best:
+                best, best_k = live, ki
+        return best_k
+
+    def _remat_leaves_ok(self, v: int, late_from: int, last_use: dict) -> bool:
+        """Is ``v`` made of :data:`REMAT_OPS` over scalars and over buffers that are inputs,
+        constants or arena values still live at kernel ``late_from``?"""
+        stack, seen = [v], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n != v and (n in self.scalars or n in self.views):
+                if n in self.scalars:
+                    continue
+                buf = self.views[n].buf
+                if isinstance(buf, tuple):
+                    if buf[0] not in ("in", "const"):
+                        return False
+                elif last_use.get(buf, -1) < late_from or buf in self.remat:
+                    return False
+                continue
+            if self.nd(n)["op"] not in REMAT_OPS:
+                return False
+            stack += list(self.nd(n)["operands"])
+        return True
+
+    def _remat_users(self, v: int, aliased: dict) -> Optional[dict]:
+        """Graph users of ``v`` -> the kernels reading ``v``'s buffer on their behalf (a
+        view of ``v`` counts for the user it goes through), or None if some read of the
+        buffer cannot be traced to a user."""
+        views_of = set(aliased.get(v, ())) | {v}
+
+        def direct(x: int) -> Optional[int]:
+            # the user of v that x (v itself or a chain of views of it) goes through
+            while x != v:
+                ops = self.nd(x)["operands"]
+                if not ops:
+                    return None
+                if ops[0] == v:
+                    return x
+                x = ops[0]
+            return None
+
+        users: dict = {}
+        for ki, k in enumerate(self.kernels):
+            if v not in k.reads:
+                continue
+            found: set = set()
+            if k.kind == "loop":
+                stores = {n for n, _ in k.stores}
+                roots = self.kernel_roots(k)
+                computed = [
+                    r
+                    for r in roots
+                    if r in stores or (r not in self.views and r not in self.scalars)
+                ]
+                for n in self.expr_nodes(computed):
+                    for o in self.nd(n)["operands"]:
+                        if o in views_of and o not in computed:
+                            found.add(n if o == v else direct(o))
+                for r in roots:
+                    if r not in computed and r in views_of:
+                        found.add(direct(r))
+                for n, dest in k.stores:
+                    if n in self.copies and self.copies[n] is not None and self.copies[n].buf == v:
+                        found.add(direct(n))
+                for r in k.reduces:
+                    if self.nd(r)["operands"][0] == v:
+                        found.add(r)
+            elif k.node is not None and k.node not in self.summed:
+                for o in self.nd(k.node)["operands"]:
+                    if o in views_of:
+                        found.add(k.node if o == v else direct(o))
+            if not found or None in found:
+                return None
+            for u in found:
+                users.setdefault(u, []).append(ki)
+        return users
 
     def _mask_source(self, n: int, space: tuple) -> Optional[int]:
         """The one buffer-backed node fused bool value ``n`` is computed from (its own
@@ -735,9 +942,13 @@ class Schedule:
         buffer's last write (read-after-write, write-after-write, write-after-read)."""
         last_writer: dict = {}
         readers: dict = {}
+        all_readers: dict = {}  # buffer -> every kernel reading it so far
         deps = []
         for j, k in enumerate(self.kernels):
             ds = set()
+            for c in k.writes:  # a recomputed value comes after the original's readers
+                if c in self.remat:
+                    ds.update(all_readers.get(self.remat[c], ()))
             for b in k.reads:
                 if b in last_writer:
                     ds.add(last_writer[b])
@@ -749,6 +960,7 @@ class Schedule:
             deps.append(ds)
             for b in k.reads:
                 readers.setdefault(b, set()).add(j)
+                all_readers.setdefault(b, set()).add(j)
             for b in self._writes_for_order(k):
                 last_writer[b] = j
                 readers[b] = set()
@@ -1054,7 +1266,7 @@ class Schedule:
             return None
         taken = {d for n, d in self.reuse.items() if n in kern.writes}
         ident = cstrides(kern.space)
-        views = self._loop_views(kern)
+        views: Optional[list] = None  # found only for an operand that passes the rest
         for o in sorted(kern.reads, key=repr):
             if not isinstance(o, int) or o in taken or o in kern.writes:
                 continue
@@ -1069,6 +1281,8 @@ class Schedule:
             # overwrite elements 2i and 2i+1 before they are loaded)
             if self.shape(o) != kern.space or self.dtype(o).itemsize != self.dtype(b).itemsize:
                 continue
+            if views is None:
+                views = self._loop_views(kern)
             if all(
                 v.offset == 0 and v.shape == kern.space and v.strides == ident
                 for v in views
@@ -1129,19 +1343,23 @@ class Schedule:
         Safe when the output is stored by a loop kernel K that reads the input only at
         the element it writes (same index space, identity strides, no copies), and no
         kernel after K reads that input."""
+        last_writer: dict = {}
+        last_reader: dict = {}
+        for ki, kern in enumerate(self.kernels):
+            for b in kern.writes:
+                last_writer[b] = ki
+            for b in kern.reads:
+                last_reader[b] = ki
         for k, i in sorted(self.inplace_requested.items()):
             o = self.g.outputs[k]
             if self.out_buffer.get(o) != k or o in self.copies:
                 continue
             src = ("in", i)
-            writer = None
-            for ki, kern in enumerate(self.kernels):
-                if o in kern.writes:
-                    writer = ki
+            writer = last_writer.get(o)
             if writer is None:
                 continue
             kern = self.kernels[writer]
-            if kern.kind != "loop" or any(src in kk.reads for kk in self.kernels[writer + 1 :]):
+            if kern.kind != "loop" or last_reader.get(src, -1) > writer:
                 continue
             if self.shape(o) != kern.space or self.shape(self.g.inputs[i]) != kern.space:
                 continue
@@ -1196,7 +1414,8 @@ class Schedule:
         its slot), ``"buffers"``: the ``top`` largest live there, largest first, as dicts
         ``node`` (the node's one-line description, or a loop's scratch key), ``bytes``,
         ``offset``, ``kernels`` (first and last kernel using it) and ``over`` (the node
-        whose slot it took, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
+        whose slot it took, or None) and ``recomputes`` (the node a rematerialized copy
+        recomputes for late readers, or None)}``.  ``live_bytes`` is at most ``arena_bytes``: the
         difference is fragmentation (free blocks too small for what came next)."""
         best_k, best, best_live = -1, -1, []
         for ki in range(len(self.kernels)):
@@ -1217,6 +1436,7 @@ class Schedule:
                     "offset": off,
                     "kernels": (start, end),
                     "over": self.reuse.get(b),
+                    "recomputes": self.remat.get(b),
                 }
             )
         return {
@@ -1237,6 +1457,8 @@ class Schedule:
         ]
         for d in p["buffers"]:
             over = f", over %{d['over']}" if d["over"] is not None else ""
+            if d.get("recomputes") is not None:
+                over += f", recomputes %{d['recomputes']}"
             k0, k1 = d["kernels"]
             lines.append(f"  {d['bytes']:>10} B @{d['offset']:<9} k{k0}-k{k1}{over}  {d['node']}")
         return "\n".join(lines)
@@ -1331,6 +1553,15 @@ REORDER_LIMIT = 4000
 #: How many comparisons ``Schedule._store_masks_early`` tries storing as bytes (each try
 #: plans the arena again).
 MASK_TRIES = 8
+#: How many rounds of rematerialization ``Schedule._rematerialize`` tries (each plans
+#: the graph again), and the ops a recomputed value may be made of: exact IEEE
+#: operations, whose result does not depend on the kernel (or vector lane) computing it,
+#: and cheap.
+REMAT_ROUNDS = 2
+REMAT_OPS = frozenset(
+    "add sub mul div neg abs where maximum minimum relu lt le gt ge eq ne logical_and "
+    "logical_or logical_not".split()
+)
 
 
 def _interval_key(t: tuple) -> tuple:
