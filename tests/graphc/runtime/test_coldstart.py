@@ -231,3 +231,32 @@ def test_import_graphc_does_not_load_llvmlite():
         "'graphc.runtime.native' in sys.modules, 'graphc.runtime.pool' in sys.modules)"
     )
     assert out.split() == ["False", "False", "False"]
+
+
+# --- start_backend: the one-time start-up outside a first call's timer ----------------------
+
+
+def test_start_backend_does_the_first_compiles_one_time_work_once():
+    out = _run(
+        """
+        import numpy as np
+        import graphc
+        from graphc.runtime import native, pool
+        assert pool.status is None
+        print(native.start_backend(), pool.status, native.start_backend())
+        f = graphc.compile(lambda x: (x * 2.0).sum())
+        print(float(f(np.arange(4.0))), pool.status)
+        """
+    )
+    assert out.split() == ["True", "compiled", "False", "12.0", "compiled"]
+
+
+def test_start_backend_uses_the_process_disk_cache(tmp_path):
+    code = """
+        from graphc.runtime import native, pool
+        native.start_backend()
+        print(pool.status)
+        """
+    env = {"GRAPHC_CACHE_DIR": str(tmp_path / "c")}
+    assert _run(code, **env).split() == ["disk-stored"]
+    assert _run(code, **env).split() == ["disk-hit"]
