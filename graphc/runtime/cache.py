@@ -590,11 +590,18 @@ SLIM_ENGINES = True
 
 
 def load_or_compile(
-    module_factory, disk: Optional[DiskCache], key: Optional[str], opt_level: int, name: str
+    module_factory,
+    disk: Optional[DiskCache],
+    key: Optional[str],
+    opt_level: int,
+    name: str,
+    *,
+    fast_regalloc: bool = False,
 ):
     """(JitModule, how) for a plan: from the disk cache when possible, else compiled.
 
     ``module_factory()`` builds the llvmlite module (only called on a miss);
+    ``fast_regalloc`` is passed on to ``llvm_engine.compile_module`` (quick-tier code);
     ``how`` is ``"compiled"``, ``"disk-hit"`` or ``"disk-stored"``.
 
     An MCJIT engine keeps its whole LLVM module and context alive (about
@@ -617,7 +624,9 @@ def load_or_compile(
                 return llvm_engine.load_object_code(payload, name=name), "disk-hit"
             except llvm_engine.JitError as e:  # verified bytes LLVM still refuses: recompile
                 disk._reject(disk.file_for(key), str(e))
-    mod = llvm_engine.compile_module(module_factory(), opt_level, name=name)
+    mod = llvm_engine.compile_module(
+        module_factory(), opt_level, name=name, fast_regalloc=fast_regalloc
+    )
     try:
         code = mod.object_code()
     except llvm_engine.JitError:
@@ -638,6 +647,7 @@ def load_or_compile(
         except llvm_engine.JitError:  # keep the big engine: correct, only larger
             return mod, how
         slim.opt_level = opt_level  # asm() regenerates code at the level it was built with
+        slim.fast_regalloc = fast_regalloc  # and with the same register allocation
         slim.stage_seconds = dict(mod.stage_seconds, load=time.thread_time() - t0)
         mod.close()
         mod = slim

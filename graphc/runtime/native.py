@@ -487,6 +487,7 @@ class NativeExecutable:
             key,
             opt_level,
             self.name,
+            fast_regalloc=quick is not None,  # code that runs a few times: same bits
         )
         self.tier = 1 if quick is None else 0
         quick = module = None
