@@ -410,7 +410,8 @@ if hasattr(os, "register_at_fork"):
 class NativeExecutable:
     """A compiled graph: ``run(arrays) -> tuple of new output arrays``.
 
-    ``tier`` is 0 while it runs quick code (see :data:`TIERED`), 1 once its code is
+    ``verified=True`` skips checking ``graph`` (``ir.verify``) when the caller has just
+    done so and nothing changed it since.  ``tier`` is 0 while it runs quick code (see :data:`TIERED`), 1 once its code is
     fully optimized (:meth:`upgrade`).
     """
 
@@ -423,13 +424,15 @@ class NativeExecutable:
         poison: bool = False,
         disk_cache: Optional["cache.DiskCache"] = None,
         inplace: Optional[dict] = None,
+        verified: bool = False,
     ) -> None:
         if ABI_PROBLEM is not None:
             raise GraphcError(
                 f"the native backend cannot read numpy arrays on this build "
                 f"({ABI_PROBLEM}); use backend='interpreter'"
             )
-        verify(graph, "lowering")
+        if not verified:  # graphc.compile verified this very graph after its passes
+            verify(graph, "lowering")
         self.graph = graph
         self.name = printable(name or graph.name)  # shown in every error message
         fuse = (opt_level >= 1) if fuse is None else fuse
