@@ -585,6 +585,32 @@ def _remove_ours(fname: str) -> bool:
     return False
 
 
+def _release_ir(module) -> None:
+    """Break the reference cycles of an llvmlite module nothing uses any more (parent
+    links: instruction <-> block <-> function <-> module, a block's terminator back to
+    it, phi nodes around loops, functions' arguments), so reference counting frees it
+    when the last name goes instead of the cyclic garbage collector having to walk its
+    tens of thousands of objects (W8's step: ~190 ms of collections in its first two
+    calls)."""
+    for gv in list(module.globals.values()):
+        blocks = getattr(gv, "blocks", None)
+        if blocks is None:
+            continue
+        for blk in blocks:
+            for ins in blk.instructions:
+                if hasattr(ins, "incomings"):
+                    ins.incomings = []
+            blk.instructions = []
+            blk.terminator = None
+        gv.blocks = []
+        gv.args = ()
+        gv.return_value = None
+    module.globals.clear()
+    module.metadata = []
+    module.namedmetadata = {}
+    module._metadatacache = {}
+
+
 #: Reload freshly compiled code into a small engine (see :func:`load_or_compile`).
 SLIM_ENGINES = True
 
@@ -624,9 +650,13 @@ def load_or_compile(
                 return llvm_engine.load_object_code(payload, name=name), "disk-hit"
             except llvm_engine.JitError as e:  # verified bytes LLVM still refuses: recompile
                 disk._reject(disk.file_for(key), str(e))
-    mod = llvm_engine.compile_module(
-        module_factory(), opt_level, name=name, fast_regalloc=fast_regalloc
-    )
+    module = module_factory()
+    try:
+        mod = llvm_engine.compile_module(module, opt_level, name=name, fast_regalloc=fast_regalloc)
+    finally:
+        if not isinstance(module, str):
+            _release_ir(module)  # built for this compile: its text is all that is used
+        module = None
     try:
         code = mod.object_code()
     except llvm_engine.JitError:

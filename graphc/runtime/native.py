@@ -411,8 +411,8 @@ class NativeExecutable:
     """A compiled graph: ``run(arrays) -> tuple of new output arrays``.
 
     ``verified=True`` skips checking ``graph`` (``ir.verify``) when the caller has just
-    done so and nothing changed it since.  ``tier`` is 0 while it runs quick code (see :data:`TIERED`), 1 once its code is
-    fully optimized (:meth:`upgrade`).
+    done so and nothing changed it since.  ``tier`` is 0 while it runs quick code (see
+    :data:`TIERED`), 1 once its code is fully optimized (:meth:`upgrade`).
     """
 
     def __init__(
