@@ -627,7 +627,9 @@ def load_or_compile(
     """(JitModule, how) for a plan: from the disk cache when possible, else compiled.
 
     ``module_factory()`` builds the llvmlite module (only called on a miss);
-    ``fast_regalloc`` is passed on to ``llvm_engine.compile_module`` (quick-tier code);
+    ``fast_regalloc`` is passed on to ``llvm_engine.compile_module`` (quick-tier code).
+    The module the factory returns is emptied after compiling (:func:`_release_ir`):
+    it must be one built for this call, not one the caller uses again;
     ``how`` is ``"compiled"``, ``"disk-hit"`` or ``"disk-stored"``.
 
     An MCJIT engine keeps its whole LLVM module and context alive (about
