@@ -417,6 +417,7 @@ class CompiledFunction(Inspection):
                 inplace={} if aliases else _inplace_pairs(res),
                 poison=self.poison_freed,
                 disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache),
+                verified=True,  # verify(opt, "optimize") above
             )
             run = exe.run_trusted  # the cache key already matched shapes/dtypes
             if _foreign_byte_order(key):  # decided per signature: no per-call check

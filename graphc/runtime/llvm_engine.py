@@ -24,8 +24,10 @@ modules.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from typing import Iterator
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -219,6 +221,8 @@ class JitModule:
         self._ir_before = ir_before
         self._ir_after = ir_after
         self._asm: str | None = None
+        # registers allocated as at -O0 (compile_module's fast_regalloc): asm() does too
+        self.fast_regalloc = False
         self._addresses: dict[str, int] = {}
         # seconds per compile stage ("ir text", "llvm parse", "llvm optimize", "llvm
         # codegen", and "load" for a reload from object code): graphc.tools.compile_scaling
@@ -276,7 +280,8 @@ class JitModule:
                 module = llvm.parse_assembly(ir_text, context=context)
                 tm = _target_machine(opt)
                 try:
-                    self._asm = tm.emit_assembly(module)
+                    with _register_allocation(opt > 0 and not self.fast_regalloc, opt):
+                        self._asm = tm.emit_assembly(module)
                 finally:
                     tm.close()
                     module.close()
@@ -317,13 +322,51 @@ def _new_engine(module: llvm.ModuleRef, opt_level: int) -> tuple[llvm.ExecutionE
     return engine, captured
 
 
+#: The register allocation graphc last set for LLVM's code generator (None: never set,
+#: LLVM's default, the greedy allocator at -O1..-O3 and the fast one at -O0):
+#: ``-optimize-regalloc`` is a process-wide option of LLVM's, read when a module's code
+#: generation pipeline is built (:func:`_register_allocation`).
+_OPTIMIZED_REGALLOC: list = [None]
+
+
+@contextlib.contextmanager
+def _register_allocation(optimized: bool, opt_level: int) -> Iterator[None]:
+    """LLVM's greedy register allocator and the passes around it (``optimized``) or its
+    fast allocator (what ``-O0`` runs) for the code generated in the body; call under
+    LLVM_LOCK.  Register allocation decides where values live, never which operations
+    run, so the machine code computes the same bits either way; the fast allocator
+    spills more and generates a quick-tier module's code ~40% faster (docs/backend.md).
+    After a change the option is left at ``true``, LLVM's choice at -O1..-O3, which
+    other users of LLVM in the process expect (at -O0 they then get the greedy
+    allocator: slower to compile, the same code)."""
+    current = _OPTIMIZED_REGALLOC[0]
+    if (current if current is not None else opt_level > 0) is optimized:
+        yield
+        return
+    llvm.set_option("graphc", f"-optimize-regalloc={'true' if optimized else 'false'}")
+    _OPTIMIZED_REGALLOC[0] = optimized
+    try:
+        yield
+    finally:
+        if not optimized:
+            llvm.set_option("graphc", "-optimize-regalloc=true")
+            _OPTIMIZED_REGALLOC[0] = True
+
+
 def compile_module(
-    llvm_ir: str | ir.Module, opt_level: int = 3, *, name: str | None = None
+    llvm_ir: str | ir.Module,
+    opt_level: int = 3,
+    *,
+    name: str | None = None,
+    fast_regalloc: bool = False,
 ) -> JitModule:
     """Parse, verify, optimise at ``opt_level`` (0 = no passes) and JIT-compile for the host.
 
     ``llvm_ir`` is LLVM IR text or an ``llvmlite.ir.Module``.  The module's
-    triple and data layout are set to the host's.  Raises :class:`JitError`
+    triple and data layout are set to the host's.  With ``fast_regalloc`` the code
+    generator allocates registers as at ``-O0`` (cheaper to compile, same arithmetic,
+    slower code: the quick tier's modules, whose code runs a few times); otherwise as
+    LLVM does at ``opt_level``.  Raises :class:`JitError`
     with the LLVM message when the IR does not parse or verify, and before
     parsing when the text holds anything but printable ASCII, tabs and
     newlines (``irtext.check``: how injected IR would get in).
@@ -369,7 +412,8 @@ def compile_module(
             t0 = time.thread_time()
             engine, captured = _new_engine(module, opt_level)  # engine owns module now
             try:
-                engine.finalize_object()
+                with _register_allocation(opt_level > 0 and not fast_regalloc, opt_level):
+                    engine.finalize_object()
             except RuntimeError as exc:
                 raise JitError(f"code generation failed for module {name!r}: {exc}") from None
             seconds["llvm codegen"] = time.thread_time() - t0
@@ -392,6 +436,7 @@ def compile_module(
         function_names=functions,
     )
     mod.stage_seconds = seconds
+    mod.fast_regalloc = fast_regalloc
     return mod
 
 

@@ -203,6 +203,26 @@ def register_blas() -> None:
     _BLAS_REGISTERED[0] = bool(addrs)
 
 
+def start_backend(disk_cache=None) -> bool:
+    """Do the native backend's one-time start-up now instead of in the first compile.
+
+    Initializes LLVM's native target, reads the host CPU, compiles (or loads from
+    ``disk_cache``, default the process-wide setting) the worker pool and gives JIT
+    code the BLAS functions: what the first compile of a process otherwise pays
+    before its own work.  Importing this module has already loaded llvmlite.  Returns
+    True if anything was still to do (False on later calls, which cost nothing).
+    Benchmarks call it before timing a first call so that the timer holds the compile
+    only, as JAX's first-call timer does not hold its backend's start-up either.
+    """
+    if pool.status is not None and _BLAS_REGISTERED[0]:
+        return False
+    jit._ensure_initialized()
+    jit._host()
+    pool.ensure(disk_cache if disk_cache is not None else pool._process_disk_cache())
+    register_blas()
+    return True
+
+
 class _MethodDef(ctypes.Structure):
     """CPython's ``PyMethodDef``."""
 
@@ -390,8 +410,9 @@ if hasattr(os, "register_at_fork"):
 class NativeExecutable:
     """A compiled graph: ``run(arrays) -> tuple of new output arrays``.
 
-    ``tier`` is 0 while it runs quick code (see :data:`TIERED`), 1 once its code is
-    fully optimized (:meth:`upgrade`).
+    ``verified=True`` skips checking ``graph`` (``ir.verify``) when the caller has just
+    done so and nothing changed it since.  ``tier`` is 0 while it runs quick code (see
+    :data:`TIERED`), 1 once its code is fully optimized (:meth:`upgrade`).
     """
 
     def __init__(
@@ -403,13 +424,15 @@ class NativeExecutable:
         poison: bool = False,
         disk_cache: Optional["cache.DiskCache"] = None,
         inplace: Optional[dict] = None,
+        verified: bool = False,
     ) -> None:
         if ABI_PROBLEM is not None:
             raise GraphcError(
                 f"the native backend cannot read numpy arrays on this build "
                 f"({ABI_PROBLEM}); use backend='interpreter'"
             )
-        verify(graph, "lowering")
+        if not verified:  # graphc.compile verified this very graph after its passes
+            verify(graph, "lowering")
         self.graph = graph
         self.name = printable(name or graph.name)  # shown in every error message
         fuse = (opt_level >= 1) if fuse is None else fuse
@@ -467,6 +490,7 @@ class NativeExecutable:
             key,
             opt_level,
             self.name,
+            fast_regalloc=quick is not None,  # code that runs a few times: same bits
         )
         self.tier = 1 if quick is None else 0
         quick = module = None

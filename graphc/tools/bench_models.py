@@ -12,6 +12,14 @@ over three steps must agree (eager vs compiled to float32 rounding; PyTorch and 
 whose initial weights are copied in, likewise).  A compiled step's first call traces
 without optimizer state and its second traces again with it (state is made lazily by
 the first update): "compiled first call" is those two calls together.
+
+First calls are timed like JAX's: without the backend's one-time start-up.  JAX
+makes its XLA client when the first array is made, before its first-call timer;
+graphc's first compile in a process would load llvmlite, initialize LLVM and
+compile its worker pool inside the timer.  So the first workload of a run starts
+both backends before its first calls and reports the start-up in rows of their own
+("compiled backend start-up", "jax backend start-up"); the start-up is also in the
+fresh-process cold start (W4 and docs/benchmarks.md, "Cold start").
 """
 
 from __future__ import annotations
@@ -57,6 +65,31 @@ def _first_call(fn: Callable) -> float:
     return time.perf_counter() - t0
 
 
+_JAX_STARTED: list = []
+
+
+def _backend_startup():
+    """Seconds of graphc's native backend start-up (loading llvmlite, LLVM's target,
+    the worker pool, BLAS symbols) if this call did it, else None (already done)."""
+    t0 = time.perf_counter()
+    from ..runtime import native
+
+    if not native.start_backend():
+        return None
+    return time.perf_counter() - t0
+
+
+def _jax_startup(jax):
+    """Seconds of JAX's backend start-up (the XLA client and its devices, which JAX
+    makes at the first array) if this call did it, else None (already done)."""
+    if _JAX_STARTED:
+        return None
+    t0 = time.perf_counter()
+    jax.block_until_ready(jax.numpy.zeros(()))
+    _JAX_STARTED.append(True)
+    return time.perf_counter() - t0
+
+
 def _workload(
     wid: str,
     what: str,
@@ -96,11 +129,17 @@ def _workload(
     def c_step():
         return c_full(*batch)
 
-    first = {
-        "compiled first call": _first_call(c_step) + _first_call(c_step),
-        "compiled loss first call": _first_call(cl_step),
-        "eager first call": _first_call(e_step),
-    }
+    first = {}
+    startup = _backend_startup()
+    if startup is not None:
+        first["compiled backend start-up"] = startup
+    first.update(
+        {
+            "compiled first call": _first_call(c_step) + _first_call(c_step),
+            "compiled loss first call": _first_call(cl_step),
+            "eager first call": _first_call(e_step),
+        }
+    )
     e_step(), cl_step()  # as many steps as the compiled step's two first calls
     for _ in range(2):
         le, lc, lf = e_step().item(), cl_step().item(), c_step().item()
@@ -137,8 +176,11 @@ def _workload(
     if jax is not None:
         eager.manual_seed(0)
         jref = make(M)
+        j_start = _jax_startup(jax)
         j_rows, j_first = _jax_rows(wid, jax, jref, make_opt(eager, jref), loss_fn, batch_np)
         rows["jax jit"] = median_time(j_rows, quick)
+        if j_start is not None:
+            first["jax backend start-up"] = j_start
         first["jax first call"] = j_first
     rows.update(first)
     return {
@@ -346,6 +388,9 @@ def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
 
     args = rnn_args()
     first = {}
+    startup = _backend_startup()
+    if startup is not None:
+        first["compiled backend start-up"] = startup
     for steps in (30, RNN_STEPS):  # a fresh compiled function each: trace + grad + LLVM
         a = rnn_args(steps)
         vg = value_and_grad(rnn_loss, argnums=(0, 1, 2))
@@ -388,6 +433,9 @@ def w9(quick: bool, median_time: Callable, optional: Callable) -> dict:
     if jax is not None:
         from . import bench_jax
 
+        j_start = _jax_startup(jax)
+        if j_start is not None:
+            first["jax backend start-up"] = j_start
         jvg = jax.jit(jax.value_and_grad(bench_jax.rnn_loss(jax), argnums=(0, 1, 2)))
         jargs = [jax.numpy.asarray(a) for a in args]
         out: list = [None]

@@ -231,3 +231,80 @@ def test_import_graphc_does_not_load_llvmlite():
         "'graphc.runtime.native' in sys.modules, 'graphc.runtime.pool' in sys.modules)"
     )
     assert out.split() == ["False", "False", "False"]
+
+
+# --- start_backend: the one-time start-up outside a first call's timer ----------------------
+
+
+def test_start_backend_does_the_first_compiles_one_time_work_once():
+    out = _run(
+        """
+        import numpy as np
+        import graphc
+        from graphc.runtime import native, pool
+        assert pool.status is None
+        print(native.start_backend(), pool.status, native.start_backend())
+        f = graphc.compile(lambda x: (x * 2.0).sum())
+        print(float(f(np.arange(4.0))), pool.status)
+        """
+    )
+    assert out.split() == ["True", "compiled", "False", "12.0", "compiled"]
+
+
+def test_start_backend_uses_the_process_disk_cache(tmp_path):
+    code = """
+        from graphc.runtime import native, pool
+        native.start_backend()
+        print(pool.status)
+        """
+    env = {"GRAPHC_CACHE_DIR": str(tmp_path / "c")}
+    assert _run(code, **env).split() == ["disk-stored"]
+    assert _run(code, **env).split() == ["disk-hit"]
+
+
+# --- a compile's llvmlite module is freed by reference counting --------------------------------
+
+
+def test_the_lowered_modules_instructions_are_freed_without_the_cycle_collector():
+    import gc
+    import weakref
+
+    import numpy as np
+
+    import graphc
+    from graphc.backend import lower as L
+    from graphc.backend.schedule import Schedule
+
+    def f(x, w):
+        h = (x @ w).relu()
+        return (h.exp() / h.exp().sum(dim=1, keepdim=True)).sum(), h.mean()
+
+    x = np.random.default_rng(0).standard_normal((9, 5)).astype(np.float32)
+    w = np.ones((5, 3), np.float32)
+    cf = graphc.compile(f)
+    cf(x, w)
+    (entry,) = cf._cache.values()
+    opt = entry.stages["optimized"]
+    refs = []
+
+    def factory():
+        module = L.lower(Schedule(opt, fuse=True), "t")
+        for g in module.globals.values():  # every instruction (phi nodes, terminators)
+            for b in getattr(g, "blocks", ()):
+                refs.extend(weakref.ref(i) for i in b.instructions)
+        return module
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        mod, how = cache.load_or_compile(factory, None, None, 2, "t")
+        assert how == "compiled" and refs
+        # the blocks, functions and module, and values the kernel builders hold (their
+        # allocas), may stay until a collection; the bulk is freed already (without the
+        # release every instruction stays)
+        alive = sum(r() is not None for r in refs)
+        assert alive <= len(refs) // 5, (alive, len(refs))
+    finally:
+        if was:
+            gc.enable()
+    mod.address("graphc_entry")
