@@ -280,7 +280,9 @@ def _sh_results(path: Path, cwd: Path, env: dict) -> list:
 
 
 def _child_env(tmp: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp))
+    # TMPDIR too: a page's temporary files are the run's own, not shared with another
+    # test process of a parallel run (`dev.py test`)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp), TMPDIR=str(tmp))
     env.pop("GRAPHC_CACHE_DIR", None)
     return env
 
