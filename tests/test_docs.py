@@ -175,6 +175,8 @@ EXCUSED = {
         "a long fuzz campaign (an hour or more); CI runs the default samples",
     ("testing.md", "python3 -m pytest -q -p no:cacheprovider --durations=30 --junitxml=/tmp/t.xml tests/graphc/onnx"):
         "prints timings (different on every run)",
+    ("testing.md", "python3 dev.py test -q -n 0                 # one process (-p no:xdist too)"):
+        "runs the whole suite (minutes); the fresh-clone test runs `dev.py test`",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
         "below is its output on the machine it names",
