@@ -5,10 +5,16 @@ Needs only a Python >= 3.10 with the standard library: everything else is
 installed into .venv from the package index on first use.
 
     python3 dev.py demo      # eager vs compiled on the seeds' MLP
-    python3 dev.py test      # the test suite (extra args go to pytest)
+    python3 dev.py test      # the test suite on every CPU (extra args go to pytest)
     python3 dev.py bench     # the benchmark tables
     python3 dev.py docs      # regenerate docs/ir.md's op table and docs/ops.md from the code
     python3 dev.py lint      # ruff (lint and format check) and mypy, as CI runs them
+
+`test` runs pytest with pytest-xdist, one worker process per CPU this process may use
+(`-n logical --dist worksteal`): about half the wall time of one process on two cores.
+Choosing the workers yourself turns that off: `-n 0` (or `-p no:xdist`) runs the tests
+in one process, `-n 3` runs three workers; `--pdb` runs in one process.  See
+docs/testing.md ("Running in parallel").
 """
 from __future__ import annotations
 
@@ -41,6 +47,26 @@ def ensure_venv() -> None:
     subprocess.check_call([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"])
     subprocess.check_call([str(PY), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"])
     marker.write_text(_stamp())
+
+
+# the parallel run `dev.py test` asks for unless the arguments choose the workers
+PARALLEL = ["-n", "logical", "--dist", "worksteal"]
+
+
+def pytest_args(rest: list[str]) -> list[str]:
+    """pytest's arguments for ``dev.py test REST``: ``PARALLEL`` first, unless REST (or
+    PYTEST_ADDOPTS) chooses the workers itself (``-n N``, ``--numprocesses``) or turns
+    pytest-xdist off (``-p no:xdist``); REST as given after it."""
+    import shlex
+    given = [*shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *rest]
+    for i, a in enumerate(given):
+        if a.startswith("--numprocesses") or (a.startswith("-n") and not a.startswith("--")):
+            return rest
+        plugin = a[2:] if a.startswith("-p") and len(a) > 2 else (
+            given[i + 1] if a == "-p" and i + 1 < len(given) else "")
+        if plugin.strip() == "no:xdist":
+            return rest
+    return [*PARALLEL, *rest]
 
 
 OP_TABLE = ("<!-- op-table: begin -->\n", "<!-- op-table: end -->")
@@ -94,7 +120,7 @@ def main(argv: list[str]) -> int:
         # pool of its own, so no thread variable is needed for it to be fast
         return subprocess.call([str(BIN / "graphc"), "demo", *rest], cwd=ROOT)
     if cmd == "test":
-        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
+        return subprocess.call([str(PY), "-m", "pytest", *pytest_args(rest)], cwd=ROOT)
     if cmd == "bench":
         return subprocess.call([str(BIN / "graphc"), "bench", *rest], cwd=ROOT)
     if cmd == "docs":

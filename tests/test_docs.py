@@ -175,6 +175,8 @@ EXCUSED = {
         "a long fuzz campaign (an hour or more); CI runs the default samples",
     ("testing.md", "python3 -m pytest -q -p no:cacheprovider --durations=30 --junitxml=/tmp/t.xml tests/graphc/onnx"):
         "prints timings (different on every run)",
+    ("testing.md", "python3 dev.py test -q -n 0                 # one process (-p no:xdist too)"):
+        "runs the whole suite (minutes); the fresh-clone test runs `dev.py test`",
     ("backend-accuracy.md", '.venv/bin/python -c "'):
         "a 3 s measurement whose worst inputs depend on the CPU LLVM targets; the table "
         "below is its output on the machine it names",
@@ -280,7 +282,9 @@ def _sh_results(path: Path, cwd: Path, env: dict) -> list:
 
 
 def _child_env(tmp: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp))
+    # TMPDIR too: a page's temporary files are the run's own, not shared with another
+    # test process of a parallel run (`dev.py test`)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp), TMPDIR=str(tmp))
     env.pop("GRAPHC_CACHE_DIR", None)
     return env
 

@@ -107,15 +107,18 @@ KEY_LINES = {
 }
 
 
-def _run(name: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+def _run(name: str, tmp: Path) -> subprocess.CompletedProcess:
+    # TMPDIR: the test's own directory, so an example that writes a file of a fixed name in
+    # the temporary directory (inspect_stages.py's graphc_loss.dot, which it then reads
+    # back) cannot race another test process of a parallel run (`dev.py test`)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TMPDIR=str(tmp))
     return subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize("name", sorted(KEY_LINES))
-def test_example_runs_and_prints_its_key_lines(name):
-    r = _run(name)
+def test_example_runs_and_prints_its_key_lines(name, tmp_path):
+    r = _run(name, tmp_path)
     assert r.returncode == 0, f"{name} exited with {r.returncode}:\n{r.stderr[-3000:]}"
     missing = [pat for pat in KEY_LINES[name] if not re.search(pat, r.stdout, re.M)]
     assert not missing, f"{name} did not print lines matching {missing}:\n{r.stdout[-3000:]}"
