@@ -404,7 +404,10 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         ns[f"guard{k}"] = tr.opt_guards[k]
         L.append(f"    if guard{k}(dyn) is not None:")
         L.append("        return SLOW")
-    L.append(f"    {', '.join(f'a{i}' for i in range(n_args))}{',' if n_args == 1 else ''} = dyn")
+    if n_args:  # (a step of no arguments: nothing to unpack)
+        L.append(
+            f"    {', '.join(f'a{i}' for i in range(n_args))}{',' if n_args == 1 else ''} = dyn"
+        )
     for i in range(n):
         s = specs[i]
         if i >= n_args:  # a lifted tensor: as _with_captured checks it

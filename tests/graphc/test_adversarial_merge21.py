@@ -1,0 +1,318 @@
+"""Adversarial regression tests for round 21's merged changes: traced ``.grad`` buffers
+of their own (autodiff._own_buffer) under in-place ops, compiled steps with a Tensor lr,
+clipping and schedulers, eager clip_grad_norm_ against PyTorch, where's bit-select.
+
+Attacks that found nothing stay as regression tests; found bugs are fixed (with the
+test) or marked xfail(strict=True) with the diagnosis."""
+
+import math
+
+import numpy as np
+import pytest
+
+import eager
+import eager.nn as nn
+import graphc
+
+FAST = 0
+
+
+def _params():
+    eager.manual_seed(0)
+    a = nn.Parameter(eager.randn(3, 4, dtype=eager.float64))
+    b = nn.Parameter(eager.randn(4, dtype=eager.float64))
+    return a, b
+
+
+def _x():
+    return eager.tensor(np.linspace(-1, 2, 12).reshape(3, 4))
+
+
+# each body: backward(s), then in-place ops on the .grads; compared bitwise in float64
+def _mul(a, b, x):
+    ((a * x).sum() + (b * b).sum()).backward()
+    a.grad.mul_(0.5)
+    b.grad.mul_(a.grad[0])
+
+
+def _add_clamp(a, b, x):
+    ((a @ b) * x[:, 0]).sum().backward()
+    a.grad.add_(1.0).clamp_(-0.3, 0.3)
+    b.grad.clamp_(min=0.1)
+
+
+def _div_norm(a, b, x):
+    ((a * x).pow(2).sum() + b.pow(3).sum()).backward()
+    n = a.grad.norm()
+    a.grad.div_(n)
+    b.grad.div_(n)
+
+
+def _tied(a, b, x):
+    ((a * x).sum() + (a * a).sum() + (a @ b).sum()).backward()
+    a.grad.mul_(2)
+
+
+def _view_row(a, b, x):
+    ((a * x).sum() * 2 + b.sum()).backward()
+    a.grad[0].mul_(3)
+    a.grad[:, 1].add_(b.grad[:3])
+
+
+def _view_t(a, b, x):
+    (a * x).exp().sum().backward()
+    a.grad.t()[1].sub_(1)
+
+
+def _twice(a, b, x):
+    ((a * x).sum() + b.sum()).backward()
+    (a * a * x).sum().backward()
+    a.grad.mul_(0.5)
+    b.grad.add_(a.grad[2])
+
+
+def _retain(a, b, x):
+    loss = (a * x).sin().sum() + (b * b).sum()
+    loss.backward(retain_graph=True)
+    a.grad.mul_(-1)
+    loss.backward()
+
+
+def _same_value(a, b, x):
+    # backprop gives both leaves the same value: each .grad must be scaled on its own
+    ((a + b) * x).sum().backward()
+    b.grad.mul_(10)
+    a.grad.add_(b.grad)
+
+
+def _set_view_grad(a, b, x):
+    (a * x).sum().backward()
+    b.grad = a.grad[0]
+    b.grad.mul_(2)  # writes through into a.grad's row 0, as in eager
+
+
+def _swap_out(a, b, x):
+    (a * x).sum().backward()
+    g = a.grad
+    a.grad = None
+    ((a * x) * 2).sum().backward()
+    g.add_(a.grad)
+    a.grad.copy_(g)
+
+
+def _broadcast_leaf(a, b, x):
+    (a + b).pow(2).sum().backward()
+    b.grad.mul_(x[0, 0])
+    a.grad.mul_(b.grad)
+
+
+def _expand(a, b, x):
+    (b.expand(3, 4) * x).sum().backward()
+    b.grad.mul_(2).zero_()
+
+
+BODIES = [
+    _mul,
+    _add_clamp,
+    _div_norm,
+    _tied,
+    _view_row,
+    _view_t,
+    _twice,
+    _retain,
+    _same_value,
+    _set_view_grad,
+    _swap_out,
+    _broadcast_leaf,
+    _expand,
+]
+
+
+def _grads(*ps):
+    return [None if p.grad is None else p.grad.numpy().copy() for p in ps]
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda f: f.__name__)
+def test_inplace_on_traced_grads_bitwise(body):
+    x = _x()
+    ae, be = _params()
+    ac, bc = _params()
+    cf = graphc.compile(lambda x: body(ac, bc, x), opt_level=FAST)
+    for _ in range(2):  # the second call accumulates into the first call's grads
+        body(ae, be, x)
+        cf(x)
+        for ge, gc in zip(_grads(ae, be), _grads(ac, bc)):
+            assert (ge is None) == (gc is None)
+            if ge is not None:
+                assert ge.shape == gc.shape
+                np.testing.assert_array_equal(gc, ge)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="compiled refuses (TracerError 'may share memory with the reshape ... memory "
+    "layout graphc does not follow') a.grad.view(-1)[i] = v, which eager and PyTorch run: "
+    "the leaf's new grad is _own_buffer of a backward value whose layout the tracer does "
+    "not know (here the broadcast of the loss's ones), so view(-1) of it is taken as a "
+    "possible copy. A clear refusal, not a wrong number.",
+)
+def test_flat_view_write_into_grad():
+    def body(a, b, x):
+        (a * x).sum().backward()
+        a.grad.view(-1)[5] = 7.0
+
+    x = _x()
+    ae, be = _params()
+    ac, bc = _params()
+    body(ae, be, x)
+    graphc.compile(lambda x: body(ac, bc, x), opt_level=FAST)(x)
+    np.testing.assert_array_equal(ac.grad.numpy(), ae.grad.numpy())
+
+
+# --- compiled steps of no arguments (found: IndentationError) ----------------------------
+OPTS = [
+    ("SGD", dict(momentum=0.9)),
+    ("Adam", {}),
+    ("AdamW", dict(weight_decay=0.1)),
+    ("RMSprop", {}),
+    ("Adagrad", {}),
+]
+LRS = {
+    "f64": lambda: eager.tensor(0.1, dtype=eager.float64),
+    "f32": lambda: eager.tensor(0.1, dtype=eager.float32),
+    "1d": lambda: eager.tensor([0.1], dtype=eager.float64),
+    "float": lambda: 0.1,
+}
+
+
+@pytest.mark.parametrize("lr", sorted(LRS))
+@pytest.mark.parametrize("name,kw", OPTS, ids=[o[0] for o in OPTS])
+def test_zero_arg_step_tensor_lr_scheduler_clip(name, kw, lr):
+    # A compiled step taking no arguments (the data closed over) crashed on its third
+    # call: the generated fast call (entry._step_call) unpacked its arguments with a
+    # line " = dyn" of five spaces -> IndentationError.  Also: a Tensor lr filled in
+    # place by a scheduler and by hand between calls, foreach clipping.
+    x = eager.tensor(np.linspace(-1, 1, 5))
+
+    def make():
+        eager.manual_seed(0)
+        p = nn.Parameter(eager.randn(5, dtype=eager.float64))
+        lr_v = LRS[lr]()
+        o = getattr(eager.optim, name)([p], lr=lr_v, **kw)
+        return p, o, lr_v, eager.optim.lr_scheduler.StepLR(o, 1, gamma=0.5)
+
+    def body(p, o):
+        o.zero_grad()
+        loss = (p * x).sin().sum()
+        loss.backward()
+        nn.utils.clip_grad_norm_([p], 0.3, foreach=True)
+        o.step()
+        return loss
+
+    pe, oe, lre, se = make()
+    pc, oc, lrc, sc = make()
+    cf = graphc.compile(lambda: body(pc, oc), opt_level=FAST)
+    for i in range(5):
+        body(pe, oe)
+        cf()
+        if i == 2 and not isinstance(lre, float):
+            lre.fill_(0.7)
+            lrc.fill_(0.7)
+        else:
+            se.step()
+            sc.step()
+        # (sin and sqrt: native libm vs numpy may differ in the last bit)
+        np.testing.assert_allclose(pc.detach().numpy(), pe.detach().numpy(), rtol=1e-13)
+
+
+# --- eager clipping against PyTorch --------------------------------------------------------
+_RNG = np.random.RandomState(0)
+GRADS = {
+    "normal": [_RNG.randn(3, 4), _RNG.randn(5)],
+    "nan": [np.array([1.0, np.nan]), _RNG.randn(3)],
+    "inf": [np.array([1.0, np.inf]), _RNG.randn(3)],
+    "neginf": [np.array([1.0, -np.inf]), _RNG.randn(3)],
+    "allnone": [None, None],
+    "somenone": [None, _RNG.randn(3)],
+    "zero": [np.zeros(3), np.zeros(2)],
+    "empty": [np.zeros((0, 3))],
+    "scalar": [np.array(2.5), np.array(-3.0)],
+}
+
+
+def _mk(lib, vals, dt):
+    ps = []
+    for v in vals:
+        p = lib.zeros(v.shape if v is not None else (2,), dtype=getattr(lib, dt))
+        p.requires_grad_(True)
+        if v is not None:
+            p.grad = lib.tensor(v, dtype=getattr(lib, dt))
+        ps.append(p)
+    return ps
+
+
+def _run_clip(lib, vals, nt, dt, foreach):
+    ps = _mk(lib, vals, dt)
+    try:
+        r = lib.nn.utils.clip_grad_norm_(ps, 1.0, norm_type=nt, foreach=foreach)
+    except Exception as e:  # noqa: BLE001 - compared with PyTorch's
+        return ("err", type(e).__name__, str(e))
+    return ("ok", r.detach().numpy(), str(r.dtype).split(".")[-1], _grads(*ps))
+
+
+@pytest.mark.parametrize("foreach", [None, True, False])
+@pytest.mark.parametrize("dt", ["float64", "float32"])
+@pytest.mark.parametrize("nt", [2, 1, 0, math.inf, -math.inf, 3, 0.5, "inf"])
+@pytest.mark.parametrize("case", sorted(GRADS))
+def test_clip_grad_norm_like_pytorch(case, nt, dt, foreach):
+    torch = pytest.importorskip("torch")
+    a = _run_clip(eager, GRADS[case], nt, dt, foreach)
+    b = _run_clip(torch, GRADS[case], nt, dt, foreach)
+    assert a[0] == b[0], (a, b)
+    if a[0] == "err":
+        assert a[1:] == b[1:]
+        return
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-6, atol=0)
+    assert a[2] == b[2]
+    for x, y in zip(a[3], b[3]):
+        assert (x is None) == (y is None)
+        if x is not None:
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=0)
+
+
+# --- where's bit-select against PyTorch ----------------------------------------------------
+@pytest.mark.parametrize(
+    "cs,ys",
+    [
+        ((64, 64), (64, 64)),
+        ((64, 1), (64, 64)),
+        ((1, 64), (64, 64)),
+        ((64, 64), (1, 64)),
+        ((64, 64), (64, 1)),
+        ((), (64, 64)),
+        ((64, 64), ()),
+    ],
+)
+@pytest.mark.parametrize("dt", ["float64", "float32", "float16"])
+def test_where_zero_bitselect_like_pytorch(cs, ys, dt):
+    torch = pytest.importorskip("torch")
+    rng = np.random.RandomState(3)
+    c = rng.rand(*cs) > 0.5 if cs else np.array(True)
+    y = rng.randn(*ys).astype(dt) if ys else np.array(-0.0, dt)
+    if y.ndim:
+        y.flat[:3] = [np.nan, -0.0, np.inf]
+    r = eager.where(eager.tensor(c), eager.tensor(0.0, dtype=getattr(eager, dt)), eager.tensor(y))
+    t = torch.where(torch.tensor(c), torch.tensor(0.0, dtype=getattr(torch, dt)), torch.tensor(y))
+    assert r.shape == tuple(t.shape)
+    np.testing.assert_array_equal(r.numpy().view(np.uint8), t.numpy().view(np.uint8))
+
+
+def test_where_bitselect_non01_bool_bytes():
+    # a bool array viewed from uint8 bytes 0/1/2 and non-contiguous operands
+    from eager.ops.elementwise import _select_bits
+
+    u = np.random.RandomState(0).randint(0, 3, size=(64, 128)).astype(np.uint8)
+    c = u.view(np.bool_)[:, ::2]
+    y = np.random.RandomState(1).randn(64, 64).T
+    for x in (np.array(0.0), np.random.RandomState(2).randn(64, 64)):
+        np.testing.assert_array_equal(_select_bits(c, x, y), np.where(c, x, y))
