@@ -6,6 +6,7 @@ Attacks that found nothing stay as regression tests; found bugs are fixed (with 
 test) or marked xfail(strict=True) with the diagnosis."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -316,3 +317,156 @@ def test_where_bitselect_non01_bool_bytes():
     y = np.random.RandomState(1).randn(64, 64).T
     for x in (np.array(0.0), np.random.RandomState(2).randn(64, 64)):
         np.testing.assert_array_equal(_select_bits(c, x, y), np.where(c, x, y))
+
+
+# --- rematerialization: values read after an in-place optimizer update -------------------
+REMAT_N = int(os.environ.get("GRAPHC_FUZZ_N", "3"))
+
+
+def _remat_step(seed: int, rounds: int, threads: int):
+    """A training step whose elementwise value v of a parameter p (a REMAT_OPS chain) is
+    read in the forward, in the backward across the softmax/GELU peak, and (by seed)
+    after ``opt.step()`` has updated p in place, as an output, or by a scan."""
+    import graphc.backend.schedule as S
+
+    rng = np.random.default_rng(seed)
+    kinds = [str(k) for k in rng.choice(["where", "max", "relu", "scale", "absneg", "div"], 3)]
+    late = str(rng.choice(["ret_v", "after_step", "loss_only", "scan"]))
+    eager.manual_seed(seed)
+    p = nn.Parameter(eager.randn(16, 32, dtype=eager.float64))
+    w = nn.Parameter(eager.randn(32, 64, dtype=eager.float64) * 0.1)
+    opt = eager.optim.SGD([p, w], lr=0.1, momentum=0.5 if seed % 2 else 0.0)
+    F = nn.functional
+
+    def step(x):
+        opt.zero_grad()
+        v = p * x
+        for k in kinds:
+            if k == "where":
+                v = eager.where(v > 0.1, v, -v * 0.5)
+            elif k == "max":
+                v = eager.maximum(v, x * 0.3)
+            elif k == "relu":
+                v = v.relu()
+            elif k == "scale":
+                v = v * 0.5 + 1.0
+            elif k == "absneg":
+                v = (-v).abs() - 0.25
+            else:
+                v = v / (x.abs() + 1.0)
+        h = F.gelu(v @ w).softmax(-1) @ w.t()
+        loss = (h * v).sum()
+        loss.backward()
+        opt.step()
+        if late == "ret_v":
+            return loss, v
+        if late == "after_step":
+            return loss, (v * 3).sum(), (p * 2).sum()
+        if late == "scan":
+
+            def body(c, r):
+                return c + (r * r).sum(), r * 2
+
+            c, ys = graphc.scan(body, eager.zeros((), dtype=eager.float64), v)
+            return loss, c, ys
+        return (loss,)
+
+    x = eager.tensor(rng.standard_normal((16, 32)))
+    old, old_rounds = graphc.get_num_threads(), S.REMAT_ROUNDS
+    graphc.set_num_threads(threads)
+    S.REMAT_ROUNDS = max(rounds, 0)
+    try:
+        fn = graphc.compile(step, poison_freed=True, disk_cache=False) if rounds >= 0 else step
+        outs = []
+        for _ in range(3):
+            outs += [np.asarray(t.detach().numpy()).copy() for t in fn(x)]
+        outs += [p.detach().numpy().copy(), w.detach().numpy().copy()]
+        n_remat = len(fn._native((x,)).plan.remat) if rounds >= 0 else None
+        return outs, n_remat, late
+    finally:
+        S.REMAT_ROUNDS = old_rounds
+        graphc.set_num_threads(old)
+
+
+@pytest.mark.parametrize("seed", range(REMAT_N))
+def test_remat_with_inplace_update_and_late_readers(seed):
+    threads = 1 + seed % 3
+    got, n_remat, late = _remat_step(seed, 2, threads)
+    want, n0, _ = _remat_step(seed, 0, threads)
+    assert n_remat and not n0  # the attack does recompute something
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+    if late != "scan":
+        ref, _, _ = _remat_step(seed, -1, 1)
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+# --- runtime: quick tier + disk cache compiled by two threads at once, then a fork --------
+_RUNTIME_SCRIPT = r"""
+import os, tempfile, threading
+import numpy as np
+import eager, graphc
+
+def step(x, w):
+    h = eager.relu(x @ w)
+    p = (h - h.max(dim=1, keepdim=True).values).exp()
+    return (p / p.sum(dim=1, keepdim=True)).sum(dim=0), (h * h).mean()
+
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((37, 29)), rng.standard_normal((29, 13))
+def exe(f):
+    (entry,) = f._cache.values()
+    return entry.stages["_executable"]
+def bits(o):
+    return [np.asarray(t).tobytes() for t in o]
+ref = bits(graphc.compile(step, disk_cache=False, opt_level=2)(x, w))
+d = tempfile.mkdtemp()
+errs, res = [], set()
+def worker(kind):
+    try:
+        for _ in range(3):
+            f = graphc.compile(step, disk_cache=d if kind == "disk" else None)
+            same = all(bits(f(x, w)) == ref for _ in range(3))
+            e = exe(f)
+            res.add((kind, e.tier, e.cache_status, same))
+            assert "define" in e.llvm_ir(optimized=True) and len(e.asm()) > 100
+    except Exception as ex:
+        errs.append(repr(ex))
+ts = [threading.Thread(target=worker, args=(k,)) for k in ("quick", "disk", "quick", "disk")]
+for t in ts: t.start()
+for t in ts: t.join()
+assert not errs, errs
+assert res == {("disk", 1, "disk-hit", True), ("disk", 1, "disk-stored", True),
+               ("quick", 0, "compiled", True)}, res
+f = graphc.compile(step)
+f(x, w)
+assert exe(f).tier == 0
+pid = os.fork()
+if pid == 0:
+    ok = all(bits(f(x, w)) == ref for _ in range(12)) and exe(f).tier == 1
+    os._exit(0 if ok else 3)
+assert os.WEXITSTATUS(os.waitpid(pid, 0)[1]) == 0
+assert all(bits(f(x, w)) == ref for _ in range(12)) and exe(f).tier == 1
+print("OK")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_quick_tier_disk_cache_threads_and_fork_same_bits():
+    # quick-tier (fast register allocator) and disk-cached full builds compiled by two
+    # threads each at once: the same bits as an untiered build, disk hits after the
+    # module's IR is released still give llvm_ir()/asm(); a fork after a quick-tier
+    # compile tiers up in the child and the parent
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(
+        [sys.executable, "-c", _RUNTIME_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]
