@@ -205,10 +205,19 @@ def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
     ``d{i}``) and their ``.grad`` (``g{i}``, data ``e{i}``), clear the ``.grad`` the step
     clears, and return the outputs with eager's no-grad note."""
     if direct:
+        # the native entry refuses to start (returns a code, having written nothing) when
+        # an input it would write, or one written back after, is read-only or strided:
+        # the general path then checks every write-back target before anything is written
         L.append("    outs = exe._native(ins)")
         L.append("    if outs.__class__ is int:")
-        L.append("        outs = exe._slow(ins, outs)")
+        L.append("        return SLOW")
     else:
+        written = [f"d{i}" for i, _ in tr.mutated_inputs]
+        written += [f"e{i}" for i, _ in tr.grad_writes if tr.in_specs[i].has_grad]
+        if written:  # as the native entry checks: all writeable, or the general path
+            cond = " and ".join(f"{w}.flags.writeable" for w in written)
+            L.append(f"    if not ({cond}):")
+            L.append("        return SLOW")
         L.append("    outs = run(ins)")
     for i, p in tr.mutated_inputs:
         L.append(f"    o = outs[{p}]")
