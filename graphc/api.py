@@ -444,6 +444,14 @@ class CompiledFunction(Inspection):
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
+        if entry.shared:  # a step writing what it reads by name: see entry._writes_shared_state
+            with self._lock:
+                return self._run_call(entry, args, dyn)
+        return self._run_call(entry, args, dyn)
+
+    def _run_call(self, entry: _Entry, args: tuple, dyn: list) -> Any:
+        """:meth:`_run` of a call that is not on the fast path (under the lock if the
+        entry writes shared state)."""
         tr = entry.trace
         grad_on = eager.is_grad_enabled()
         if tr.tensor_io and tr.grad_on is not grad_on:
@@ -511,7 +519,8 @@ class CompiledFunction(Inspection):
         (parameters, buffers, closed-over tensors), as they are now.  A tensor whose
         shape, dtype or requires_grad changed since the trace, or that is gone, re-traces
         this signature, with the reason recorded."""
-        for _ in range(2):
+        waited = False
+        for _ in range(3):
             tr = entry.trace
             now = list(dyn)
             reason = None
@@ -554,6 +563,12 @@ class CompiledFunction(Inspection):
 
                     now.append(tensor_from_array(rng.advance(tr.rng_count)))
                 return entry, now
+            if not waited:
+                # what looked changed may be another thread's trace in progress (it puts
+                # tracers where the tensors are): once it is done, look again
+                waited = True
+                with self._lock:
+                    continue
             with self._lock:
                 self._misses += 1
                 self.recompile_reasons.append(f"re-traced {self.__name__}: {reason}")

@@ -32,6 +32,7 @@ class _Entry:
         "mem_ok",
         "sibling",
         "tcall",
+        "shared",
     )
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
@@ -59,12 +60,33 @@ class _Entry:
             exe.on_upgrade(self._rebind_call)
         self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
+        self.shared = _writes_shared_state(trace)
         # the prepared call of a training step on tensors (None: CompiledFunction._run)
         self.tcall = None if self.call is not None else (_tensor_call(self) or _step_call(self))
 
     def _rebind_call(self) -> None:
         """Re-bind the fast call path to the executable's current native entry."""
         self.call = _fast_call(self.run, self.build_out)
+
+
+def _writes_shared_state(tr) -> bool:
+    """Does the traced function write state it reads by name (a training step: lifted
+    parameters, their ``.grad``, an optimizer's state)?  Such a call runs under its
+    CompiledFunction's lock: a trace of the function (another thread's first call, a
+    re-trace) puts tracers into those very modules and optimizers while it runs, and a
+    call reading or writing them meanwhile would see tracers; unlocked calls of a
+    function that only reads them (inference) re-check under the lock instead
+    (``CompiledFunction._with_captured``).  Calls on plain arguments take no lock."""
+    if tr.opt_guards:
+        return True
+    if not tr.captured:
+        return False
+    n = tr.n_args
+    return (
+        any(i >= n for i, _ in tr.mutated_inputs)
+        or any(i >= n for i, _ in tr.grad_writes)
+        or any(i >= n for i in tr.grad_clears)
+    )
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
@@ -458,6 +480,9 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
             ins.append(f"e{i}")
     L.append(f"    ins = ({', '.join(ins)},)")
     _emit_run_and_write_back(L, tr, direct)
+    # the whole call under the function's lock: a trace (another thread's) swaps tracers
+    # into the modules and optimizers this call reads and writes (_writes_shared_state)
+    L = [L[0], "    with cf._lock:"] + ["    " + line for line in L[1:]]
     ns.update(_call_globals(entry, exe))
     exec(compile("\n".join(L) + "\n", f"<graphc step call {n} inputs>", "exec"), ns)
     return ns["call"]
