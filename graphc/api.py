@@ -37,6 +37,7 @@ from .runtime.gcpause import paused as _gc_paused
 from .ir import verify
 from .signature import describe_key_item, diff_item, same_kind
 from .tracer import Tracer, arg_names, classify_leaf, static_key, trace_flat
+from .tracer.driver import STATE_LOCK
 
 _tick = _engine_cache.tick
 # the files of CompiledFunction's methods (a warning points at the caller's line)
@@ -48,6 +49,10 @@ _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _new_locks_in_child() -> None:
+    from .tracer import driver
+
+    driver.STATE_LOCK = threading.RLock()
+    globals()["STATE_LOCK"] = driver.STATE_LOCK
     for cf in list(_LIVE):
         cf._lock = threading.RLock()
 
@@ -350,7 +355,7 @@ class CompiledFunction(Inspection):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
-        with self._lock:
+        with STATE_LOCK, self._lock:  # STATE_LOCK first, always (tracer/driver.py)
             entry = self._cache.get(key)
             if entry is not None:
                 self._hits += 1
@@ -445,7 +450,7 @@ class CompiledFunction(Inspection):
         if entry.fast:
             return entry.build_out(entry.run(dyn))
         if entry.shared:  # a step writing what it reads by name: see entry._writes_shared_state
-            with self._lock:
+            with STATE_LOCK, self._lock:
                 return self._run_call(entry, args, dyn)
         return self._run_call(entry, args, dyn)
 
@@ -503,7 +508,7 @@ class CompiledFunction(Inspection):
         writes to leaves), so a trace made under ``no_grad()`` must not give gradients."""
         sib = entry.sibling
         if sib is None or sib.trace.grad_on is not eager.is_grad_enabled():
-            with self._lock:
+            with STATE_LOCK, self._lock:
                 self._misses += 1
                 mode = "on" if eager.is_grad_enabled() else "off (no_grad)"
                 self.recompile_reasons.append(
@@ -567,9 +572,9 @@ class CompiledFunction(Inspection):
                 # what looked changed may be another thread's trace in progress (it puts
                 # tracers where the tensors are): once it is done, look again
                 waited = True
-                with self._lock:
+                with STATE_LOCK:
                     continue
-            with self._lock:
+            with STATE_LOCK, self._lock:
                 self._misses += 1
                 self.recompile_reasons.append(f"re-traced {self.__name__}: {reason}")
                 entry = self._build(args, entry.key)
@@ -671,8 +676,11 @@ class CompiledFunction(Inspection):
 
                     raise SignatureError(
                         f"{self.__name__}: {who(w)} is written in place and shares memory "
-                        f"with {who(j)}; graphc follows sharing between arguments only. Pass "
-                        "both as arguments, or pass copies."
+                        f"with {who(j)}; graphc follows sharing between arguments only "
+                        "(tensors read by name, such as parameters that are views of one "
+                        "another, cannot share memory with what the step writes). Nothing "
+                        "was written. Pass both as arguments, or give each its own memory "
+                        "(clone())."
                     )
         arrays, written = arrays[:n_args], [w for w in written if w < n_args]
         groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))
@@ -686,7 +694,7 @@ class CompiledFunction(Inspection):
                         "memory with an argument written in place; graphc cannot reproduce "
                         "eager's gradients for that. Pass separate tensors (clone())."
                     )
-        with self._lock:
+        with STATE_LOCK, self._lock:
             akey = (entry.key, groups)
             alias = self._aliased.get(akey)
             if alias is None:
