@@ -431,3 +431,42 @@ def test_concurrent_first_calls_of_a_training_step(opt):
         timeout=600,
     )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.stdout[-1000:], r.stderr[-3000:])
+
+
+def test_tied_weights_step_matches_pytorch():
+    """The tied LM's compiled AdamW step against PyTorch's (same weights, same data)."""
+    torch = pytest.importorskip("torch")
+    mc, oc, cstep = _tied_setup("adamw", "lm")
+    cstep = graphc.compile(cstep)
+
+    class TorchLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(7, 5)
+            self.mix = torch.nn.Linear(5, 5)
+            self.head = torch.nn.Linear(5, 7, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, tokens):
+            return self.head(self.mix(self.emb(tokens)).tanh())
+
+    tm = TorchLM()
+    with torch.no_grad():
+        tm.emb.weight.copy_(torch.tensor(mc.emb.weight.detach().numpy()))
+        tm.mix.weight.copy_(torch.tensor(mc.mix.weight.detach().numpy()))
+        tm.mix.bias.copy_(torch.tensor(mc.mix.bias.detach().numpy()))
+    to = torch.optim.AdamW(tm.parameters(), lr=0.01, weight_decay=0.1)
+    x, y = _tied_data("lm")
+    tx, ty = torch.tensor(x.numpy()), torch.tensor(y.numpy())
+    for _ in range(4):
+        to.zero_grad()
+        out = tm(tx)
+        tl = torch.nn.functional.cross_entropy(out.reshape(-1, 7), ty.reshape(-1))
+        tl.backward()
+        to.step()
+        lc = cstep(x, y)
+        np.testing.assert_allclose(lc.item(), tl.item(), rtol=1e-5)
+        for pc, pt in zip(mc.parameters(), tm.parameters()):
+            np.testing.assert_allclose(pc.detach().numpy(), pt.detach().numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(pc.grad.numpy(), pt.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(list(tm.parameters())) == len(list(mc.parameters())) == 3  # the tied one once
