@@ -107,6 +107,16 @@ class OptParamCaptured(Captured):
 
     __slots__ = ()
 
+    def current(self, args: tuple) -> Any:
+        """The tensor at the optimizer's slot now (None if gone).  The other places are
+        not looked at here: the optimizer's guard (:meth:`OptCaptured.guard`), run by
+        every call before this, checks each of them holds it."""
+        try:
+            holder, key = self.place(args)  # type: ignore[misc]
+            return holder[key]
+        except (LookupError, AttributeError, TypeError, ValueError):
+            return None
+
 
 class LrCaptured(Captured):
     """A param group's learning rate: a graph input read at every call as a 0-d float64

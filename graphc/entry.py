@@ -71,11 +71,13 @@ class _Entry:
 
 def _writes_shared_state(tr) -> bool:
     """Does the traced function write state it reads by name (a training step: lifted
-    parameters, their ``.grad``, an optimizer's state)?  Such a call runs under its
-    CompiledFunction's lock: a trace of the function (another thread's first call, a
-    re-trace) puts tracers into those very modules and optimizers while it runs, and a
-    call reading or writing them meanwhile would see tracers; unlocked calls of a
-    function that only reads them (inference) re-check under the lock instead
+    parameters, their ``.grad``, an optimizer's state)?  Such a call runs under
+    ``graphc.tracer.driver.STATE_LOCK``: a trace (another thread's first call or
+    re-trace, of this or another compiled function) puts tracers into those very modules
+    and optimizers while it runs and checks that the tensors it lifted are not written
+    meanwhile; a call reading or writing them then would see tracers or break the trace.
+    Calls of a function that only reads them (inference) take no lock on their warm
+    path; when they see a tracer they wait for the trace and look again
     (``CompiledFunction._with_captured``).  Calls on plain arguments take no lock."""
     if tr.opt_guards:
         return True
@@ -480,9 +482,14 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
             ins.append(f"e{i}")
     L.append(f"    ins = ({', '.join(ins)},)")
     _emit_run_and_write_back(L, tr, direct)
-    # the whole call under the function's lock: a trace (another thread's) swaps tracers
-    # into the modules and optimizers this call reads and writes (_writes_shared_state)
-    L = [L[0], "    with cf._lock:"] + ["    " + line for line in L[1:]]
+    # the whole call under graphc.tracer.driver.STATE_LOCK: a trace (another thread's, of
+    # this or another compiled function) swaps tracers into the modules and optimizers
+    # this call reads, and checks that what it lifted is not written meanwhile
+    # (_writes_shared_state); looked up at each call (a forked child has a new lock)
+    from .tracer import driver
+
+    ns["driver"] = driver
+    L = [L[0], "    with driver.STATE_LOCK:"] + ["    " + line for line in L[1:]]
     ns.update(_call_globals(entry, exe))
     exec(compile("\n".join(L) + "\n", f"<graphc step call {n} inputs>", "exec"), ns)
     return ns["call"]

@@ -272,11 +272,12 @@ _LIKE_EAGER = {  # eager succeeds: its zero_grad() drops the .grad array
 }
 
 
+@pytest.mark.parametrize("backend", ["native", "interpreter"])
 @pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
 @pytest.mark.parametrize("edit", sorted(_REFUSED))
-def test_unwritable_state_refuses_before_any_write(opt, edit):
+def test_unwritable_state_refuses_before_any_write(opt, edit, backend):
     m, o, step = _step_setup(opt)
-    cstep = graphc.compile(step)
+    cstep = graphc.compile(step, backend=backend)
     x = eager.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
     for _ in range(3):
         cstep(x)
@@ -288,12 +289,13 @@ def test_unwritable_state_refuses_before_any_write(opt, edit):
         _assert_state(_state(m, o), before, exact=True)
 
 
+@pytest.mark.parametrize("backend", ["native", "interpreter"])
 @pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
 @pytest.mark.parametrize("edit", sorted(_LIKE_EAGER))
-def test_state_edited_between_calls_matches_eager(opt, edit):
+def test_state_edited_between_calls_matches_eager(opt, edit, backend):
     me, oe, estep = _step_setup(opt)
     mc, oc, cstep = _step_setup(opt)
-    cstep = graphc.compile(cstep)
+    cstep = graphc.compile(cstep, backend=backend)
     x = eager.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
     for _ in range(3):
         estep(x), cstep(x)
