@@ -352,7 +352,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         "def call(cf, entry, dyn):",
         "    if GRAD_MODE.enabled is not GRAD_ON:",
         "        return SLOW",
-        f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = dyn",
+        *_unpack_args(n),
     ]
     for i in range(n):
         L.append(f"    d{i} = data_of(a{i})")
@@ -383,6 +383,15 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
     ns = _call_globals(entry, exe)
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
+
+
+def _unpack_args(n: int) -> list:
+    """The generated lines binding the call's ``n`` arguments (``dyn``) to ``a0 .. a{n-1}``:
+    ``a0, = dyn`` for one, and for none a check that none came (a step that takes no
+    arguments and reads its model and data by name)."""
+    if n == 0:
+        return ["    if dyn:", "        return SLOW"]
+    return [f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = dyn"]
 
 
 def _step_call(entry: "_Entry") -> Optional[Callable]:
@@ -437,7 +446,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         ns[f"guard{k}"] = tr.opt_guards[k]
         L.append(f"    if guard{k}(dyn) is not None:")
         L.append("        return SLOW")
-    L.append(f"    {', '.join(f'a{i}' for i in range(n_args))}{',' if n_args == 1 else ''} = dyn")
+    L.extend(_unpack_args(n_args))
     for i in range(n):
         s = specs[i]
         if i >= n_args:  # a lifted tensor: as _with_captured checks it
