@@ -37,6 +37,7 @@ from .runtime.gcpause import paused as _gc_paused
 from .ir import verify
 from .signature import describe_key_item, diff_item, same_kind
 from .tracer import Tracer, arg_names, classify_leaf, static_key, trace_flat
+from .tracer.driver import STATE_LOCK
 
 _tick = _engine_cache.tick
 # the files of CompiledFunction's methods (a warning points at the caller's line)
@@ -48,6 +49,10 @@ _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _new_locks_in_child() -> None:
+    from .tracer import driver
+
+    driver.STATE_LOCK = threading.RLock()
+    globals()["STATE_LOCK"] = driver.STATE_LOCK
     for cf in list(_LIVE):
         cf._lock = threading.RLock()
 
@@ -350,7 +355,7 @@ class CompiledFunction(Inspection):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _miss(self, args: tuple, key: tuple) -> _Entry:
-        with self._lock:
+        with STATE_LOCK, self._lock:  # STATE_LOCK first, always (tracer/driver.py)
             entry = self._cache.get(key)
             if entry is not None:
                 self._hits += 1
@@ -445,6 +450,14 @@ class CompiledFunction(Inspection):
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
         if entry.fast:
             return entry.build_out(entry.run(dyn))
+        if entry.shared:  # a step writing what it reads by name: see entry._writes_shared_state
+            with STATE_LOCK, self._lock:
+                return self._run_call(entry, args, dyn)
+        return self._run_call(entry, args, dyn)
+
+    def _run_call(self, entry: _Entry, args: tuple, dyn: list) -> Any:
+        """:meth:`_run` of a call that is not on the fast path (under the lock if the
+        entry writes shared state)."""
         tr = entry.trace
         grad_on = eager.is_grad_enabled()
         if tr.tensor_io and tr.grad_on is not grad_on:
@@ -465,7 +478,9 @@ class CompiledFunction(Inspection):
             and any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn)
         ):
             return _run_differentiable(self, entry, dyn)
-        outs = entry.run(_arrays(dyn, tr.in_specs))
+        arrays = _arrays(dyn, tr.in_specs)
+        fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
+        outs = entry.run(arrays)
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes) - len(tr.state_writes)
         _write_back(tr, dyn, outs)
         if tr.opt_guards:  # the optimizer state the step created (its first step)
@@ -475,7 +490,7 @@ class CompiledFunction(Inspection):
                 holder(args)[k] = v
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
-            if grad_of(target) is None:
+            if grad_of(target) is None or idx in fresh:
                 set_grad(target, tensor_from_array(np.array(outs[out_pos])))
             else:
                 if outs[out_pos] is not data_of(grad_of(target)):
@@ -494,7 +509,7 @@ class CompiledFunction(Inspection):
         writes to leaves), so a trace made under ``no_grad()`` must not give gradients."""
         sib = entry.sibling
         if sib is None or sib.trace.grad_on is not eager.is_grad_enabled():
-            with self._lock:
+            with STATE_LOCK, self._lock:
                 self._misses += 1
                 mode = "on" if eager.is_grad_enabled() else "off (no_grad)"
                 self.recompile_reasons.append(
@@ -510,7 +525,8 @@ class CompiledFunction(Inspection):
         (parameters, buffers, closed-over tensors), as they are now.  A tensor whose
         shape, dtype or requires_grad changed since the trace, or that is gone, re-traces
         this signature, with the reason recorded."""
-        for _ in range(2):
+        waited = False
+        for _ in range(3):
             tr = entry.trace
             now = list(dyn)
             reason = None
@@ -521,7 +537,12 @@ class CompiledFunction(Inspection):
             for cap, spec in zip(tr.captured if reason is None else (), tr.in_specs[tr.n_args :]):
                 t = cap.current(args)
                 if t.__class__ is not Tensor:
-                    if isinstance(t, Tensor) or t is None:
+                    if t is None and cap.also:
+                        reason = (
+                            f"{cap.name} is no longer the same tensor at every place it was "
+                            "found (a tied parameter was untied, or a module is gone)"
+                        )
+                    elif isinstance(t, Tensor) or t is None:
                         reason = f"{cap.name} is no longer a tensor"
                     else:
                         reason = f"{cap.name} is now a {type(t).__name__}"
@@ -548,7 +569,13 @@ class CompiledFunction(Inspection):
 
                     now.append(tensor_from_array(rng.advance(tr.rng_count)))
                 return entry, now
-            with self._lock:
+            if not waited:
+                # what looked changed may be another thread's trace in progress (it puts
+                # tracers where the tensors are): once it is done, look again
+                waited = True
+                with STATE_LOCK:
+                    continue
+            with STATE_LOCK, self._lock:
                 self._misses += 1
                 self.recompile_reasons.append(f"re-traced {self.__name__}: {reason}")
                 entry = self._build(args, entry.key)
@@ -570,6 +597,34 @@ class CompiledFunction(Inspection):
             g = grad_of(dyn[i])
             if g is not None:
                 arrays.append(data_of(g))
+        n_dyn = len(dyn)
+        # every call (not only for new arrays: a flag can be flipped in place), before
+        # anything runs or is written: numpy would raise only at the write-back, after
+        # the rest of the step was written.  A read-only .grad is not refused: the call
+        # gives it a new array, as eager's backward does (_fresh_grads)
+        for w in tr.written:
+            a = arrays[w]
+            if isinstance(a, np.ndarray) and not a.flags.writeable:
+                # eager's refusal (eager/_views.py), before anything runs: numpy would
+                # raise only at the write-back, after the rest of the step
+                who = (
+                    "argument " + _leaf_names(self, args)[w]
+                    if w < tr.n_args
+                    else tr.captured[w - tr.n_args].name
+                    if w < tr.n_args + len(tr.captured)
+                    else "a .grad"
+                )
+                if w < n_dyn and dyn[w].__class__ is not Tensor:  # numpy's own refusal
+                    raise ValueError(
+                        f"{self.__name__}: {who} is written in place but its array "
+                        "is read-only (numpy: assignment destination is read-only); pass a "
+                        "writeable copy"
+                    )
+                raise RuntimeError(
+                    f"{self.__name__}: {who} is written in place but is a broadcast "
+                    "(expanded) view or read-only buffer and cannot be written in place; "
+                    "clone() it first (nothing was written: the step did not run)"
+                )
         ok = entry.mem_ok  # the same arrays as last time: same answer
         if len(ok) == len(arrays):
             for r, a in zip(ok, arrays):
@@ -577,24 +632,6 @@ class CompiledFunction(Inspection):
                     break
             else:
                 return entry
-        n_dyn = len(dyn)
-        for w in list(tr.written) + list(range(n_dyn, len(arrays))):
-            a = arrays[w]
-            if isinstance(a, np.ndarray) and not a.flags.writeable:
-                # eager's refusal (eager/_views.py), before anything runs: numpy would
-                # raise only at the write-back, after the rest of the step
-                who = _leaf_names(self, args)[w] if w < tr.n_args else "a .grad"
-                if w < n_dyn and dyn[w].__class__ is not Tensor:  # numpy's own refusal
-                    raise ValueError(
-                        f"{self.__name__}: argument {who} is written in place but its array "
-                        "is read-only (numpy: assignment destination is read-only); pass a "
-                        "writeable copy"
-                    )
-                raise RuntimeError(
-                    f"{self.__name__}: argument {who} is written in place but is a broadcast "
-                    "(expanded) view or read-only buffer and cannot be written in place; "
-                    "clone() it first"
-                )
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
                 raise SignatureError(
@@ -640,8 +677,11 @@ class CompiledFunction(Inspection):
 
                     raise SignatureError(
                         f"{self.__name__}: {who(w)} is written in place and shares memory "
-                        f"with {who(j)}; graphc follows sharing between arguments only. Pass "
-                        "both as arguments, or pass copies."
+                        f"with {who(j)}; graphc follows sharing between arguments only "
+                        "(tensors read by name, such as parameters that are views of one "
+                        "another, cannot share memory with what the step writes). Nothing "
+                        "was written. Pass both as arguments, or give each its own memory "
+                        "(clone())."
                     )
         arrays, written = arrays[:n_args], [w for w in written if w < n_args]
         groups = alias_groups(arrays, written, names + [".grad"] * (len(arrays) - len(names)))
@@ -655,7 +695,7 @@ class CompiledFunction(Inspection):
                         "memory with an argument written in place; graphc cannot reproduce "
                         "eager's gradients for that. Pass separate tensors (clone())."
                     )
-        with self._lock:
+        with STATE_LOCK, self._lock:
             akey = (entry.key, groups)
             alias = self._aliased.get(akey)
             if alias is None:
@@ -740,6 +780,51 @@ class CompiledFunction(Inspection):
 
     def __repr__(self) -> str:
         return f"<graphc.CompiledFunction {self.__name__} ({len(self._cache)} signatures)>"
+
+
+def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays: list) -> dict:
+    """``{dynamic leaf: array}`` for the ``.grad`` this call writes that cannot be written
+    in place: read-only (``numpy().flags.writeable = False``), or of another shape or
+    dtype than the trace's (``p.grad.data = ...``).  Eager's backward gives such a
+    ``.grad`` a new array (its ``zero_grad()`` drops the old one, and accumulation into
+    a read-only array makes a new one); so does the call: the graph input becomes a
+    writeable copy (the same values), which the write-back then sets as a new ``.grad``.
+    A ``.grad`` of another shape or dtype that the step reads (accumulates into) is
+    refused, before anything runs.  Replaces the arrays in ``arrays`` (the graph inputs)."""
+    from .tracer.driver import _graph_input_pos
+
+    specs = tr.in_specs
+    fresh: dict = {}
+    for idx, _ in tr.grad_writes:
+        spec = specs[idx]
+        if not spec.has_grad:
+            continue
+        e = data_of(grad_of(dyn[idx]))
+        same = e.shape == spec.shape and e.dtype == spec.dtype
+        if same and e.flags.writeable:
+            continue
+        pos = _graph_input_pos(specs, idx) + 1
+        if same:
+            rep = np.array(e)
+        else:
+            node = tr.graph.inputs[pos]
+            if tr.graph.nx.out_degree(node) or node in tr.graph.outputs:
+                n_args = tr.n_args
+                who = (
+                    "argument " + _leaf_names(cf, args)[idx]
+                    if idx < n_args
+                    else tr.captured[idx - n_args].name
+                )
+                raise RuntimeError(
+                    f"{cf.__name__}: {who}.grad has shape {list(e.shape)} and dtype {e.dtype} "
+                    f"but the step accumulates into it as {list(spec.shape)} {spec.dtype} "
+                    "(was its .data replaced?); nothing was written: set the .grad to None "
+                    "or to a tensor of the parameter's shape and dtype"
+                )
+            rep = np.zeros(spec.shape, spec.dtype)
+        arrays[pos] = rep
+        fresh[idx] = rep
+    return fresh
 
 
 def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:

@@ -77,12 +77,19 @@ class Captured:
         self.also: list = []  # other places the same tensor was found at (swapped too)
 
     def current(self, args: tuple) -> Any:
-        """The tensor at this place now (None if the place is gone)."""
+        """The tensor at this place now (None if the place is gone, or if a tensor found
+        at several places (a tied weight) is no longer the one at all of them: a trace
+        that reads it once must not serve modules that now hold different tensors)."""
         if self.place is None:
             return self.tensor
         try:
             holder, key = self.place(args)
-            return holder[key]
+            t = holder[key]
+            for place in self.also:
+                holder, key = place(args)
+                if holder[key] is not t:
+                    return None
+            return t
         except (LookupError, AttributeError, TypeError, ValueError):
             return None
 
@@ -100,6 +107,16 @@ class OptParamCaptured(Captured):
 
     __slots__ = ()
 
+    def current(self, args: tuple) -> Any:
+        """The tensor at the optimizer's slot now (None if gone).  The other places are
+        not looked at here: the optimizer's guard (:meth:`OptCaptured.guard`), run by
+        every call before this, checks each of them holds it."""
+        try:
+            holder, key = self.place(args)  # type: ignore[misc]
+            return holder[key]
+        except (LookupError, AttributeError, TypeError, ValueError):
+            return None
+
 
 class LrTensorCaptured(Captured):
     """A param group's Tensor lr (``SGD(params, lr=torch.tensor(0.01))``): lifted like any
@@ -108,11 +125,6 @@ class LrTensorCaptured(Captured):
     swapped as well (``also``)."""
 
     __slots__ = ()
-
-
-#: Captured found through an optimizer first; a later place reading the same tensor by
-#: name is added to its ``also`` (swapped for the tracer too)
-_VIA_OPTIMIZER = (OptParamCaptured, LrTensorCaptured)
 
 
 class LrCaptured(Captured):
@@ -349,13 +361,25 @@ def _member_place(root: Place, chain: tuple, registry: str, pname: str) -> Place
     return place
 
 
+def _found_at(found: dict, t: Tensor, name: str, place: Place) -> None:
+    """Record tensor ``t`` found at ``place``.  A tensor found again at another place (a
+    parameter tied between two modules, ``head.weight = emb.weight``; a module's
+    parameter an optimizer updates; a tensor named by two globals) stays one lifted
+    input, like ``module.parameters()`` lists a shared parameter once: the place is one
+    more where the trace puts its tracer (``also``), so both uses are traced and their
+    gradients accumulate into the one ``.grad``; each call checks that every place still
+    holds it (:meth:`Captured.current`)."""
+    cap = found.get(id(t))
+    if cap is None:
+        found[id(t)] = Captured(name, place, t)
+    elif cap.place is not None and not any(p is place for p in [cap.place] + cap.also):
+        cap.also.append(place)
+
+
 def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
     obj = holder[key]
     if isinstance(obj, Tensor):
-        if id(obj) not in found:
-            found[id(obj)] = Captured(name, place, obj)
-        elif isinstance(found[id(obj)], _VIA_OPTIMIZER):
-            found[id(obj)].also.append(place)  # an optimizer's parameter, read by name
+        _found_at(found, obj, name, place)
     elif _is_module(obj):
         for mprefix, mod in obj.named_modules():
             chain = tuple(mprefix.split(".")) if mprefix else ()
@@ -364,10 +388,7 @@ def _walk(holder: Any, key: Any, name: str, place: Place, found: dict) -> None:
                     if t is None:
                         continue
                     mplace = _member_place(place, chain, registry, pname)
-                    if id(t) not in found:
-                        found[id(t)] = Captured(".".join((name,) + chain + (pname,)), mplace, t)
-                    elif isinstance(found[id(t)], _VIA_OPTIMIZER):
-                        found[id(t)].also.append(mplace)  # an optimizer's parameter
+                    _found_at(found, t, ".".join((name,) + chain + (pname,)), mplace)
     elif _is_optimizer(obj):
         _walk_optimizer(obj, name, place, found)
     elif isinstance(obj, (list, dict)) and len(obj) <= 256:

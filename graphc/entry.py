@@ -32,6 +32,7 @@ class _Entry:
         "mem_ok",
         "sibling",
         "tcall",
+        "shared",
     )
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
@@ -59,12 +60,35 @@ class _Entry:
             exe.on_upgrade(self._rebind_call)
         self.mem_ok = ()  # weakrefs to the arrays of the last call found not to overlap
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
+        self.shared = _writes_shared_state(trace)
         # the prepared call of a training step on tensors (None: CompiledFunction._run)
         self.tcall = None if self.call is not None else (_tensor_call(self) or _step_call(self))
 
     def _rebind_call(self) -> None:
         """Re-bind the fast call path to the executable's current native entry."""
         self.call = _fast_call(self.run, self.build_out)
+
+
+def _writes_shared_state(tr) -> bool:
+    """Does the traced function write state it reads by name (a training step: lifted
+    parameters, their ``.grad``, an optimizer's state)?  Such a call runs under
+    ``graphc.tracer.driver.STATE_LOCK``: a trace (another thread's first call or
+    re-trace, of this or another compiled function) puts tracers into those very modules
+    and optimizers while it runs and checks that the tensors it lifted are not written
+    meanwhile; a call reading or writing them then would see tracers or break the trace.
+    Calls of a function that only reads them (inference) take no lock on their warm
+    path; when they see a tracer they wait for the trace and look again
+    (``CompiledFunction._with_captured``).  Calls on plain arguments take no lock."""
+    if tr.opt_guards:
+        return True
+    if not tr.captured:
+        return False
+    n = tr.n_args
+    return (
+        any(i >= n for i, _ in tr.mutated_inputs)
+        or any(i >= n for i, _ in tr.grad_writes)
+        or any(i >= n for i in tr.grad_clears)
+    )
 
 
 def _fast_call(run: Callable, build_out: Callable) -> Callable:
@@ -205,10 +229,19 @@ def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
     ``d{i}``) and their ``.grad`` (``g{i}``, data ``e{i}``), clear the ``.grad`` the step
     clears, and return the outputs with eager's no-grad note."""
     if direct:
+        # the native entry refuses to start (returns a code, having written nothing) when
+        # an input it would write, or one written back after, is read-only or strided:
+        # the general path then checks every write-back target before anything is written
         L.append("    outs = exe._native(ins)")
         L.append("    if outs.__class__ is int:")
-        L.append("        outs = exe._slow(ins, outs)")
+        L.append("        return SLOW")
     else:
+        written = [f"d{i}" for i, _ in tr.mutated_inputs]
+        written += [f"e{i}" for i, _ in tr.grad_writes if tr.in_specs[i].has_grad]
+        if written:  # as the native entry checks: all writeable, or the general path
+            cond = " and ".join(f"{w}.flags.writeable" for w in written)
+            L.append(f"    if not ({cond}):")
+            L.append("        return SLOW")
         L.append("    outs = run(ins)")
     for i, p in tr.mutated_inputs:
         L.append(f"    o = outs[{p}]")
@@ -319,7 +352,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         "def call(cf, entry, dyn):",
         "    if GRAD_MODE.enabled is not GRAD_ON:",
         "        return SLOW",
-        f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = dyn",
+        *_unpack_args(n),
     ]
     for i in range(n):
         L.append(f"    d{i} = data_of(a{i})")
@@ -350,6 +383,15 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
     ns = _call_globals(entry, exe)
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
+
+
+def _unpack_args(n: int) -> list:
+    """The generated lines binding the call's ``n`` arguments (``dyn``) to ``a0 .. a{n-1}``:
+    ``a0, = dyn`` for one, and for none a check that none came (a step that takes no
+    arguments and reads its model and data by name)."""
+    if n == 0:
+        return ["    if dyn:", "        return SLOW"]
+    return [f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = dyn"]
 
 
 def _step_call(entry: "_Entry") -> Optional[Callable]:
@@ -404,10 +446,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         ns[f"guard{k}"] = tr.opt_guards[k]
         L.append(f"    if guard{k}(dyn) is not None:")
         L.append("        return SLOW")
-    if n_args:  # (a step of no arguments: nothing to unpack)
-        L.append(
-            f"    {', '.join(f'a{i}' for i in range(n_args))}{',' if n_args == 1 else ''} = dyn"
-        )
+    L.extend(_unpack_args(n_args))
     for i in range(n):
         s = specs[i]
         if i >= n_args:  # a lifted tensor: as _with_captured checks it
@@ -452,6 +491,14 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
             ins.append(f"e{i}")
     L.append(f"    ins = ({', '.join(ins)},)")
     _emit_run_and_write_back(L, tr, direct)
+    # the whole call under graphc.tracer.driver.STATE_LOCK: a trace (another thread's, of
+    # this or another compiled function) swaps tracers into the modules and optimizers
+    # this call reads, and checks that what it lifted is not written meanwhile
+    # (_writes_shared_state); looked up at each call (a forked child has a new lock)
+    from .tracer import driver
+
+    ns["driver"] = driver
+    L = [L[0], "    with driver.STATE_LOCK:"] + ["    " + line for line in L[1:]]
     ns.update(_call_globals(entry, exe))
     exec(compile("\n".join(L) + "\n", f"<graphc step call {n} inputs>", "exec"), ns)
     return ns["call"]

@@ -290,7 +290,7 @@ class Lowerer:
             for i in range(n)
         ]
         flags = {}
-        for i in sorted(set(self.plan.inplace.values())):
+        for i in self._written_inputs():
             flags[i] = b.load(
                 b.gep(objs[i], [ir.Constant(I64, FLAGS_OFFSET)], source_etype=I8),
                 typ=I32,
@@ -661,6 +661,11 @@ class Lowerer:
             f = ir.Function(self.module, POOL_RUN_FN, name=POOL_RUN)
         return f
 
+    def _written_inputs(self) -> list:
+        """The inputs the caller writes outputs back into (``plan.inplace_requested``),
+        written in place here or not: the entry checks they are all writeable."""
+        return sorted(set(self.plan.inplace.values()) | set(self.plan.inplace_requested.values()))
+
     def _inplace_guard(self, b, ok, data, flags):
         """An input that an output is written over (``plan.inplace``) must be writeable and
         overlap no other input (``w -= g`` with ``g`` a shifted view of ``w`` would read
@@ -672,12 +677,18 @@ class Lowerer:
         superlinear on the long chain of ``and``s unrolled pairs make (a 100-parameter
         step took minutes to compile)."""
         targets = sorted(set(self.plan.inplace.values()))
+        w = ir.Constant(I32, NPY_WRITEABLE)
+        written = self._written_inputs()
+        if written:
+            # every input the caller writes back into (in place here or copied after):
+            # one read-only among them makes the caller check before anything is
+            # written, so no step is left half applied (graphc.entry)
+            b.comment("inputs written back: all writeable, or nothing runs here")
+            for i in written:
+                ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
         if not targets:
             return ok
-        b.comment("in-place outputs: their inputs must be writeable and overlap no input")
-        w = ir.Constant(I32, NPY_WRITEABLE)
-        for i in targets:
-            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(flags[i], w), w))
+        b.comment("in-place outputs: their inputs must overlap no input")
         nbytes = [
             numel(self.g.nx.nodes[n]["shape"]) * np.dtype(self.g.nx.nodes[n]["dtype"]).itemsize
             for n in self.g.inputs

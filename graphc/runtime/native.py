@@ -462,6 +462,7 @@ class NativeExecutable:
                     fuse=fuse,
                     poison=poison,
                     inplace=sorted(self.plan.inplace.items()),
+                    written=sorted(set(self.plan.inplace_requested.values())),
                 )
             except Exception:  # a graph the JSON form cannot hold: no disk caching
                 key = None

@@ -4,6 +4,7 @@ outputs, the arguments it wrote and the ``.grad`` it set as graph outputs."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -18,6 +19,13 @@ from ..layout import c_layout
 from .arguments import _SUPPORTED, LeafSpec, _sanitize, arg_names, classify_leaf
 from .context import TraceContext
 from .tensor import Tracer, _check_live
+
+#: Held while a trace has its tracers in the user's modules, optimizers, closure cells and
+#: globals (:func:`_call`), and by every CompiledFunction call that reads or writes such
+#: state on its general path: another thread must not see (or trace with, or write
+#: through) the tracers of a trace in progress.  Always taken before a
+#: CompiledFunction's own lock, never after it (graphc.api), so the two cannot deadlock.
+STATE_LOCK = threading.RLock()
 
 
 class TraceResult:
@@ -462,6 +470,7 @@ def _call(
 
     outer_tracer, outer_calls = TRACING.tracer, CALLS.tracing
     installed: list = ctx.installed
+    STATE_LOCK.acquire()
     try:
         for cap, t in lifted:  # the function reads the tracer where it reads the
             if cap.place is not None:  # tensor: self.weight.t() is traced
@@ -484,6 +493,7 @@ def _call(
             holder[key] = old
         for t in pinned:
             PINNED.pop(id(t), None)
+        STATE_LOCK.release()
 
 
 class _Installed:

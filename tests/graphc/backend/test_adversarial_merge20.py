@@ -468,13 +468,6 @@ def test_compiled_conv_step_matches_eager_under_lr_and_group_edits(opt):
                 np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="the compiled step writes the new .grad into the existing .grad array; made "
-    "read-only in place, the write-back raises ValueError after the parameters were "
-    "already updated (eager's zero_grad() drops the array: the step succeeds)",
-)
 def test_read_only_grad_array_does_not_half_apply_a_compiled_step():
     nn = eager.nn
 
@@ -501,9 +494,14 @@ def test_read_only_grad_array_does_not_half_apply_a_compiled_step():
     me.weight.grad.numpy().flags.writeable = False
     mc.weight.grad.numpy().flags.writeable = False
     estep(x)
-    cstep(x)  # raises ValueError: assignment destination is read-only
-    for pe, pc in zip(me.parameters(), mc.parameters()):
-        np.testing.assert_allclose(pc.detach().numpy(), pe.detach().numpy(), rtol=1e-6)
+    cstep(x)  # was: ValueError (assignment destination is read-only), half applied
+    for _ in range(2):  # and the calls after it
+        for pe, pc in zip(me.parameters(), mc.parameters()):
+            np.testing.assert_allclose(pc.detach().numpy(), pe.detach().numpy(), rtol=1e-6, atol=1e-7)
+            # float32 sums in another order: a few ulp of the largest term
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-5, atol=1e-6)
+        assert mc.weight.grad.numpy().flags.writeable  # a new .grad, as eager's
+        estep(x), cstep(x)
 
 
 # --- the first call's backend/pool threads -------------------------------------------
@@ -579,13 +577,6 @@ def test_compiled_step_with_zero_grad_set_to_none_false_matches_eager(zero):
             np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=graphc.errors.TracerError,
-    reason="a Parameter shared by two modules (weight tying) is refused by backward() "
-    "while tracing, with a wrong diagnosis ('reached through an object graphc does not "
-    "look into'); the forward alone compiles",
-)
 def test_compiled_step_with_tied_weights_matches_eager():
     nn = eager.nn
 
