@@ -155,3 +155,17 @@ def test_fused_conv_pool_inplace_like_pytorch(name):
     assert a[0] == t[0]
     for u, v in zip(a[1:], t[1:]):
         np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-10, equal_nan=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="eager.where casts a non-bool condition to bool (eager/_operands.py where: "
+    "condition.to(bool)), so where(int64 tensor, x, y) selects by truthiness; PyTorch "
+    "raises RuntimeError 'where expected condition to be a boolean tensor, but got a "
+    "tensor with dtype Long' (uint8 is accepted with a deprecation warning). Not a "
+    "wrong number for code PyTorch runs; pre-existing, not from this round's merge.",
+)
+def test_where_refuses_an_int64_condition_like_pytorch():
+    c = eager.tensor([1, 0])
+    with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):
+        eager.where(c, eager.tensor([1.0, 2.0]), eager.tensor([3.0, 4.0]))
