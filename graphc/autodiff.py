@@ -313,8 +313,13 @@ def _scan_vjp(ctx: TraceContext, nid: int, cts: dict, need: list) -> list:
 # loss.backward() inside a trace
 
 
-def traced_backward(loss: Tracer, gradient: Any = None) -> None:
-    """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves."""
+def traced_backward(loss: Tracer, gradient: Any = None, create_graph: bool = False) -> None:
+    """``loss.backward()`` on a traced value: accumulate into ``.grad`` of traced leaves.
+
+    As eager (and PyTorch's AccumulateGrad) does: a leaf's first gradient becomes a
+    buffer of its own; a later one is added into the existing ``.grad`` in place, so
+    every reference to that ``.grad`` (``g = p.grad`` before a second backward, a view
+    of it) sees the sum; with ``create_graph`` the sum is a new tensor."""
     ctx = loss._ctx
     _check_live(loss, "backward")
     if ctx.parent is not None:
@@ -363,7 +368,13 @@ def traced_backward(loss: Tracer, gradient: Any = None) -> None:
         for t, gr in zip(leaves, grads):
             if gr is None:
                 continue
-            set_grad(t, _own_buffer(gr) if grad_of(t) is None else grad_of(t) + gr)
+            cur = grad_of(t)
+            if cur is None:
+                set_grad(t, _own_buffer(gr))
+            elif create_graph or not isinstance(cur, Tracer) or cur._meta_shape != gr._meta_shape:
+                set_grad(t, cur + gr)  # (eager: a new tensor, the old .grad kept as it was)
+            else:
+                cur.add_(gr)  # in place: who holds this .grad sees the sum, as eagerly
 
 
 def _own_buffer(gr: Tracer) -> Tracer:

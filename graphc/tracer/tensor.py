@@ -354,7 +354,7 @@ class Tracer(TensorOps):
         return any(t is self for t in self._ctx.leaves)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        Tracer._traced_backward(self, gradient)
+        Tracer._traced_backward(self, gradient, bool(create_graph))
 
     # --- in-place ops become rebinding (functionalization) ----------------------------------
     def _rebind(self, new: "Tracer") -> "Tracer":

@@ -112,7 +112,29 @@ def _expand(a, b, x):
     b.grad.mul_(2).zero_()
 
 
+def _held_then_accumulated(a, b, x):
+    # found: c = a.grad, then a second backward; eager (and PyTorch's AccumulateGrad)
+    # add into that .grad in place, so c.add_ changes a.grad; the trace made the sum a
+    # new tracer (grad + g) and c.add_ was lost (a.grad off by 1 everywhere)
+    (a * x).sum().backward()
+    c = a.grad
+    c.mul_(2)
+    (a * x).sum().backward()
+    c.add_(1)
+
+
+def _view_held_then_accumulated(a, b, x):
+    (a * x).sum().backward()
+    row = a.grad[1]
+    (a * x * x).sum().backward()
+    row.mul_(-3)  # through the accumulated grad
+    b.grad = a.grad[0]  # a view as b's grad: b's next gradient is added through it
+    (b * x[2]).sum().backward()
+
+
 BODIES = [
+    _held_then_accumulated,
+    _view_held_then_accumulated,
     _mul,
     _add_clamp,
     _div_norm,
