@@ -132,7 +132,17 @@ def _view_held_then_accumulated(a, b, x):
     (b * x[2]).sum().backward()
 
 
+def _held_create_graph(a, b, x):
+    # with create_graph=True the sum is a new tensor: c keeps the first gradient
+    (a * x).sum().backward()
+    c = a.grad
+    (a * a * x).sum().backward(create_graph=True)
+    c.add_(1)
+    b.grad = c * 1.0
+
+
 BODIES = [
+    _held_create_graph,
     _held_then_accumulated,
     _view_held_then_accumulated,
     _mul,
