@@ -22,6 +22,7 @@ them).  This module sits below it and receives the ``TensorOps`` class and the
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -198,6 +199,18 @@ def where(condition, x, y):
     if not isinstance(condition, TensorOps):
         condition = ref._wrap_const(np.asarray(condition, dtype=bool))
     elif condition._npdtype.kind != "b":
+        name = D._TORCH_NAMES.get(condition._npdtype.name, condition._npdtype.name)
+        if condition._npdtype != np.uint8:
+            raise RuntimeError(
+                f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                f"{name}"
+            )
+        warnings.warn(
+            "where received a uint8 condition tensor. This behavior is deprecated and will be "
+            "removed in a future version of PyTorch. Use a boolean condition instead.",
+            UserWarning,
+            stacklevel=2,
+        )
         condition = condition.to(D.bool)
     like = x if isinstance(x, TensorOps) else y if isinstance(y, TensorOps) else None
     if like is None:

@@ -157,15 +157,23 @@ def test_fused_conv_pool_inplace_like_pytorch(name):
         np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-10, equal_nan=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eager.where casts a non-bool condition to bool (eager/_operands.py where: "
-    "condition.to(bool)), so where(int64 tensor, x, y) selects by truthiness; PyTorch "
-    "raises RuntimeError 'where expected condition to be a boolean tensor, but got a "
-    "tensor with dtype Long' (uint8 is accepted with a deprecation warning). Not a "
-    "wrong number for code PyTorch runs; pre-existing, not from this round's merge.",
-)
 def test_where_refuses_an_int64_condition_like_pytorch():
     c = eager.tensor([1, 0])
     with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):
         eager.where(c, eager.tensor([1.0, 2.0]), eager.tensor([3.0, 4.0]))
+
+
+@pytest.mark.parametrize(
+    "dtype, name", [("float32", "Float"), ("float64", "Double"), ("int32", "Int")]
+)
+def test_where_refuses_other_non_bool_conditions_naming_the_dtype(dtype, name):
+    c = eager.tensor(np.array([1, 0], dtype=dtype))
+    with pytest.raises(RuntimeError, match=f"but got a tensor with dtype {name}$"):
+        eager.where(c, eager.tensor([1.0, 2.0]), eager.tensor([3.0, 4.0]))
+
+
+def test_where_takes_a_uint8_condition_with_pytorchs_deprecation_warning():
+    c = eager.tensor(np.array([1, 0], dtype=np.uint8))
+    with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
+        r = eager.where(c, eager.tensor([1.0, 2.0]), eager.tensor([3.0, 4.0]))
+    np.testing.assert_array_equal(r.numpy(), [1.0, 4.0])
