@@ -367,22 +367,35 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
             elif not rg[i]:  # no requires_grad: the key does not say whether .grad is set
                 L.append(f"    if grad_of(a{i}) is not None:")
                 L.append("        return SLOW")
-        L.append("    ok = entry.mem_ok")
-        L.append(f"    if len(ok) != {len(mem)}:")
-        L.append("        return SLOW")
-        for k, name in enumerate(mem):
-            L.append(f"    if ok[{k}]() is not {name}:")
-            L.append("        return SLOW")
-    ins = []
-    for i in range(n):
-        ins.append(f"d{i}")
-        if has_grad[i]:
-            ins.append(f"e{i}")
+        _emit_mem_check(L, mem)
+    ins = _native_ins(n, has_grad)
     L.append(f"    ins = ({', '.join(ins)},)")
     _emit_run_and_write_back(L, tr, direct)
     ns = _call_globals(entry, exe)
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
+
+
+def _emit_mem_check(L: list, mem: list) -> None:
+    """Generated lines: the arrays named ``mem`` are, by identity, those the last full
+    memory check passed (``entry.mem_ok``), else the general path (SLOW)."""
+    L.append("    ok = entry.mem_ok")
+    L.append(f"    if len(ok) != {len(mem)}:")
+    L.append("        return SLOW")
+    for k, name in enumerate(mem):
+        L.append(f"    if ok[{k}]() is not {name}:")
+        L.append("        return SLOW")
+
+
+def _native_ins(n: int, has_grad: list) -> list:
+    """The native entry's input names: each tensor's data, followed by its ``.grad``'s data
+    when it has one."""
+    ins = []
+    for i in range(n):
+        ins.append(f"d{i}")
+        if has_grad[i]:
+            ins.append(f"e{i}")
+    return ins
 
 
 def _unpack_args(n: int) -> list:
@@ -478,17 +491,8 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         else:  # a .grad that appeared: the general path checks it
             L.append(f"    if grad_of(a{i}) is not None:")
             L.append("        return SLOW")
-    L.append("    ok = entry.mem_ok")
-    L.append(f"    if len(ok) != {len(mem)}:")
-    L.append("        return SLOW")
-    for k, name in enumerate(mem):
-        L.append(f"    if ok[{k}]() is not {name}:")
-        L.append("        return SLOW")
-    ins = []
-    for i in range(n):
-        ins.append(f"d{i}")
-        if specs[i].has_grad:
-            ins.append(f"e{i}")
+    _emit_mem_check(L, mem)
+    ins = _native_ins(n, [s.has_grad for s in specs])
     L.append(f"    ins = ({', '.join(ins)},)")
     _emit_run_and_write_back(L, tr, direct)
     # the whole call under graphc.tracer.driver.STATE_LOCK: a trace (another thread's, of
