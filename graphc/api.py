@@ -28,7 +28,14 @@ from .autograd_bridge import (
     _write_back,
 )
 from .cond import cond, where  # noqa: F401 - graphc.api.cond / where, as before
-from .entry import SLOW as _SLOW, _Entry, _foreign_byte_order, _inplace_pairs, _native_order
+from .entry import (
+    SLOW as _SLOW,
+    _Entry,
+    _foreign_byte_order,
+    _inplace_pairs,
+    _native_order,
+    owned_outputs,
+)
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
 from .interpreter import Program
 from .runtime import cache as _engine_cache
@@ -483,15 +490,20 @@ class CompiledFunction(Inspection):
         outs = entry.run(arrays)
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes) - len(tr.state_writes)
         _write_back(tr, dyn, outs)
+        owned = owned_outputs(entry.stages.get("_executable"))
         if tr.opt_guards:  # the optimizer state the step created (its first step)
             for holder, k, out_pos in tr.state_writes:
-                holder(args)[k] = tensor_from_array(np.array(outs[out_pos]))
+                o = outs[out_pos]
+                holder(args)[k] = tensor_from_array(o if owned(out_pos) else np.array(o))
             for holder, k, v in tr.state_sets:
                 holder(args)[k] = v
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
-            if grad_of(target) is None or idx in fresh:
-                set_grad(target, tensor_from_array(np.array(outs[out_pos])))
+            if grad_of(target) is None or idx in fresh or idx in tr.grad_new:
+                # a new .grad, as eager's backward makes one: the native entry's own output
+                # array as it is (no second copy), else a copy
+                o = outs[out_pos]
+                set_grad(target, tensor_from_array(o if owned(out_pos) else np.array(o)))
             else:
                 if outs[out_pos] is not data_of(grad_of(target)):
                     np.copyto(data_of(grad_of(target)), outs[out_pos], casting="same_kind")
@@ -593,9 +605,10 @@ class CompiledFunction(Inspection):
         have it."""
         tr = entry.trace
         arrays = [data_of(a) if a.__class__ is Tensor else a for a in dyn]
+        unread = entry.unread_grads  # a .grad replaced unread: neither read nor written
         for i, _ in tr.grad_writes:  # a .grad written in place is memory too
             g = grad_of(dyn[i])
-            if g is not None:
+            if g is not None and i not in unread:
                 arrays.append(data_of(g))
         n_dyn = len(dyn)
         # every call (not only for new arrays: a flag can be flipped in place), before
@@ -801,7 +814,7 @@ def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays:
             continue
         e = data_of(grad_of(dyn[idx]))
         same = e.shape == spec.shape and e.dtype == spec.dtype
-        if same and e.flags.writeable:
+        if same and (e.flags.writeable or idx in tr.grad_new):  # written, or only read
             continue
         pos = _graph_input_pos(specs, idx) + 1
         if same:

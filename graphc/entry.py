@@ -33,6 +33,7 @@ class _Entry:
         "sibling",
         "tcall",
         "shared",
+        "unread_grads",
     )
 
     def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
@@ -52,6 +53,9 @@ class _Entry:
             and all(_plain_array_item(it) for it in key)
         )
         self.build_out = _output_builder(trace)
+        # the .grad the step replaces by a new tensor without reading the old one (the
+        # memory checks leave these out: nothing writes or reads them)
+        self.unread_grads = unread_new_grads(trace)
         self.call = _fast_call(run, self.build_out) if self.fast else None
         exe = getattr(run, "__self__", None)
         if self.call is not None and exe is not None and getattr(exe, "tier", 1) == 0:
@@ -118,9 +122,43 @@ def _inplace_pairs(tr) -> dict:
     for idx, out_pos in tr.mutated_inputs:
         pairs[out_pos] = _graph_input_pos(specs, idx)
     for idx, out_pos in tr.grad_writes:
-        if specs[idx].has_grad:
+        # a .grad the step replaces by a new tensor (zero_grad(set_to_none=True) before
+        # backward) is not written into the old one: a reference held to it keeps its values
+        if specs[idx].has_grad and idx not in tr.grad_new:
             pairs[out_pos] = _graph_input_pos(specs, idx) + 1
     return pairs
+
+
+def unread_new_grads(tr) -> frozenset:
+    """Input indices whose ``.grad`` the step replaces by a new tensor (``tr.grad_new``)
+    without ever reading the old one (its graph input has no reader: zero_grad() then
+    backward()).  The old array is neither read nor written, so the memory checks
+    (``CompiledFunction._for_memory``, the prepared calls' identity check) leave it out:
+    the new ``.grad`` each call makes must not send the next call down the general path."""
+    from .tracer import _graph_input_pos
+
+    g = tr.graph
+    out = set()
+    outputs = set(g.outputs)
+    for idx, _ in tr.grad_writes:
+        if idx not in tr.grad_new or not tr.in_specs[idx].has_grad:
+            continue
+        node = g.inputs[_graph_input_pos(tr.in_specs, idx) + 1]
+        if not g.nx.out_degree(node) and node not in outputs:
+            out.add(idx)
+    return frozenset(out)
+
+
+def owned_outputs(exe) -> Callable[[int], bool]:
+    """``owned(k)``: is output ``k`` of executable ``exe`` always a new array that nothing
+    else references (the native entry allocates each output, ``PyArray_New``, except the
+    ones written over an input, ``exe._inplace``)?  Such an array can become a new
+    ``.grad`` (or optimizer state) as it is, without the copy other outputs need (the
+    interpreter's may be a constant of the graph or a view of another value)."""
+    if exe is None or not hasattr(exe, "_native"):
+        return lambda k: False
+    inplace = dict(getattr(exe, "_inplace", {}))
+    return lambda k: k not in inplace
 
 
 def _plain_array_item(item) -> bool:
@@ -223,7 +261,7 @@ def _native_order(run: Callable) -> Callable:
 SLOW = object()
 
 
-def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
+def _emit_run_and_write_back(L: list, tr, direct: bool, exe: Any = None) -> None:
     """The end of a prepared call (:func:`_tensor_call`, :func:`_step_call`): run the
     code on ``ins``, write the outputs back into the mutated arguments (``a{i}``, data
     ``d{i}``) and their ``.grad`` (``g{i}``, data ``e{i}``), clear the ``.grad`` the step
@@ -237,7 +275,9 @@ def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
         L.append("        return SLOW")
     else:
         written = [f"d{i}" for i, _ in tr.mutated_inputs]
-        written += [f"e{i}" for i, _ in tr.grad_writes if tr.in_specs[i].has_grad]
+        written += [
+            f"e{i}" for i, _ in tr.grad_writes if tr.in_specs[i].has_grad and i not in tr.grad_new
+        ]
         if written:  # as the native entry checks: all writeable, or the general path
             cond = " and ".join(f"{w}.flags.writeable" for w in written)
             L.append(f"    if not ({cond}):")
@@ -248,13 +288,16 @@ def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
         L.append(f"    if o is not d{i}:")
         L.append(f"        copyto(d{i}, o, casting='same_kind')")
         L.append(f"    version_of(a{i})[0] += 1")
+    owned = owned_outputs(exe if direct else None)
     for i, p in tr.grad_writes:
-        if tr.in_specs[i].has_grad:
+        if tr.in_specs[i].has_grad and i not in tr.grad_new:  # accumulated in place
             L.append(f"    o = outs[{p}]")
             L.append(f"    if o is not e{i}:")
             L.append(f"        copyto(e{i}, o, casting='same_kind')")
             L.append(f"    version_of(g{i})[0] += 1")
-        else:  # no .grad yet (the signature says so): a new one
+        elif owned(p):  # a new .grad: the output array the native entry made for it
+            L.append(f"    set_grad(a{i}, make(outs[{p}]))")
+        else:  # a new .grad (no .grad yet, or the step set it to None first)
             L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
     for i in tr.grad_clears:
         L.append(f"    set_grad(a{i}, None)")
@@ -348,6 +391,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
     exe = entry.stages.get("_executable")
     direct = exe is not None and hasattr(exe, "_native") and entry.run == exe.run_trusted
     n = tr.n_args
+    ns: dict = {}
     L = [
         "def call(cf, entry, dyn):",
         "    if GRAD_MODE.enabled is not GRAD_ON:",
@@ -359,21 +403,35 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         if has_grad[i]:  # the key says it is set
             L.append(f"    g{i} = grad_of(a{i})")
             L.append(f"    e{i} = data_of(g{i})")
+            _emit_unread_grad_check(L, entry, i, ns)
     if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
         mem = [f"d{i}" for i in range(n)]
         for i, _ in tr.grad_writes:
             if has_grad[i]:
-                mem.append(f"e{i}")
+                if i not in entry.unread_grads:
+                    mem.append(f"e{i}")
             elif not rg[i]:  # no requires_grad: the key does not say whether .grad is set
                 L.append(f"    if grad_of(a{i}) is not None:")
                 L.append("        return SLOW")
         _emit_mem_check(L, mem)
     ins = _native_ins(n, has_grad)
     L.append(f"    ins = ({', '.join(ins)},)")
-    _emit_run_and_write_back(L, tr, direct)
-    ns = _call_globals(entry, exe)
+    _emit_run_and_write_back(L, tr, direct, exe)
+    ns.update(_call_globals(entry, exe))
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
+
+
+def _emit_unread_grad_check(L: list, entry: "_Entry", i: int, ns: dict) -> None:
+    """Generated lines: an old ``.grad`` the step replaces unread (``entry.unread_grads``,
+    left out of the memory check) is still a graph input, so it must have the traced
+    shape and dtype, else the general path (which passes zeros instead, ``_fresh_grads``)."""
+    if i not in entry.unread_grads:
+        return
+    spec = entry.trace.in_specs[i]
+    ns[f"gshape{i}"], ns[f"gdtype{i}"] = tuple(spec.shape), spec.dtype
+    L.append(f"    if e{i}.shape != gshape{i} or e{i}.dtype != gdtype{i}:")
+    L.append("        return SLOW")
 
 
 def _emit_mem_check(L: list, mem: list) -> None:
@@ -484,17 +542,19 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
             L.append(f"    if g{i} is None:")
             L.append("        return SLOW")
             L.append(f"    e{i} = data_of(g{i})")
+            _emit_unread_grad_check(L, entry, i, ns)
     mem = [f"d{i}" for i in range(n)]
     for i, _ in tr.grad_writes:
         if specs[i].has_grad:
-            mem.append(f"e{i}")
+            if i not in entry.unread_grads:
+                mem.append(f"e{i}")
         else:  # a .grad that appeared: the general path checks it
             L.append(f"    if grad_of(a{i}) is not None:")
             L.append("        return SLOW")
     _emit_mem_check(L, mem)
     ins = _native_ins(n, [s.has_grad for s in specs])
     L.append(f"    ins = ({', '.join(ins)},)")
-    _emit_run_and_write_back(L, tr, direct)
+    _emit_run_and_write_back(L, tr, direct, exe)
     # the whole call under graphc.tracer.driver.STATE_LOCK: a trace (another thread's, of
     # this or another compiled function) swaps tracers into the modules and optimizers
     # this call reads, and checks that what it lifted is not written meanwhile

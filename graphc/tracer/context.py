@@ -42,6 +42,8 @@ class TraceContext:
         # did the function read or write a .grad, or call backward()?  If not, whether a
         # lifted parameter has a .grad does not matter to the trace
         self.grads_used = False
+        # id(input tracer) -> the .grad tracer it started with (driver._record_grads)
+        self.initial_grads: dict = {}
         self.optimizers: list = []  # graphc.capture.OptCaptured the function reaches
         self.installed: list = []  # those installed while traced (driver._Installed)
         self.arg_tensors: dict = {}  # id(eager tensor argument) -> its path

@@ -66,6 +66,11 @@ class TraceResult:
         # in the other mode needs a trace of its own), and per user output whether it has one
         self.grad_on = True
         self.grad_clears: list = []  # input indices whose .grad it set to None
+        # input indices of grad_writes whose .grad at the end is a NEW tensor (not the one
+        # the argument had: zero_grad(set_to_none=True) or ``p.grad = None`` before
+        # backward(), or no .grad before): the call sets a new .grad, as eager does, and
+        # never writes into the old one (a reference held to it keeps its values)
+        self.grad_new: frozenset = frozenset()
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
@@ -113,7 +118,9 @@ def _add_input(ctx: TraceContext, nm: str, path: str, spec: LeafSpec, lay) -> Tr
     if spec.has_grad:  # (also without requires_grad: a frozen tensor keeps its .grad)
         gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
         ctx.input_paths[gid] = f"{path}.grad"
-        set_grad(t, Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape)))
+        gt = Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape))
+        set_grad(t, gt)
+        ctx.initial_grads[id(t)] = gt  # _record_grads: is the final .grad this object?
         spec.grad_node = gid
     return t
 
@@ -420,7 +427,7 @@ def trace_flat(
         if ctx.rng_state is not None:  # the generator state: the last input
             specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         mutated = _record_writes(ctx, specs, members)
-        grad_writes, grad_clears = _record_grads(ctx, specs, fname)
+        grad_writes, grad_clears, grad_new = _record_grads(ctx, specs, fname)
         state_writes, state_sets = _record_optimizers(ctx, fname)
         layout_inputs = _layout_inputs(ctx, specs)
     finally:
@@ -440,6 +447,7 @@ def trace_flat(
     res.grad_on = ctx.grad_on
     res.rng_count = ctx.rng_count
     res.grad_clears = grad_clears
+    res.grad_new = grad_new
     res.grads_used = ctx.grads_used
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
@@ -646,9 +654,11 @@ def _record_writes(ctx: TraceContext, specs: list, members: list) -> list:
 def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
     """Graph outputs for the .grad the function set on arguments that require grad (or
     that do not but had a .grad):
-    ([(input index, graph output index)], input indices whose .grad it set to None)."""
+    ([(input index, graph output index)], input indices whose .grad it set to None,
+    frozenset of the written input indices whose final .grad is a new tensor object, not
+    the one the argument had when the call began: ``TraceResult.grad_new``)."""
     g = ctx.graph
-    grad_writes, grad_clears = [], []
+    grad_writes, grad_clears, grad_new = [], [], set()
     holders = [t for t in ctx.grad_holders if not any(t is u for u in ctx.leaves)]
     for t in ctx.leaves + holders:
         idx = ctx._input_of.get(id(t))
@@ -668,7 +678,9 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
         if gr.node != initial:
             grad_writes.append((idx, len(g.outputs)))
             g.outputs.append(gr.node)
-    return grad_writes, grad_clears
+            if gr is not ctx.initial_grads.get(id(t)):
+                grad_new.add(idx)
+    return grad_writes, grad_clears, frozenset(grad_new)
 
 
 def _state_holder(oc: Any, gi: int, pi: int) -> Callable:
