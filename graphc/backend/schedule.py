@@ -127,6 +127,7 @@ class Schedule:
         self.buffers: dict = {}  # buffer id -> (kind, index/offset, nbytes, dtype)
         self.arena_bytes = 0
         self.loops: dict = {}  # scan/while node -> LoopPlan (its graphs' own schedules)
+        self._order_deps: list = []  # _memory_order's kernel dependencies, for _sunk
         if _remat is None:  # a rematerialized plan's graph has the same types
             self._check_dtypes()
         self._classify()
@@ -898,15 +899,56 @@ class Schedule:
         reader of the hidden activations (another 256 x 128), so both were live at once."""
         self._plan_in_order()
         order = self._memory_order() if len(self.kernels) <= REORDER_LIMIT else None
-        if order is None or order == list(range(len(self.kernels))):
+        if order is None:
             return
-        state = self._plan_state()
-        self.kernels = [self.kernels[i] for i in order]
-        self._reset_plan()
-        self._plan_in_order()
-        if self.arena_bytes >= state[-1]:
-            self.kernels = state[0]
-            self._restore_plan(state)
+        built = list(self.kernels)
+        sunk = self._sunk(order)
+        self._order_deps = []
+        for cand in (order, sunk):
+            if cand is None or cand == list(range(len(built))):
+                continue
+            state = self._plan_state()
+            self.kernels = [built[i] for i in cand]
+            self._reset_plan()
+            self._plan_in_order()
+            if self.arena_bytes >= state[-1]:
+                self.kernels = state[0]
+                self._restore_plan(state)
+
+    def _sunk(self, order: list) -> Optional[list]:
+        """``order`` (indices of the built kernels) with every kernel that has readers moved
+        as late as its dependencies allow: right before its first dependent, walking from
+        the end (so a chain moves together).  The memory-aware order runs a kernel that
+        frees more than it allocates as soon as it may, and with it the kernels it waits
+        for: W6's loss gathered its class weights (a [256] value read only after the
+        arena's peak) in the first kernels, so that value was live across the peak.  A
+        product and the loop glued to it (see :meth:`_memory_order`) and kernels nothing
+        depends on stay where they are.  Only a proposal: :meth:`_plan_memory` keeps it
+        when its planned arena is smaller.  None when nothing moves."""
+        ks = self.kernels
+        deps = self._order_deps if len(self._order_deps) == len(ks) else self._kernel_deps()
+        users: list = [[] for _ in ks]
+        for j, ds in enumerate(deps):
+            for i in ds:
+                users[i].append(j)
+        glued = set()
+        for i in range(len(ks) - 1):
+            if (
+                ks[i].kind == "matmul"
+                and ks[i + 1].kind == "loop"
+                and ks[i].writes & ks[i + 1].reads
+            ):
+                glued.update((i, i + 1))
+        seq = list(order)
+        for j in reversed(order):
+            if j in glued or not users[j]:
+                continue
+            p = seq.index(j)
+            q = min(seq.index(u) for u in users[j])
+            if q > p + 1:
+                seq.insert(q, j)  # before the first dependent (indices after p shift down)
+                del seq[p]
+        return None if seq == order else seq
 
     def _plan_state(self) -> tuple:
         return (
@@ -986,6 +1028,7 @@ class Schedule:
         keeps it when its planned arena is smaller."""
         ks = self.kernels
         deps = self._kernel_deps()
+        self._order_deps = deps  # the built order's, for _sunk
         outs = {self.views[o].buf if o in self.views else o for o in self.g.outputs}
         size: dict = {}
         for b, spec in self.buffers.items():

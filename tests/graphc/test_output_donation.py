@@ -282,7 +282,7 @@ def test_threads(threads):
 
 def test_w6_step_memory_host_blocks_are_gone():
     """W6's compiled step allocates no host blocks it frees again (the new .grad arrays
-    are kept, as eager's): counted bytes, not time."""
+    are kept, as eager's): counted bytes, not time; and its arena is the sunk order's."""
     from graphc.tools import bench_models as B
     from graphc.tools.models import build
 
@@ -307,6 +307,7 @@ def test_w6_step_memory_host_blocks_are_gone():
         c(*batch)
     peak, kept = B._traced(lambda: c(*batch))
     assert peak - kept < 4096, (peak, kept)
+    assert c.stats(*batch)["arena_bytes"] <= 188_416
 
 
 def test_held_grad_reference_matches_pytorch():
