@@ -10,6 +10,7 @@ Those two cases are handled here, once, for every op.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -216,10 +217,10 @@ def check_no_np_bool(data, npd: np.dtype) -> None:
     and complex tensors take it; numpy arrays of bools are not Python data (converted)."""
     if npd.kind not in "iu":
         return
+    bad: Any = None
     if isinstance(data, np.bool_):
         bad = data
     elif isinstance(data, (list, tuple)):
-        bad = None
         stack: list = [data]
         while stack and bad is None:  # iterative walk of the nesting
             s = stack.pop()

@@ -299,7 +299,9 @@ def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
                 is_shared
                 or data.base is not None
                 or not data.flags.writeable
-                or not (data.flags.c_contiguous if vdata.flags.c_contiguous else _obeys(data, vdata))
+                or not (
+                    data.flags.c_contiguous if vdata.flags.c_contiguous else _obeys(data, vdata)
+                )
             ):
                 var._grad = make(_clone_obeying(data, vdata))
             elif g.grad_fn is None and not g._rg and g._version[0] == 0:
