@@ -478,8 +478,9 @@ class CompiledFunction(Inspection):
             and any(a.__class__ is Tensor and requires_grad_of(a) for a in dyn)
         ):
             return _run_differentiable(self, entry, dyn)
+        held = _held_new_grads(self, tr, args, dyn) if tr.grad_new else ()
         arrays = _arrays(dyn, tr.in_specs)
-        fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
+        fresh = _fresh_grads(self, tr, args, dyn, arrays, held) if tr.grad_writes else ()
         outs = entry.run(arrays)
         n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes) - len(tr.state_writes)
         _write_back(tr, dyn, outs)
@@ -782,7 +783,48 @@ class CompiledFunction(Inspection):
         return f"<graphc.CompiledFunction {self.__name__} ({len(self._cache)} signatures)>"
 
 
-def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays: list) -> dict:
+def _grad_held(t: Any) -> bool:
+    """Does anyone but ``t`` hold its ``.grad`` (the tensor, or its array: a view, a
+    ``.numpy()``)?  CPython's reference counts: ``t._grad``/``g._data``, the local and
+    getrefcount's argument; :func:`graphc.entry._emit_held_check` emits the same test."""
+    g = grad_of(t)
+    e = data_of(g)
+    return sys.getrefcount(g) > 3 or sys.getrefcount(e) > 3
+
+
+def _held_new_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any) -> set:
+    """The dynamic leaves whose ``.grad`` the function replaces by a new tensor (tr.grad_new:
+    ``zero_grad()`` then ``backward()``) while someone holds the old one (``h = p.grad``
+    before the call).  Eager leaves that old tensor as it was; the call then gives the new
+    ``.grad`` a buffer of its own (:func:`_fresh_grads`) rather than writing into the old
+    one, as it does when no one can see the difference.  A function that also writes into
+    the old ``.grad`` (through a reference taken inside) is refused for such a leaf: the
+    call writes back one buffer per ``.grad``."""
+    held = set()
+    for idx in tr.grad_new:
+        if not tr.in_specs[idx].has_grad or not _grad_held(dyn[idx]):
+            continue
+        if idx in tr.grad_new_written:
+            n_args = tr.n_args
+            who = (
+                "argument " + _leaf_names(cf, args)[idx]
+                if idx < n_args
+                else tr.captured[idx - n_args].name
+            )
+            raise RuntimeError(
+                f"{cf.__name__}: {who}.grad is held outside the function (a reference taken "
+                "before the call), and the function both writes into that .grad in place and "
+                "replaces it by a new tensor; graphc writes back one buffer per .grad. Drop the "
+                "outside reference, or clone() the old .grad inside before writing into it "
+                "(nothing was written: the step did not run)"
+            )
+        held.add(idx)
+    return held
+
+
+def _fresh_grads(
+    cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays: list, held: Any = ()
+) -> dict:
     """``{dynamic leaf: array}`` for the ``.grad`` this call writes that cannot be written
     in place: read-only (``numpy().flags.writeable = False``), or of another shape or
     dtype than the trace's (``p.grad.data = ...``).  Eager's backward gives such a
@@ -790,7 +832,9 @@ def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays:
     a read-only array makes a new one); so does the call: the graph input becomes a
     writeable copy (the same values), which the write-back then sets as a new ``.grad``.
     A ``.grad`` of another shape or dtype that the step reads (accumulates into) is
-    refused, before anything runs.  Replaces the arrays in ``arrays`` (the graph inputs)."""
+    refused, before anything runs.  Replaces the arrays in ``arrays`` (the graph inputs).
+    So for the leaves in ``held`` (:func:`_held_new_grads`): a .grad replaced by a new one
+    while the old one is held gets a buffer of its own, the old one is left as it was."""
     from .tracer.driver import _graph_input_pos
 
     specs = tr.in_specs
@@ -801,7 +845,7 @@ def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays:
             continue
         e = data_of(grad_of(dyn[idx]))
         same = e.shape == spec.shape and e.dtype == spec.dtype
-        if same and e.flags.writeable:
+        if same and e.flags.writeable and idx not in held:
             continue
         pos = _graph_input_pos(specs, idx) + 1
         if same:

@@ -271,6 +271,7 @@ def _emit_run_and_write_back(L: list, tr, direct: bool) -> None:
 
 def _call_globals(entry: "_Entry", exe) -> dict:
     """The names the code of a prepared call reads (see :func:`_emit_run_and_write_back`)."""
+    import sys
     import weakref
 
     from eager.interop import (
@@ -304,6 +305,7 @@ def _call_globals(entry: "_Entry", exe) -> dict:
         "NO_GRAD_NOTE": _NO_GRAD_NOTE,
         "note_no_grad": _note_no_grad,
         "weakref_ref": weakref.ref,
+        "getrefcount": sys.getrefcount,
     }
 
 
@@ -359,6 +361,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         if has_grad[i]:  # the key says it is set
             L.append(f"    g{i} = grad_of(a{i})")
             L.append(f"    e{i} = data_of(g{i})")
+            _emit_held_check(L, tr, i)
     if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
         mem = [f"d{i}" for i in range(n)]
         for i, _ in tr.grad_writes:
@@ -374,6 +377,16 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
     ns = _call_globals(entry, exe)
     exec(compile("\n".join(L) + "\n", f"<graphc tensor call {tr.n_args} args>", "exec"), ns)
     return ns["call"]
+
+
+def _emit_held_check(L: list, tr, i: int) -> None:
+    """Generated lines: when the function replaces ``a{i}``'s ``.grad`` by a new tensor
+    (``tr.grad_new``) and anyone but ``a{i}`` holds the old one ``g{i}`` or its array
+    ``e{i}`` (beyond the local and getrefcount's argument), the general path (SLOW), which
+    gives the new ``.grad`` a buffer of its own (graphc.api._held_new_grads)."""
+    if i in tr.grad_new:
+        L.append(f"    if getrefcount(g{i}) > 3 or getrefcount(e{i}) > 3:")
+        L.append("        return SLOW")
 
 
 def _emit_mem_check(L: list, mem: list) -> None:
@@ -484,6 +497,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
             L.append(f"    if g{i} is None:")
             L.append("        return SLOW")
             L.append(f"    e{i} = data_of(g{i})")
+            _emit_held_check(L, tr, i)
     mem = [f"d{i}" for i in range(n)]
     for i, _ in tr.grad_writes:
         if specs[i].has_grad:

@@ -33,6 +33,7 @@ class TraceContext:
         self.leaves: list = []  # input tracers of tensors that require grad
         # input tracers of tensors that do not require grad but have a .grad (frozen)
         self.grad_holders: list = []
+        self.grad_inputs: dict = {}  # .grad input node -> its tracer (the .grad on entry)
         self.closed_rg: dict = {}  # const node -> src: closed-over tensors requiring grad
         self.layout_uses: list = []  # reshapes of argument buffers: see _note_layout_use
         self.lifted_nodes: dict = {}  # id(lifted tracer) -> its input node

@@ -66,6 +66,10 @@ class TraceResult:
         # in the other mode needs a trace of its own), and per user output whether it has one
         self.grad_on = True
         self.grad_clears: list = []  # input indices whose .grad it set to None
+        # input indices whose .grad it replaced by a new buffer (see _record_grads), and
+        # those of them whose old .grad it wrote as well
+        self.grad_new: tuple = ()
+        self.grad_new_written: tuple = ()
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
@@ -113,7 +117,9 @@ def _add_input(ctx: TraceContext, nm: str, path: str, spec: LeafSpec, lay) -> Tr
     if spec.has_grad:  # (also without requires_grad: a frozen tensor keeps its .grad)
         gid = g.add_input(f"{nm}_grad", spec.shape, spec.dtype)
         ctx.input_paths[gid] = f"{path}.grad"
-        set_grad(t, Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape)))
+        g0 = Tracer(ctx, gid, spec.shape, spec.dtype, c_layout(spec.shape))
+        ctx.grad_inputs[gid] = g0
+        set_grad(t, g0)
         spec.grad_node = gid
     return t
 
@@ -420,7 +426,7 @@ def trace_flat(
         if ctx.rng_state is not None:  # the generator state: the last input
             specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         mutated = _record_writes(ctx, specs, members)
-        grad_writes, grad_clears = _record_grads(ctx, specs, fname)
+        grad_writes, grad_clears, grad_new, grad_new_written = _record_grads(ctx, specs, fname)
         state_writes, state_sets = _record_optimizers(ctx, fname)
         layout_inputs = _layout_inputs(ctx, specs)
     finally:
@@ -440,6 +446,8 @@ def trace_flat(
     res.grad_on = ctx.grad_on
     res.rng_count = ctx.rng_count
     res.grad_clears = grad_clears
+    res.grad_new = tuple(grad_new)
+    res.grad_new_written = tuple(grad_new_written)
     res.grads_used = ctx.grads_used
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
@@ -646,9 +654,16 @@ def _record_writes(ctx: TraceContext, specs: list, members: list) -> list:
 def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
     """Graph outputs for the .grad the function set on arguments that require grad (or
     that do not but had a .grad):
-    ([(input index, graph output index)], input indices whose .grad it set to None)."""
+    ([(input index, graph output index)], input indices whose .grad it set to None,
+    input indices whose .grad on entry it replaced by a tensor of another buffer
+    (``zero_grad()`` then ``backward()``), those of them whose old .grad it also wrote).
+
+    A replaced .grad is written back into the old one's buffer only when no one else
+    holds that (the call checks: CompiledFunction._run, entry._emit_held_check): eager
+    gives the new .grad a buffer of its own and leaves the old tensor as it was."""
     g = ctx.graph
     grad_writes, grad_clears = [], []
+    grad_new, grad_new_written = [], []
     holders = [t for t in ctx.grad_holders if not any(t is u for u in ctx.leaves)]
     for t in ctx.leaves + holders:
         idx = ctx._input_of.get(id(t))
@@ -668,7 +683,12 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
         if gr.node != initial:
             grad_writes.append((idx, len(g.outputs)))
             g.outputs.append(gr.node)
-    return grad_writes, grad_clears
+            g0 = ctx.grad_inputs.get(initial)
+            if g0 is not None and gr._stor is not g0._stor:
+                grad_new.append(idx)
+                if g0.node != initial:
+                    grad_new_written.append(idx)
+    return grad_writes, grad_clears, grad_new, grad_new_written
 
 
 def _state_holder(oc: Any, gi: int, pi: int) -> Callable:
