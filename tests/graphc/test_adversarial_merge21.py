@@ -357,6 +357,41 @@ def test_replaced_and_written_grad_held_outside_refused():
     assert ac.grad is held
 
 
+EDGE_WRITES = {
+    "0d": ((), lambda g: g.view(-1).__setitem__(0, 7.0)),
+    "size1": ((1,), lambda g: g.reshape(-1).mul_(3)),
+    "size0": ((0, 3), lambda g: g.view(-1).fill_(2.0)),
+    "unit_dims": ((1, 1, 4), lambda g: g.flatten()[2:].add_(1)),
+    "view_t": ((2, 3), lambda g: g.view(3, 2).t()[1].sub_(5)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_WRITES))
+def test_flat_view_write_into_grad_edge_shapes(case):
+    shape, write = EDGE_WRITES[case]
+    n = int(np.prod(shape))
+
+    def run(compiled):
+        a = nn.Parameter(eager.tensor(np.linspace(-1, 1, n).reshape(shape)))
+        x = eager.tensor(np.linspace(0.5, 2, n).reshape(shape))
+
+        def body(x):
+            (a * x * a).sum().backward()
+            write(a.grad)
+
+        f = graphc.compile(body, opt_level=FAST) if compiled else body
+        out = []
+        for _ in range(2):
+            a.grad = None
+            f(x)
+            out.append(a.grad.numpy().copy())
+        return out
+
+    for e, c in zip(run(False), run(True)):
+        assert e.shape == c.shape == shape
+        np.testing.assert_array_equal(c, e)
+
+
 def test_flat_view_write_into_grad_tied_same_value():
     # two leaves whose backward values are one node: each .grad a buffer of its own
     def body(a, b, x):
