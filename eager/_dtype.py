@@ -9,6 +9,9 @@ Those two cases are handled here, once, for every op.
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 import numpy as np
 
 
@@ -203,6 +206,35 @@ def infer_tensor_dtype(data) -> np.dtype:
     for d in leaves[1:]:
         out = promote(out, d)
     return out
+
+
+def check_no_np_bool(data, npd: np.dtype) -> None:
+    """PyTorch's refusal to store a numpy bool scalar into an integer tensor from Python
+    data: ``torch.tensor([np.bool_(True), 1])`` (inferred int64), ``tensor([np.bool_(True)],
+    dtype=torch.int32)`` and ``tensor(np.bool_(True), dtype=torch.int64)`` raise TypeError
+    "'numpy.bool' object cannot be interpreted as an integer" (it stores each element
+    through ``__index__``, which numpy's bool lacks; a Python bool is an int).  Float, bool
+    and complex tensors take it; numpy arrays of bools are not Python data (converted)."""
+    if npd.kind not in "iu":
+        return
+    bad: Any = None
+    if isinstance(data, np.bool_):
+        bad = data
+    elif isinstance(data, (list, tuple)):
+        stack: list = [data]
+        while stack and bad is None:  # iterative walk of the nesting
+            s = stack.pop()
+            if isinstance(s, (list, tuple)):
+                stack.extend(s)
+            elif isinstance(s, np.bool_):
+                bad = s
+    else:
+        return
+    if bad is not None:
+        try:
+            operator.index(bad)  # numpy's own wording: "'numpy.bool' object cannot be ..."
+        except TypeError as e:
+            raise TypeError(str(e)) from None
 
 
 _C_INT_NAMES = {"int64": "int64_t", "int32": "int", "int16": "short", "int8": "int8_t",

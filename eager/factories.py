@@ -110,6 +110,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
             dtype = _nested_dtype(data)
         data = _tensors_to_lists(data)
     npd = D.to_np(dtype) if dtype is not None else D.infer_tensor_dtype(data)
+    D.check_no_np_bool(data, npd)
     try:
         arr = np.array(data, dtype=npd)
     except (ValueError, TypeError) as e:

@@ -144,6 +144,7 @@ class Tensor(TensorOps):
             data = args[0]
             if isinstance(data, Tensor):
                 data = data._data
+            D.check_no_np_bool(data, npd)
             arr = np.array(data, dtype=npd)
         else:
             # Tensor() is an empty 1-D tensor, as in PyTorch

@@ -487,9 +487,31 @@ class CompiledFunction(Inspection):
             return _run_differentiable(self, entry, dyn)
         arrays = _arrays(dyn, tr.in_specs)
         fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
+        for idx, _ in tr.grad_old_writes:  # (all-or-nothing: checked before anything runs)
+            if not data_of(grad_of(dyn[idx])).flags.writeable:
+                who = (
+                    "argument " + _leaf_names(self, args)[idx]
+                    if idx < tr.n_args
+                    else tr.captured[idx - tr.n_args].name
+                )
+                raise ValueError(
+                    f"{self.__name__}: the .grad of {who} is read-only, and the function "
+                    "writes into it in place (nothing was written)"
+                )
         outs = entry.run(arrays)
-        n_user = len(outs) - len(tr.mutated_inputs) - len(tr.grad_writes) - len(tr.state_writes)
+        n_user = (
+            len(outs)
+            - len(tr.mutated_inputs)
+            - len(tr.grad_writes)
+            - len(tr.grad_old_writes)
+            - len(tr.state_writes)
+        )
         _write_back(tr, dyn, outs)
+        for idx, out_pos in tr.grad_old_writes:  # before the new .grad replaces it
+            old = grad_of(dyn[idx])
+            if outs[out_pos] is not data_of(old):
+                np.copyto(data_of(old), outs[out_pos], casting="same_kind")
+            version_of(old)[0] += 1
         owned = owned_outputs(entry.stages.get("_executable"))
         if tr.opt_guards:  # the optimizer state the step created (its first step)
             for holder, k, out_pos in tr.state_writes:

@@ -37,6 +37,7 @@ from .tracer import TraceContext, Tracer, _check_live, arg_names
 from .tracer.body import trace_body
 from .ir.loops import LOOP_OPS, STRUCT_OPS, operand_groups
 from .errors import GraphcError, TracerError
+from .layout import c_layout
 from .ir import Graph, verify
 
 
@@ -370,23 +371,38 @@ def traced_backward(loss: Tracer, gradient: Any = None, create_graph: bool = Fal
                 continue
             cur = grad_of(t)
             if cur is None:
-                set_grad(t, _own_buffer(gr))
+                set_grad(t, _own_buffer(gr, t))
             elif create_graph or not isinstance(cur, Tracer) or cur._meta_shape != gr._meta_shape:
                 set_grad(t, cur + gr)  # (eager: a new tensor, the old .grad kept as it was)
             else:
                 cur.add_(gr)  # in place: who holds this .grad sees the sum, as eagerly
 
 
-def _own_buffer(gr: Tracer) -> Tracer:
+def _own_buffer(gr: Tracer, leaf: Tracer) -> Tracer:
     """A leaf's new ``.grad`` as eager makes it: a buffer of its own (eager's engine stores
     a fresh array), so a Tracer of its own on the same node.  An in-place write to it
     (``clip_grad_norm_``'s ``g.mul_``) then rebinds only this leaf's grad: not another
     leaf's grad that backprop gave the same value (``a + b``), and not refused as a
-    possible alias of a backward intermediate (a reshape of a transposed product)."""
-    # a view's layout describes its base's buffer, not a buffer of its own: unknown
-    own = Tracer(
-        gr._ctx, gr.node, gr._meta_shape, gr._meta_dtype, gr._lay if gr._view is None else None
-    )
+    possible alias of a backward intermediate (a reshape of a transposed product).
+
+    Its layout is the one eager's engine gives it, PyTorch's layout contract
+    (eager.autograd.engine._obeys): the leaf's own strides when the leaf is dense (C order
+    for every contiguous parameter), else C order; whatever layout the backward value had
+    (a broadcast, a transposed product).  So ``p.grad.view(-1)[i] = v`` writes the grad.
+    Only a leaf whose layout the tracer does not follow leaves it unknown."""
+    shape = leaf._meta_shape
+    lay = leaf._lay
+    if lay is not None:
+        strides = lay[1]
+        expect, dense = 1, True  # PyTorch's is_non_overlapping_and_dense, in elements
+        for st, n in sorted((st, n) for st, n in zip(strides, shape) if n != 1):
+            dense = dense and st == expect
+            expect *= n
+        if not dense or gr.numel() == 0 or strides == c_layout(shape)[1]:
+            lay = c_layout(shape)
+        else:  # a permuted dense leaf: its strides, in a buffer of the grad's own
+            lay = (0, tuple(strides))
+    own = Tracer(gr._ctx, gr.node, gr._meta_shape, gr._meta_dtype, lay)
     own._ng = gr._ng
     return own
 

@@ -373,6 +373,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         or tr.opt_guards
         or tr.state_writes
         or tr.state_sets
+        or tr.grad_old_writes
         or not (tr.mutated_inputs or tr.grad_writes or tr.grad_clears)
     ):
         return None
@@ -489,6 +490,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         or tr.randoms
         or tr.state_writes
         or tr.state_sets
+        or tr.grad_old_writes
         or entry.call is not None
     ):
         return None

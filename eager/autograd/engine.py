@@ -293,9 +293,17 @@ def _leaf_grad(var, g, create_graph: bool, is_shared: bool, make) -> None:
         return
     if var._grad is None and var._hooks is None and not create_graph:
         data = g._data
-        if data.shape == var._data.shape:
-            if is_shared or data.base is not None or not data.flags.writeable:
-                var._grad = make(np.array(data))
+        vdata = var._data
+        if data.shape == vdata.shape:
+            if (
+                is_shared
+                or data.base is not None
+                or not data.flags.writeable
+                or not (
+                    data.flags.c_contiguous if vdata.flags.c_contiguous else _obeys(data, vdata)
+                )
+            ):
+                var._grad = make(_clone_obeying(data, vdata))
             elif g.grad_fn is None and not g._rg and g._version[0] == 0:
                 var._grad = g
             else:
@@ -517,15 +525,52 @@ def _is_shared(shared: dict, g) -> bool:
     return r is not None and r() is g
 
 
-def _owned(g, is_shared: bool):
+def _owned(g, is_shared: bool, var=None):
     """A detached gradient with a buffer of its own (we accumulate into it in place).
 
     A buffer no one else holds and that is not a view (numpy results of VJP rules)
-    is taken as is; anything else is copied."""
+    is taken as is; anything else is copied.  Given the leaf ``var``, the buffer also
+    obeys PyTorch's layout contract (:func:`_obeys`), copied into that layout if not."""
     data = g._data
-    if is_shared or data.base is not None or not data.flags.writeable:
+    if var is not None and data.shape == var._data.shape:
+        if is_shared or data.base is not None or not data.flags.writeable:
+            data = _clone_obeying(data, var._data)
+        elif not _obeys(data, var._data):
+            data = _clone_obeying(data, var._data)
+    elif is_shared or data.base is not None or not data.flags.writeable:
         data = np.array(data)
     return _Tensor._make(data)
+
+
+def _dense(a: np.ndarray) -> bool:
+    """PyTorch's is_non_overlapping_and_dense for a numpy array: its elements fill a
+    block of memory without gaps or overlaps in some order of the dims."""
+    expect = a.itemsize
+    for st, n in sorted((st, n) for st, n in zip(a.strides, a.shape) if n != 1):
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _obeys(data: np.ndarray, vdata: np.ndarray) -> bool:
+    """PyTorch's layout contract for a leaf's new ``.grad`` (AccumulateGrad's
+    obeys_layout_contract): the strides of the leaf itself when the leaf is
+    non-overlapping and dense (a contiguous or a permuted parameter), else C order.
+    So ``p.grad.view(-1)`` works for every contiguous ``p``, whatever the backward
+    computed (a transposed product, a broadcast)."""
+    if vdata.flags.c_contiguous or data.size == 0 or not _dense(vdata):
+        return data.flags.c_contiguous
+    return all(a == b for a, b, n in zip(data.strides, vdata.strides, data.shape) if n != 1)
+
+
+def _clone_obeying(data: np.ndarray, vdata: np.ndarray) -> np.ndarray:
+    """A copy of ``data`` in the layout :func:`_obeys` asks for (clone_obey_contract)."""
+    if vdata.flags.c_contiguous or data.size == 0 or not _dense(vdata):
+        return np.array(data, order="C")
+    out = np.empty_like(vdata, dtype=data.dtype)  # (order K: vdata's strides, it is dense)
+    np.copyto(out, data)
+    return out
 
 
 def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
@@ -542,7 +587,7 @@ def _accumulate_leaf(var, g, create_graph: bool, is_shared: bool) -> None:
         if create_graph:
             var._grad = g
         else:
-            var._grad = _owned(g, is_shared)
+            var._grad = _owned(g, is_shared, var)
         return
     cur = var._grad
     if create_graph or _STATE.enabled:

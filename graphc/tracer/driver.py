@@ -71,6 +71,9 @@ class TraceResult:
         # backward(), or no .grad before): the call sets a new .grad, as eager does, and
         # never writes into the old one (a reference held to it keeps its values)
         self.grad_new: frozenset = frozenset()
+        # [(input index, graph output index)]: the .grad a call began with, written in
+        # place and then replaced: its final values, written back into its buffer
+        self.grad_old_writes: list = []
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
         self.out_rg: list = []
         self.all_out_rg = True
@@ -247,6 +250,7 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
             drop.append(spec.grad_node)  # a .grad the function never looked at
             spec.has_grad, spec.grad_node = False, None
             set_grad(t, None)
+            ctx.initial_grads.pop(id(t), None)
     for nid in drop:
         g.nx.remove_node(nid)
         g.inputs.remove(nid)
@@ -448,6 +452,7 @@ def trace_flat(
     res.rng_count = ctx.rng_count
     res.grad_clears = grad_clears
     res.grad_new = grad_new
+    res.grad_old_writes = ctx.grad_old_writes
     res.grads_used = ctx.grads_used
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
@@ -656,15 +661,25 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
     that do not but had a .grad):
     ([(input index, graph output index)], input indices whose .grad it set to None,
     frozenset of the written input indices whose final .grad is a new tensor object, not
-    the one the argument had when the call began: ``TraceResult.grad_new``)."""
+    the one the argument had when the call began: ``TraceResult.grad_new``).  A .grad the
+    call began with, written in place and then replaced, is a graph output of its own
+    (``TraceResult.grad_old_writes``, left in ``ctx.grad_old_writes``): eager leaves that
+    tensor with the values written into it, which a reference held to it sees."""
     g = ctx.graph
     grad_writes, grad_clears, grad_new = [], [], set()
+    grad_old_writes: list = []
     holders = [t for t in ctx.grad_holders if not any(t is u for u in ctx.leaves)]
     for t in ctx.leaves + holders:
         idx = ctx._input_of.get(id(t))
         gr = grad_of(t)
         if idx is None or not (specs[idx].requires_grad or specs[idx].has_grad):
             continue  # .grad of a leaf made inside the function stays inside it
+        g0 = ctx.initial_grads.get(id(t))
+        if g0 is not None and gr is not g0 and g0.node != specs[idx].grad_node:
+            # the .grad the call began with was written in place, then replaced (set to
+            # None, or a new tensor by backward()): its buffer gets its final values too
+            grad_old_writes.append((idx, len(g.outputs)))
+            g.outputs.append(g0.node)
         if gr is None:
             if specs[idx].has_grad:  # set to None (zero_grad()): so is the tensor's
                 grad_clears.append(idx)
@@ -680,6 +695,7 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
             g.outputs.append(gr.node)
             if gr is not ctx.initial_grads.get(id(t)):
                 grad_new.add(idx)
+    ctx.grad_old_writes = grad_old_writes
     return grad_writes, grad_clears, frozenset(grad_new)
 
 

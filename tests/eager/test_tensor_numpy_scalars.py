@@ -84,3 +84,70 @@ def test_against_pytorch(data, want):
     torch = pytest.importorskip("torch")
     assert str(torch.tensor(data).dtype) == f"torch.{want}"
     assert str(torch.as_tensor(data).dtype) == f"torch.{want}"
+
+
+# a numpy bool scalar stored into an integer tensor from Python data: PyTorch raises
+# TypeError (numpy's "'numpy.bool' object cannot be interpreted as an integer": it stores
+# each element through __index__); into a float, bool or int-free tensor it is taken
+NP_BOOL_REFUSED = [
+    ([np.bool_(True), 1], {}),
+    ([1, np.bool_(True)], {}),
+    ([np.bool_(True), np.int64(2)], {}),
+    ([[np.bool_(False)], [2]], {}),
+    ([np.bool_(True)], dict(dtype="int64")),
+    ([np.bool_(True), 1.5], dict(dtype="int64")),
+    ([np.bool_(True)], dict(dtype="int32")),
+    ([np.bool_(True)], dict(dtype="uint8")),
+    (np.bool_(True), dict(dtype="int64")),
+]
+NP_BOOL_TAKEN = [
+    ([np.bool_(True), 1.5], {}, "float32"),
+    ([np.bool_(True), 1], dict(dtype="float32"), "float32"),
+    ([np.bool_(True), 1], dict(dtype="bool"), "bool"),
+    ([np.bool_(True), False], {}, "bool"),
+    ([np.bool_(True), np.float32(2)], {}, "float32"),
+    ([True, 1], {}, "int64"),  # a Python bool is an int
+    ([True, np.int64(2)], {}, "int64"),
+    (np.array([True, False]), dict(dtype="int64"), "int64"),  # an array, not Python data
+]
+
+
+def _kw(lib, kw):
+    return {k: getattr(lib, v) for k, v in kw.items()}
+
+
+@pytest.mark.parametrize("data,kw", NP_BOOL_REFUSED)
+def test_numpy_bool_into_integer_tensor_refused(data, kw):
+    msg = "'numpy.bool' object cannot be interpreted as an integer"
+    with pytest.raises(TypeError, match=msg):
+        eager.tensor(data, **_kw(eager, kw))
+    with pytest.raises(TypeError, match=msg):
+        eager.as_tensor(data, **_kw(eager, kw))
+    if isinstance(data, list) and not kw:
+        with pytest.raises(TypeError, match=msg):
+            eager.LongTensor(data)
+
+
+@pytest.mark.parametrize("data,kw,want", NP_BOOL_TAKEN)
+def test_numpy_bool_taken(data, kw, want):
+    t = eager.tensor(data, **_kw(eager, kw))
+    assert t.dtype == getattr(eager, want)
+    np.testing.assert_array_equal(t.numpy(), np.array(data, dtype=want))
+
+
+@pytest.mark.parametrize("data,kw", NP_BOOL_REFUSED)
+def test_numpy_bool_into_integer_tensor_against_pytorch(data, kw):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError) as te:
+        torch.tensor(data, **_kw(torch, kw))
+    with pytest.raises(TypeError) as ee:
+        eager.tensor(data, **_kw(eager, kw))
+    assert str(ee.value) == str(te.value)
+
+
+@pytest.mark.parametrize("data,kw,want", NP_BOOL_TAKEN)
+def test_numpy_bool_taken_against_pytorch(data, kw, want):
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(data, **_kw(torch, kw))
+    assert str(t.dtype) == f"torch.{want}"
+    np.testing.assert_array_equal(eager.tensor(data, **_kw(eager, kw)).numpy(), t.numpy())

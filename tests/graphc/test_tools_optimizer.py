@@ -11,49 +11,16 @@ import pytest
 import eager
 import graphc
 from graphc.tools.bisect import bisect_passes
+from tests.graphc._steps import assert_same_snapshot, make_optimizer, snapshot, train_step
 
 
 def _setup(kind="adam"):
     eager.manual_seed(0)
     m = eager.nn.Linear(3, 2)
-    if kind == "adam":
-        opt = eager.optim.Adam(m.parameters(), lr=1e-2)
-    else:
-        opt = eager.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    opt = make_optimizer(kind, m.parameters())
     x = eager.tensor(np.random.RandomState(0).randn(4, 3).astype(np.float32))
     y = eager.tensor(np.zeros((4, 2), np.float32))
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = ((m(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
-
-    return m, opt, x, y, step
-
-
-def _snapshot(m, opt):
-    out = {n: p.detach().numpy().copy() for n, p in m.named_parameters()}
-    out.update(
-        {
-            f"{n}.grad": None if p.grad is None else p.grad.numpy().copy()
-            for n, p in m.named_parameters()
-        }
-    )
-    for n, p in m.named_parameters():
-        for k, v in opt.state.get(p, {}).items():
-            out[f"{n}.{k}"] = v.numpy().copy()
-    return out
-
-
-def _same(a, b):
-    assert sorted(a) == sorted(b)
-    for k in a:
-        if a[k] is None or b[k] is None:
-            assert a[k] is None and b[k] is None, k
-        else:
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    return m, opt, x, y, train_step(m, opt)
 
 
 @pytest.mark.parametrize("kind", ["adam", "sgd"])
@@ -63,10 +30,10 @@ def test_compare_training_step_with_optimizer(kind, stepped, grads):
     m, opt, x, y, step = _setup(kind)
     if stepped:  # the optimizer has state already
         step(x, y)
-    before = _snapshot(m, opt)
+    before = snapshot(m, opt)
     # what one step from here gives, eagerly (to check compare compared from here)
     r = graphc.compare(step, x, y, grads=grads, budget=0.01, repeat=2)
-    _same(before, _snapshot(m, opt))  # compare left the model and optimizer as they were
+    assert_same_snapshot(before, snapshot(m, opt))  # compare left the model and optimizer as they were
     assert r.mode == "training step"
     assert r.compiled_error is None, r.compiled_error
     assert r.all_agree, str(r)
@@ -96,10 +63,10 @@ def test_bisect_step_with_optimizer_changes_nothing(stepped):
     m, opt, x, y, step = _setup("adam")
     if stepped:
         step(x, y)
-    before = _snapshot(m, opt)
+    before = snapshot(m, opt)
     rep = bisect_passes(step, x, y, native=False)
     assert rep.ok
-    _same(before, _snapshot(m, opt))
+    assert_same_snapshot(before, snapshot(m, opt))
 
 
 def test_compare_forward_that_updates_a_buffer_is_not_a_step():

@@ -10,6 +10,7 @@ import eager.nn.functional as F
 import graphc
 import graphc.api as gapi
 from graphc.capture import LrCaptured
+from tests.graphc._steps import train_step
 
 FAST = 0  # opt_level: the same graph, compiled quickly
 
@@ -321,13 +322,7 @@ def test_classifier_step_matches_pytorch():
     opt = eager.optim.Adam(m.parameters(), lr=1e-2)
     topt = torch.optim.Adam(mt.parameters(), lr=1e-2)
 
-    def step(a, b):
-        opt.zero_grad()
-        loss = M.class_loss(m, a, b)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = train_step(m, opt, M.class_loss)
     cstep = graphc.compile(step, opt_level=FAST)
     rng = np.random.default_rng(3)
     x = rng.random((16, 1, 8, 8), dtype=np.float32)

@@ -150,7 +150,11 @@ def clip_grad_norm(
 
 
 def clip_grad_value_(parameters: Any, clip_value: float, foreach: Optional[bool] = None) -> None:
-    """Clamp every gradient in place to ``[-clip_value, clip_value]``."""
+    """Clamp every gradient in place to ``[-clip_value, clip_value]``; returns None.
+
+    Parameters whose ``.grad`` is None are skipped; with no gradient at all (an empty
+    list or generator, every ``.grad`` None) nothing is clipped, for any ``foreach``
+    (PyTorch 2.13 raises an internal error there; docs/limitations.md)."""
     if isinstance(parameters, TensorOps):  # (a compiler's tracer too)
         parameters = [parameters]
     clip_value = float(clip_value)

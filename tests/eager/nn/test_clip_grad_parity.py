@@ -146,3 +146,65 @@ def test_inf_norm_of_empty_grad_is_refused(norm_type, foreach):
             lib.nn.utils.clip_grad_norm_([p], 1.0, norm_type, foreach=foreach)
         msgs.append(str(ei.value))
     assert msgs[0] == msgs[1]
+
+
+def _no_grads(kind):
+    p = eager.nn.Parameter(eager.ones(3))
+    return {
+        "all_none": lambda: [p, eager.nn.Parameter(eager.ones(2))],
+        "empty_list": lambda: [],
+        "tensor_no_grad": lambda: p,
+        "empty_generator": lambda: (q for q in []),
+    }[kind](), p
+
+
+@pytest.mark.parametrize("foreach", [None, True, False])
+@pytest.mark.parametrize("kind", ["all_none", "empty_list", "tensor_no_grad", "empty_generator"])
+def test_nothing_to_clip(kind, foreach):
+    # no gradient at all: clip_grad_norm_ returns a 0 norm (PyTorch's documented early
+    # return), clip_grad_value_ clips nothing and returns None; the grads stay None.
+    # PyTorch 2.13's clip_grad_value_ raises an internal error here instead (see
+    # test_nothing_to_clip_against_torch and docs/limitations.md)
+    params, p = _no_grads(kind)
+    assert eager.nn.utils.clip_grad_value_(params, 0.5, foreach=foreach) is None
+    params, p = _no_grads(kind)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        n = eager.nn.utils.clip_grad_norm_(params, 1.0, foreach=foreach)
+    assert n.shape == () and n.dtype == eager.float32 and n.item() == 0.0
+    assert p.grad is None
+    gen_warned = ["empty generator" in str(x.message) for x in w]
+    assert gen_warned == ([True] if kind == "empty_generator" else [])
+
+
+@pytest.mark.parametrize("foreach", [None, True, False])
+@pytest.mark.parametrize("kind", ["all_none", "empty_list", "tensor_no_grad", "empty_generator"])
+def test_nothing_to_clip_against_torch(kind, foreach):
+    torch = pytest.importorskip("torch")
+    tp = torch.nn.Parameter(torch.ones(3))
+    tparams = {
+        "all_none": [tp, torch.nn.Parameter(torch.ones(2))],
+        "empty_list": [],
+        "tensor_no_grad": tp,
+        "empty_generator": (q for q in []),
+    }[kind]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tn = torch.nn.utils.clip_grad_norm_(tparams, 1.0, foreach=foreach)
+    params, _ = _no_grads(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        en = eager.nn.utils.clip_grad_norm_(params, 1.0, foreach=foreach)
+    assert (en.item(), _dt(en)) == (tn.item(), _dt(tn))
+    # clip_grad_value_: PyTorch groups the (empty) list of grads by device before its
+    # loop and that grouping refuses an empty list with an internal check (whose message
+    # asks for a report); the loop itself would clamp nothing.  Eager clips nothing.
+    tparams = [torch.nn.Parameter(torch.ones(2))] if kind != "empty_list" else []
+    try:
+        tv = torch.nn.utils.clip_grad_value_(tparams, 0.5, foreach=foreach)
+    except RuntimeError as e:
+        assert "nested_tensorlist[0].empty()" in str(e)
+    else:
+        assert tv is None  # a PyTorch with the check fixed: the same as eager
+    params, _ = _no_grads(kind)
+    assert eager.nn.utils.clip_grad_value_(params, 0.5, foreach=foreach) is None

@@ -14,11 +14,9 @@ import graphc
 from graphc.backend.schedule import Schedule
 from graphc.tools.models import build
 
+from tests.graphc._steps import plan_of, train_step, w6_data
+
 from .test_fusion_memory import arena_overlaps_are_never_live_together, assert_matches_interpreter
-
-
-def plan_of(cf, *args) -> Schedule:
-    return cf._native(args).plan
 
 
 def _steps(make, make_opt, loss, batch, poison, n=3):
@@ -30,15 +28,7 @@ def _steps(make, make_opt, loss, batch, poison, n=3):
         eager.manual_seed(0)
         m = make(M)
         opt = make_opt(m)
-        fn = getattr(M, loss)
-
-        def step(a, b):
-            opt.zero_grad()
-            value = fn(m, a, b)
-            value.backward()
-            opt.step()
-            return value
-
+        step = train_step(m, opt, getattr(M, loss))
         run = graphc.compile(step, poison_freed=poison, disk_cache=False) if compiled else step
         losses = [float(run(*batch)) for _ in range(n)]
         params = [p.detach().numpy().copy() for p in m.parameters()]
@@ -49,9 +39,7 @@ def _steps(make, make_opt, loss, batch, poison, n=3):
 
 
 def _w6():
-    rng = np.random.default_rng(6)
-    x = eager.tensor(rng.random((32, 1, 8, 8), dtype=np.float32))
-    y = eager.tensor(rng.integers(0, 10, size=32))
+    x, y = w6_data()
     return (lambda M: M.Classifier(64, 128, 10),
             lambda m: eager.optim.Adam(m.parameters(), lr=1e-3), "class_loss", (x, y))
 

@@ -15,28 +15,13 @@ import graphc
 import graphc.backend.schedule as S
 from graphc.backend.schedule import Schedule
 
+from tests.graphc._steps import flat_outputs as _flat
+from tests.graphc._steps import plan_of, train_step
+from tests.graphc._steps import same_bits as _same_bits
+
 from .test_fusion_memory import arena_overlaps_are_never_live_together
 
 F = eager.nn.functional
-
-
-def plan_of(cf, *args) -> Schedule:
-    return cf._native(args).plan
-
-
-def _flat(out) -> list:
-    out = list(out) if isinstance(out, (tuple, list)) else [out]
-    flat = []
-    for v in out:
-        flat.extend(v if isinstance(v, (tuple, list)) else [v])
-    return [np.asarray(v) for v in flat]
-
-
-def _same_bits(a: list, b: list) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8))
 
 
 def _ops_recomputed(plan: Schedule) -> list:
@@ -192,13 +177,7 @@ def _w8_step(rounds: int, monkeypatch):
     m = M.AttentionBlock()
     opt = eager.optim.Adam(m.parameters(), lr=1e-3)
 
-    def step(a, b):
-        opt.zero_grad()
-        loss = M.token_loss(m, a, b)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = train_step(m, opt, M.token_loss)
     with monkeypatch.context() as mp:
         mp.setattr(S, "REMAT_ROUNDS", rounds)
         cf = graphc.compile(step, poison_freed=True, disk_cache=False)

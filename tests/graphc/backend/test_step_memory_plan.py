@@ -16,30 +16,15 @@ import eager
 import graphc
 from graphc.backend.schedule import Schedule
 
+from tests.graphc._steps import flat_outputs as _flat
+from tests.graphc._steps import plan_of, train_step, w6_data
+from tests.graphc._steps import same_bits as _same_bits
+
 from .test_fusion_memory import arena_overlaps_are_never_live_together
 
 F = eager.nn.functional
 # the module (graphc.passes.simplify is also the pass function's name)
 simplify_mod = importlib.import_module("graphc.passes.simplify")
-
-
-def plan_of(cf, *args) -> Schedule:
-    return cf._native(args).plan
-
-
-def _flat(out) -> list:
-    out = list(out) if isinstance(out, (tuple, list)) else [out]
-    flat = []
-    for v in out:
-        flat.extend(v if isinstance(v, (tuple, list)) else [v])
-    return [np.asarray(v) for v in flat]
-
-
-def _same_bits(a: list, b: list) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8))
 
 
 def _mlp(x, w1, w2):
@@ -213,23 +198,14 @@ def test_reordered_step_keeps_the_optimizer_updates_in_place(monkeypatch):
     (the backward's products with the weight) stay before it."""
     from graphc.tools.models import build
 
-    rng = np.random.default_rng(6)
-    x = eager.tensor(rng.random((32, 1, 8, 8), dtype=np.float32))
-    y = eager.tensor(rng.integers(0, 10, size=32))
+    x, y = w6_data()
 
     def run(patch):
         M = build()
         eager.manual_seed(0)
         m = M.Classifier(64, 128, 10)
         opt = eager.optim.Adam(m.parameters(), lr=1e-3)
-
-        def step(a, b):
-            opt.zero_grad()
-            v = M.class_loss(m, a, b)
-            v.backward()
-            opt.step()
-            return v
-
+        step = train_step(m, opt, M.class_loss)
         with monkeypatch.context() as mp:
             if patch:
                 mp.setattr(Schedule, "_memory_order", lambda self: None)

@@ -14,29 +14,17 @@ ort = pytest.importorskip("onnxruntime")
 
 import eager  # noqa: E402
 import graphc  # noqa: E402
+from tests.graphc._steps import make_optimizer, snapshot, train_step  # noqa: E402
 
 
 def _setup(kind):
     eager.manual_seed(0)
     m = eager.nn.Sequential(eager.nn.Linear(3, 4), eager.nn.Tanh(), eager.nn.Linear(4, 2))
-    if kind == "adam":
-        opt = eager.optim.Adam(m.parameters(), lr=1e-2)
-    elif kind == "adamw":
-        opt = eager.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
-    else:
-        opt = eager.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    opt = make_optimizer(kind, m.parameters())
     rs = np.random.RandomState(0)
     x = eager.tensor(rs.randn(5, 3).astype(np.float32))
     y = eager.tensor(rs.randn(5, 2).astype(np.float32))
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = ((m(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
-
-    return m, opt, x, y, step
+    return m, opt, x, y, train_step(m, opt)
 
 
 def _session(model):
@@ -52,17 +40,8 @@ def _feeds(model):
     }
 
 
-def _state_arrays(m, opt):
-    out = {}
-    for name, p in m.named_parameters():
-        out[name] = p.detach().numpy().copy()
-        for k, v in opt.state[p].items():
-            out[f"{name}.{k}"] = np.array(v.detach().numpy())
-    return out
-
-
 def _by_name(m, opt, outs):
-    """The ONNX outputs keyed like _state_arrays."""
+    """The ONNX outputs keyed like snapshot(m, opt, grads=False)."""
     res = {}
     for name, p in m.named_parameters():
         base = "m_" + name.replace(".", "_")
@@ -97,7 +76,7 @@ def test_three_steps_match_eager(kind, warm):
         outs = dict(zip(out_names, sess.run(None, feeds)))
         loss = step(x, y)  # eager
         np.testing.assert_allclose(outs["output"], loss.item(), rtol=1e-5, atol=1e-6)
-        want = _state_arrays(m, opt)
+        want = snapshot(m, opt, grads=False)
         got = _by_name(m, opt, outs)
         assert sorted(got) == sorted(want)
         for k in want:
