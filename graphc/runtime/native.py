@@ -588,7 +588,8 @@ class NativeExecutable:
                 f"{self.name}: input {k} is of type {t.__name__}, not a numpy "
                 "array; pass np.asarray(...) of it"
             )
-        if issubclass(t, np.ma.MaskedArray):
+        ma = sys.modules.get("numpy.ma")  # no masked array exists unless it was imported
+        if ma is not None and issubclass(t, ma.MaskedArray):
             raise GraphcError(
                 f"{self.name}: input {k} is a masked array; masks are not "
                 "supported: pass x.filled(value) or np.ma.getdata(x)"
