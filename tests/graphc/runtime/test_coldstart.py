@@ -233,6 +233,50 @@ def test_import_graphc_does_not_load_llvmlite():
     assert out.split() == ["False", "False", "False"]
 
 
+def test_a_first_compile_does_not_import_numpy_ma_and_masked_arrays_are_still_refused():
+    out = _run(
+        """
+        import sys
+        import numpy as np, eager, graphc
+        f = graphc.compile(lambda x: x * 2.0)
+        f(np.ones(3)); f(eager.ones(3))
+        print("numpy.ma" in sys.modules)
+        import numpy.ma
+        m = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+        try:
+            f(m)
+        except graphc.GraphcError as e:
+            print(type(e).__name__, "masked" in str(e))
+        """
+    ).split()
+    assert out == ["False", "SignatureError", "True"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_graphcs_openblas_starts_no_thread_when_loaded():
+    out = _run(
+        """
+        import os, time
+        import numpy as np
+        before = len(os.listdir("/proc/self/task"))
+        from graphc.backend import blas
+        if not blas.available():
+            print("skip")
+        else:
+            print(len(os.listdir("/proc/self/task")) - before, blas.get_num_threads())
+            print(os.environ.get("OPENBLAS_NUM_THREADS"))
+            blas.set_num_threads(2)   # more threads still come on demand
+            print(blas.get_num_threads())
+            a = np.arange(64 * 64, dtype=np.float64).reshape(64, 64) / 4096
+            print(bool(np.allclose(blas.gemm(a, a), a @ a)))
+        """,
+        OPENBLAS_NUM_THREADS="3",
+    ).split()
+    if out == ["skip"]:
+        pytest.skip("scipy-openblas32 is not installed")
+    assert out == ["0", "1", "3", "2", "True"]  # the user's setting is back in os.environ
+
+
 # --- start_backend: the one-time start-up outside a first call's timer ----------------------
 
 
