@@ -352,3 +352,49 @@ def test_the_lowered_modules_instructions_are_freed_without_the_cycle_collector(
         if was:
             gc.enable()
     mod.address("graphc_entry")
+
+
+# --- compile_module writes the object file itself (no MCJIT engine holding the module) ----
+
+
+def _mcjit_object(text: str, opt_level: int, fast_regalloc: bool) -> bytes:
+    """The object file an MCJIT engine built on the module generates (the old path)."""
+    from llvmlite import binding as llvm
+
+    with llvm_engine.LLVM_LOCK:
+        ctx = llvm.create_context()
+        m = llvm.parse_assembly(text, context=ctx)
+        tm = llvm_engine._target_machine(opt_level)
+        m.triple, m.data_layout = tm.triple, str(tm.target_data)
+        llvm_engine._optimize(m, tm, opt_level)
+        tm.close()
+        engine, captured = llvm_engine._new_engine(m, opt_level)
+        with llvm_engine._register_allocation(opt_level > 0 and not fast_regalloc, opt_level):
+            engine.finalize_object()
+        engine.close()
+        ctx.close()
+    return captured[0]
+
+
+def test_compile_module_writes_the_bytes_mcjit_would_and_keeps_no_llvm_module():
+    import numpy as np
+
+    import graphc
+
+    f = graphc.compile(lambda x, w: ((x @ w).relu() * 0.5 - x.sum(1, keepdim=True)).sum(0))
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(-2, 2, 9).reshape(3, 3)
+    text = f.llvm_ir(x, w)
+    for opt_level, fast in ((0, False), (2, False), (3, False), (3, True)):
+        mod = llvm_engine.compile_module(text, opt_level, name="t", fast_regalloc=fast)
+        assert mod.object_code() == _mcjit_object(text, opt_level, fast), (opt_level, fast)
+        assert set(mod.stage_seconds) == {
+            "ir text", "llvm parse", "llvm optimize", "llvm codegen", "load"
+        }
+        assert mod.opt_level == opt_level and mod.fast_regalloc is fast
+        assert "graphc_entry" in mod.function_names and mod.address("graphc_entry")
+        assert mod.llvm_ir(optimized=False) == text and "graphc_entry:" in mod.asm()
+        # the small engine of a loaded object file, as for a disk-cache hit: the LLVM module
+        # went with the compile (the engine's only module is an empty one)
+        engine, context = llvm_engine._LIVE[id(mod)]
+        assert [fn for m in engine._modules for fn in m.functions] == []
+        mod.close()
