@@ -28,6 +28,7 @@ from llvmlite import binding as llvm
 from ..backend import irtext
 from ..backend import abi, blas
 from ..backend import lower as L
+from ..backend import kernel_builder as _kernel_builder
 from ..backend import parallel_policy
 from ..backend.lowering.conv import CALLS_BLAS as _CONV_BLAS
 from ..backend.lowering.matmul import gemm_dims
@@ -36,6 +37,10 @@ from ..backend.strided import numel
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
 from . import cache, llvm_engine as jit, parallel, pool
+from . import imports as _imports
+
+# the backend's lazy imports (vector math) hold the lock fork waits for
+_kernel_builder.import_lock = lambda: _imports.IMPORT_LOCK
 
 _PYAPI = (
     "PyTuple_New",

@@ -252,6 +252,25 @@ def test_a_first_compile_does_not_import_numpy_ma_and_masked_arrays_are_still_re
     assert out == ["False", "SignatureError", "True"]
 
 
+def test_the_vector_math_is_imported_by_the_first_graph_that_uses_it():
+    out = _run(
+        """
+        import sys
+        import numpy as np, eager, graphc
+        from graphc.backend import kernel_builder
+        from graphc.runtime import imports
+        f = graphc.compile(lambda x, w: ((x @ w).relu() - 1.0).sum())
+        f(np.ones((4, 3)), np.ones((3, 2)))
+        print("graphc.backend.vecmath" in sys.modules, kernel_builder.import_lock() is imports.IMPORT_LOCK)
+        g = graphc.compile(lambda x: (eager.sin(x) + eager.exp(x)).sum())
+        x = np.linspace(-3.0, 3.0, 7)
+        ok = bool(np.allclose(g(eager.tensor(x)).numpy(), (np.sin(x) + np.exp(x)).sum()))
+        print("graphc.backend.vecmath" in sys.modules, ok)
+        """
+    ).split()
+    assert out == ["False", "True", "True", "True"]
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 def test_graphcs_openblas_starts_no_thread_when_loaded():
     out = _run(
