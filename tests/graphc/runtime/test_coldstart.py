@@ -225,6 +225,39 @@ def test_pool_threads_start_at_the_first_parallel_loop_not_at_compile():
     assert out == ["True", "0", "1"]
 
 
+_SERIAL_FIRST = """
+    import numpy as np, graphc
+    from graphc.runtime import native, pool
+    graphc.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    # a product shared among threads (>= 2^21 multiply-adds) and a big loop after it
+    x, w = rng.standard_normal((64, 1000)), rng.standard_normal((1000, 200))
+    step = lambda x, w: ((x @ w).relu() * 0.5 + 1.0, (x * 2.0).tanh())
+    f = graphc.compile(step)
+    got = [f(x, w)]
+    exe = list(f._cache.values())[0].stages["_executable"]
+    print(exe.tier, pool.status, pool.workers_started())
+    got += [f(x, w) for _ in range(9)]
+    print(exe.tier, pool.status, pool.workers_started() >= 1)
+    native.TIERED = False
+    want = graphc.compile(step)(x, w)
+    print(all(np.array_equal(a, b) for outs in got for a, b in zip(outs, want)))
+    # with the pool compiled, quick code calls it
+    native.TIERED = True
+    g = graphc.compile(lambda x, w: (x @ w) * 3.0)
+    g(x, w)
+    q = list(g._cache.values())[0].stages["_executable"]
+    print(q.tier, 'define internal void @"graphc_pool_run"' in q.jit.llvm_ir(False))
+    """
+
+
+def test_quick_code_compiled_before_the_pool_runs_its_chunks_itself_with_the_same_bits():
+    out = _run(_SERIAL_FIRST).split("\n")
+    # first call: quick code, no pool compiled, no thread started; the tier-up compiles
+    # the pool and starts its worker; every call equals the untiered build with the pool
+    assert out[:4] == ["0 None 0", "1 compiled True", "True", "0 False"]
+
+
 def test_import_graphc_does_not_load_llvmlite():
     out = _run(
         "import graphc, eager, sys; print('llvmlite' in sys.modules, "
