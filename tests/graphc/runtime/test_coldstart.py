@@ -230,17 +230,19 @@ _SERIAL_FIRST = """
     from graphc.runtime import native, pool
     graphc.set_num_threads(2)
     rng = np.random.default_rng(0)
-    # a product shared among threads (>= 2^21 multiply-adds) and a big loop after it
+    # a product shared among threads (>= 2^21 multiply-adds) with a loop in its shares,
+    # and an elementwise loop split in chunks (>= 2^18 elements)
     x, w = rng.standard_normal((64, 1000)), rng.standard_normal((1000, 200))
-    step = lambda x, w: ((x @ w).relu() * 0.5 + 1.0, (x * 2.0).tanh())
+    z = rng.standard_normal((512, 1024))
+    step = lambda x, w, z: ((x @ w).relu() * 0.5 + 1.0, (z * 2.0).tanh() - z)
     f = graphc.compile(step)
-    got = [f(x, w)]
+    got = [f(x, w, z)]
     exe = list(f._cache.values())[0].stages["_executable"]
     print(exe.tier, pool.status, pool.workers_started())
-    got += [f(x, w) for _ in range(9)]
+    got += [f(x, w, z) for _ in range(9)]
     print(exe.tier, pool.status, pool.workers_started() >= 1)
     native.TIERED = False
-    want = graphc.compile(step)(x, w)
+    want = graphc.compile(step)(x, w, z)
     print(all(np.array_equal(a, b) for outs in got for a, b in zip(outs, want)))
     # with the pool compiled, quick code calls it
     native.TIERED = True
