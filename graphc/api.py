@@ -77,8 +77,6 @@ def _load_compiler(native: bool) -> None:
     if _loaded[native]:
         return
     with _imports.IMPORT_LOCK:
-        import numpy.ma  # noqa: F401  (the native entry refuses masked arrays)
-
         from .capture import _is_module as _c  # noqa: F401
         from .passes import PASSES as _p  # noqa: F401
 

@@ -152,6 +152,32 @@ def _load() -> _Blas:
     return _state
 
 
+#: OpenBLAS reads its thread count from these when the library is loaded (its constructor
+#: starts that many threads less one), the first one set winning.
+_THREAD_ENV = ("OPENBLAS_NUM_THREADS",)
+
+
+def _dlopen_single_threaded(path: str) -> ctypes.CDLL:
+    """Load OpenBLAS with ``OPENBLAS_NUM_THREADS=1`` in the environment, restored after.
+
+    Its constructor otherwise starts one thread per core less one, and each spins about
+    0.1 s waiting for work before it sleeps: ~30-55 ms of CPU on a 2-core host during a
+    fresh process's first compile, although :func:`_open` sets one thread right after
+    and graphc shares products out among its own pool.  ``set_num_threads(n)`` still
+    starts more threads later (OpenBLAS creates them on demand)."""
+    saved = {k: os.environ.get(k) for k in _THREAD_ENV}
+    for k in _THREAD_ENV:
+        os.environ[k] = "1"
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _open() -> _Blas:
     try:
         path = _library_file()
@@ -165,7 +191,7 @@ def _open() -> _Blas:
             f"BLAS unavailable: scipy-openblas32 is installed but its library was not found ({exc})"
         ) from None
     try:
-        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        lib = _dlopen_single_threaded(path)
     except OSError as exc:
         raise BlasUnavailableError(f"BLAS unavailable: cannot load {path}: {exc}") from None
     found_s, found_d = _find(lib, "cblas_sgemm"), _find(lib, "cblas_dgemm")

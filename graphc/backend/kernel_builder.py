@@ -6,12 +6,15 @@ for its element or kernel."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any, Callable, ContextManager
+
 import numpy as np
 from llvmlite import ir
 
 from ..errors import UnsupportedOpError
 from ..ir import describe
-from . import irtext, lowering, vecmath
+from . import irtext, lowering
 from .abi import I1, I8, I32, I64, RC_OK
 from .llvmir import const, counted_loop, mem_type, no_unroll_loop_id, reg_type
 from .lowering import Elem
@@ -68,6 +71,26 @@ def _freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     instr = _Freeze(b.block, v)
     b._insert(instr)
     return instr
+
+
+#: A context manager factory for the lock graphc's lazy imports hold, handed down by
+#: graphc.runtime.native when it is imported (``graphc.runtime.imports.IMPORT_LOCK``,
+#: which ``fork`` takes: a child never sees a half-done import).  A getter, not the lock,
+#: because a forked child makes a new lock.
+import_lock: Callable[[], ContextManager] = contextlib.nullcontext
+_VECMATH: list = []
+
+
+def vecmath_module() -> Any:
+    """graphc.backend.vecmath, imported on first use under :data:`import_lock`: its
+    constants are computed exactly at import (~3-4 ms), which a graph without
+    transcendental math (a fresh process's first compile of an MLP step) never needs."""
+    if not _VECMATH:
+        with import_lock():
+            from . import vecmath
+
+        _VECMATH[:] = [vecmath]
+    return _VECMATH[0]
 
 
 class KernelBuilder:
@@ -231,7 +254,13 @@ class KernelBuilder:
 
     # --- scalar op code ---------------------------------------------------------------
     def math(self, name: str, t: ir.Type, *args) -> ir.Value:
-        return self.b.call(vecmath.get_function(self.module, name, t), list(args))
+        return self.b.call(self.vecmath().get_function(self.module, name, t), list(args))
+
+    @staticmethod
+    def vecmath() -> Any:
+        """The module graphc.backend.vecmath, imported at its first use (see
+        :func:`vecmath_module`)."""
+        return _VECMATH[0] if _VECMATH else vecmath_module()
 
     def isnan(self, v):
         return self.b.fcmp_unordered("uno", v, v)

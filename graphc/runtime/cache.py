@@ -611,10 +611,6 @@ def _release_ir(module) -> None:
     module._metadatacache = {}
 
 
-#: Reload freshly compiled code into a small engine (see :func:`load_or_compile`).
-SLIM_ENGINES = True
-
-
 def load_or_compile(
     module_factory,
     disk: Optional[DiskCache],
@@ -632,12 +628,10 @@ def load_or_compile(
     it must be one built for this call, not one the caller uses again;
     ``how`` is ``"compiled"``, ``"disk-hit"`` or ``"disk-stored"``.
 
-    An MCJIT engine keeps its whole LLVM module and context alive (about
-    0.8 MB for a small graph) although only the machine code is ever used
-    again; an engine made from the object file alone takes about 60 KB.  So,
-    with :data:`SLIM_ENGINES`, freshly compiled code is reloaded from its own
-    object file (about 1.5 ms) and the big engine is closed at once: a process
-    holding the default 512 live signatures stays near 100 MB instead of 500.
+    Freshly compiled code lives in a small engine made from its object file alone
+    (``llvm_engine.compile_module`` never keeps the LLVM module: an MCJIT engine
+    holding it takes about 0.8 MB for a small graph, the small one about 60 KB), so a
+    process holding the default 512 live signatures stays near 100 MB instead of 500.
     The IR texts are kept, so ``llvm_ir()`` and ``asm()`` still work.
     """
     from . import llvm_engine
@@ -659,28 +653,7 @@ def load_or_compile(
         if not isinstance(module, str):
             _release_ir(module)  # built for this compile: its text is all that is used
         module = None
-    try:
-        code = mod.object_code()
-    except llvm_engine.JitError:
-        code = None
     how = "compiled"
-    if disk is not None and key is not None and code is not None and disk.store(key, code, name):
+    if disk is not None and key is not None and disk.store(key, mod.object_code(), name):
         how = "disk-stored"
-    if SLIM_ENGINES and code is not None:
-        t0 = time.thread_time()
-        try:
-            slim = llvm_engine.load_object_code(
-                code,
-                name=name,
-                function_names=mod.function_names,
-                llvm_ir=mod.llvm_ir(optimized=False),
-                optimized_ir=mod.llvm_ir(optimized=True),
-            )
-        except llvm_engine.JitError:  # keep the big engine: correct, only larger
-            return mod, how
-        slim.opt_level = opt_level  # asm() regenerates code at the level it was built with
-        slim.fast_regalloc = fast_regalloc  # and with the same register allocation
-        slim.stage_seconds = dict(mod.stage_seconds, load=time.thread_time() - t0)
-        mod.close()
-        mod = slim
     return mod, how

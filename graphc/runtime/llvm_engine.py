@@ -9,11 +9,13 @@ process-wide re-entrant lock, :data:`LLVM_LOCK`; LLVM's global state (target
 registry, option parser, ``add_symbol`` table) is not safe to use from several
 threads at once, and llvmlite only locks single C calls, not sequences of them.
 
-The object file MCJIT produced is captured while the engine finalizes, so a
-disk cache can store :meth:`JitModule.object_code` and later bring the code back
-with :func:`load_object_code` without running LLVM's optimiser or code
-generator again.  Cache keys must include :func:`host_cpu_key` because the code
-is tuned for (and may only run on) the host CPU.
+:func:`compile_module` has the target machine write the module's object file
+(the bytes MCJIT would generate) and loads it into an engine of its own, which
+never holds the LLVM module; a disk cache can store :meth:`JitModule.object_code`
+and later bring the code back with :func:`load_object_code` without running
+LLVM's optimiser or code generator again.  Cache keys must include
+:func:`host_cpu_key` because the code is tuned for (and may only run on) the
+host CPU.
 
 Known cost: llvmlite (0.50) never frees the instrumentation callbacks of a
 ``PassBuilder``, about 90 KB per optimised compilation (not per call).  A pass
@@ -384,7 +386,7 @@ def compile_module(
     seconds = {"ir text": time.thread_time() - t0}
     with LLVM_LOCK:
         context = llvm.create_context()
-        module = engine = None
+        module = None
         try:
             t0 = time.thread_time()
             try:
@@ -405,36 +407,33 @@ def compile_module(
                 t0 = time.thread_time()
                 _optimize(module, tm, opt_level)
                 seconds["llvm optimize"] = time.thread_time() - t0
+                ir_after = str(module)
+                functions = tuple(f.name for f in module.functions if not f.is_declaration)
+                # The object file straight from the target machine MCJIT would be given
+                # (the same bytes MCJIT generates: tests/graphc/runtime/test_coldstart.py),
+                # loaded below into an engine that never holds the module: an MCJIT engine
+                # built on the module would generate and load the code once more only to be
+                # thrown away for the small engine (cache.load_or_compile used to do that).
+                t0 = time.thread_time()
+                try:
+                    with _register_allocation(opt_level > 0 and not fast_regalloc, opt_level):
+                        code = tm.emit_object(module)
+                except RuntimeError as exc:
+                    raise JitError(f"code generation failed for module {name!r}: {exc}") from None
+                seconds["llvm codegen"] = time.thread_time() - t0
             finally:
                 tm.close()
-            ir_after = str(module)
-            functions = tuple(f.name for f in module.functions if not f.is_declaration)
-            t0 = time.thread_time()
-            engine, captured = _new_engine(module, opt_level)  # engine owns module now
-            try:
-                with _register_allocation(opt_level > 0 and not fast_regalloc, opt_level):
-                    engine.finalize_object()
-            except RuntimeError as exc:
-                raise JitError(f"code generation failed for module {name!r}: {exc}") from None
-            seconds["llvm codegen"] = time.thread_time() - t0
-        except BaseException:
-            # dispose in dependency order: engine (owns module) or module, then context
-            if engine is not None:
-                engine.close()
-            elif module is not None:
+        finally:
+            # the module is not kept: its IR texts and object code are all that is used
+            if module is not None:
                 module.close()
             context.close()
-            raise
-    mod = JitModule(
-        name=name,
-        opt_level=opt_level,
-        engine=engine,
-        context=context,
-        object_code=captured[0] if captured else None,
-        ir_before=text,
-        ir_after=ir_after,
-        function_names=functions,
-    )
+        t0 = time.thread_time()
+        mod = load_object_code(
+            code, name=name, function_names=functions, llvm_ir=text, optimized_ir=ir_after
+        )
+        seconds["load"] = time.thread_time() - t0
+    mod.opt_level = opt_level
     mod.stage_seconds = seconds
     mod.fast_regalloc = fast_regalloc
     return mod

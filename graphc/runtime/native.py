@@ -24,10 +24,12 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 from llvmlite import binding as llvm
+from llvmlite import ir as ll
 
 from ..backend import irtext
 from ..backend import abi, blas
 from ..backend import lower as L
+from ..backend import kernel_builder as _kernel_builder
 from ..backend import parallel_policy
 from ..backend.lowering.conv import CALLS_BLAS as _CONV_BLAS
 from ..backend.lowering.matmul import gemm_dims
@@ -36,6 +38,10 @@ from ..backend.strided import numel
 from ..errors import GraphcError
 from ..ir import Graph, describe, printable, verify
 from . import cache, llvm_engine as jit, parallel, pool
+from . import imports as _imports
+
+# the backend's lazy imports (vector math) hold the lock fork waits for
+_kernel_builder.import_lock = lambda: _imports.IMPORT_LOCK
 
 _PYAPI = (
     "PyTuple_New",
@@ -298,6 +304,43 @@ def _mark_functions(
             fn.attributes.add("optnone")
 
 
+def _defined(module) -> set:
+    """Names of the functions ``module`` (an llvmlite module) defines."""
+    return {f.name for f in module.functions if not f.is_declaration}
+
+
+def _serial_pool_run(module) -> None:
+    """Define ``graphc_pool_run`` in ``module`` (internal): every chunk on the calling
+    thread, in chunk order, as the pool runs a job when it has no worker.  For quick code
+    compiled before the pool exists in the process (a fresh process's first compile):
+    the pool's own compile (~25 ms CPU, its IR build and text a third of it) then waits
+    for the tier-up, and the first call does not.  The chunks are the ones the pool
+    would run (their count depends on the thread count, not on which thread runs them),
+    so the results are the same bits; only the first calls of such a graph run their
+    parallel loops and shared products on one thread."""
+    fn = module.globals.get(abi.POOL_RUN)
+    if fn is None or not fn.is_declaration:
+        return
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    chunk, ctx, n, _nthreads = fn.args
+    entry, cond, body, done = (fn.append_basic_block(s) for s in ("entry", "cond", "body", "done"))
+    b = ll.IRBuilder(entry)
+    i64 = ll.IntType(64)
+    slot = b.alloca(i64)
+    b.store(ll.Constant(i64, 0), slot)
+    b.branch(cond)
+    b.position_at_end(cond)
+    c = b.load(slot, typ=i64)
+    b.cbranch(b.icmp_signed("<", c, n), body, done)
+    b.position_at_end(body)
+    pool._call_chunk(b, chunk, ctx, c)
+    b.store(b.add(c, ll.Constant(i64, 1)), slot)
+    b.branch(cond)
+    b.position_at_end(done)
+    b.ret_void()
+
+
 _DEFINE = re.compile(r"^define [^\n]*?@\"?([^\s\"(]+)\"?\(", re.M)
 _ATTR_REF = re.compile(r"#\d+|!\d+")
 # pointer facts LLVM infers from the callers (which differ between the tiers): they
@@ -438,10 +481,10 @@ class NativeExecutable:
         fuse = (opt_level >= 1) if fuse is None else fuse
         self.plan = Schedule(graph, fuse=fuse, poison=poison, inplace=inplace)
         self.opt_level = opt_level
-        if parallel_policy.needs_pool(
-            self.plan
-        ):  # its code calls graphc_pool_run: register it first
-            pool.ensure(disk_cache)  # its object code comes from the disk cache when on
+        # its code calls graphc_pool_run: the pool is registered before the code is
+        # loaded (below; quick code compiled before the pool exists runs its chunks
+        # itself, see _serial_pool_run)
+        self._needs_pool = parallel_policy.needs_pool(self.plan)
         if any(k.kind in _CALLS_BLAS for k in self.plan.all_kernels()):  # may call gemm
             register_blas()
         self._inspect = None  # a JIT module with IR text, for code from disk
@@ -480,10 +523,14 @@ class NativeExecutable:
             # the entry holds a parallel sum's combination; an always-inlined sum would
             # be optimized with its caller: then no quick tier
             if abi.ENTRY not in reds and not (reds & inlined):
+                if self._needs_pool and pool.status is None:
+                    _serial_pool_run(module)  # the pool is compiled at the tier-up
                 _mark_functions(
                     module, self._reductions, quick=True, optimized=optimized_kernels(self.plan)
                 )
                 quick = module
+        if self._needs_pool and (quick is None or abi.POOL_RUN not in _defined(quick)):
+            pool.ensure(disk_cache)  # its object code comes from the disk cache when on
         # "compiled", "disk-stored" or "disk-hit" (LLVM skipped: object code reloaded)
         self.jit, self.cache_status = cache.load_or_compile(
             self._lower if quick is None else (lambda: quick),
@@ -502,6 +549,8 @@ class NativeExecutable:
     def _lower(self):
         # the llvmlite module is not kept (~250 KB of Python objects per signature);
         # the JIT module keeps its IR text for llvm_ir() and asm()
+        if self._needs_pool and pool.status is None:  # after quick code that ran its chunks
+            pool.ensure(cache.resolve_disk_cache(None))  # itself: the pool, for the full build
         prof = None
         if self.profile_counters is not None:
             prof = (self.profile_counters.ctypes.data, _clock_gettime_address())
@@ -588,7 +637,8 @@ class NativeExecutable:
                 f"{self.name}: input {k} is of type {t.__name__}, not a numpy "
                 "array; pass np.asarray(...) of it"
             )
-        if issubclass(t, np.ma.MaskedArray):
+        ma = sys.modules.get("numpy.ma")  # no masked array exists unless it was imported
+        if ma is not None and issubclass(t, ma.MaskedArray):
             raise GraphcError(
                 f"{self.name}: input {k} is a masked array; masks are not "
                 "supported: pass x.filled(value) or np.ma.getdata(x)"

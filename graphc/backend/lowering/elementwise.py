@@ -12,7 +12,6 @@ from llvmlite import ir
 
 from ...errors import UnsupportedOpError
 from ...ir import describe
-from .. import vecmath
 from ..abi import F64, I1, I8
 from ..llvmir import const
 from .table import Elem, scalar
@@ -100,7 +99,8 @@ def _trig(kb, e: Elem):
     as numpy's) for those arguments (see ``KernelBuilder.loop_kernel``)."""
     b, t, x = kb.b, e.t, e.xs[0]
     fast = kb.math(e.op, t, x)
-    big = b.fcmp_ordered(">=", kb.math("abs", t, x), ir.Constant(t, vecmath.TRIG_ACCURATE_LIMIT))
+    limit = kb.vecmath().TRIG_ACCURATE_LIMIT  # the module is imported at its first use
+    big = b.fcmp_ordered(">=", kb.math("abs", t, x), ir.Constant(t, limit))
     if kb.trig_exact:
         wide = x if t == F64 else b.fpext(x, F64)
         exact = b.call(kb.module.declare_intrinsic(f"llvm.{e.op}", [F64]), [wide])

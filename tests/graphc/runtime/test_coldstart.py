@@ -225,12 +225,110 @@ def test_pool_threads_start_at_the_first_parallel_loop_not_at_compile():
     assert out == ["True", "0", "1"]
 
 
+_SERIAL_FIRST = """
+    import numpy as np, graphc
+    from graphc.runtime import native, pool
+    graphc.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    # a product shared among threads (>= 2^21 multiply-adds) with a loop in its shares,
+    # and an elementwise loop split in chunks (>= 2^18 elements)
+    x, w = rng.standard_normal((64, 1000)), rng.standard_normal((1000, 200))
+    z = rng.standard_normal((512, 1024))
+    step = lambda x, w, z: ((x @ w).relu() * 0.5 + 1.0, (z * 2.0).tanh() - z)
+    f = graphc.compile(step)
+    got = [f(x, w, z)]
+    exe = list(f._cache.values())[0].stages["_executable"]
+    print(exe.tier, pool.status, pool.workers_started())
+    got += [f(x, w, z) for _ in range(9)]
+    print(exe.tier, pool.status, pool.workers_started() >= 1)
+    native.TIERED = False
+    want = graphc.compile(step)(x, w, z)
+    print(all(np.array_equal(a, b) for outs in got for a, b in zip(outs, want)))
+    # with the pool compiled, quick code calls it
+    native.TIERED = True
+    g = graphc.compile(lambda x, w: (x @ w) * 3.0)
+    g(x, w)
+    q = list(g._cache.values())[0].stages["_executable"]
+    print(q.tier, 'define internal void @"graphc_pool_run"' in q.jit.llvm_ir(False))
+    """
+
+
+def test_quick_code_compiled_before_the_pool_runs_its_chunks_itself_with_the_same_bits():
+    out = _run(_SERIAL_FIRST).split("\n")
+    # first call: quick code, no pool compiled, no thread started; the tier-up compiles
+    # the pool and starts its worker; every call equals the untiered build with the pool
+    assert out[:4] == ["0 None 0", "1 compiled True", "True", "0 False"]
+
+
 def test_import_graphc_does_not_load_llvmlite():
     out = _run(
         "import graphc, eager, sys; print('llvmlite' in sys.modules, "
         "'graphc.runtime.native' in sys.modules, 'graphc.runtime.pool' in sys.modules)"
     )
     assert out.split() == ["False", "False", "False"]
+
+
+def test_a_first_compile_does_not_import_numpy_ma_and_masked_arrays_are_still_refused():
+    out = _run(
+        """
+        import sys
+        import numpy as np, eager, graphc
+        f = graphc.compile(lambda x: x * 2.0)
+        f(np.ones(3)); f(eager.ones(3))
+        print("numpy.ma" in sys.modules)
+        import numpy.ma
+        m = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+        try:
+            f(m)
+        except graphc.GraphcError as e:
+            print(type(e).__name__, "masked" in str(e))
+        """
+    ).split()
+    assert out == ["False", "SignatureError", "True"]
+
+
+def test_the_vector_math_is_imported_by_the_first_graph_that_uses_it():
+    out = _run(
+        """
+        import sys
+        import numpy as np, eager, graphc
+        from graphc.backend import kernel_builder
+        from graphc.runtime import imports
+        f = graphc.compile(lambda x, w: ((x @ w).relu() - 1.0).sum())
+        f(np.ones((4, 3)), np.ones((3, 2)))
+        print("graphc.backend.vecmath" in sys.modules, kernel_builder.import_lock() is imports.IMPORT_LOCK)
+        g = graphc.compile(lambda x: (eager.sin(x) + eager.exp(x)).sum())
+        x = np.linspace(-3.0, 3.0, 7)
+        ok = bool(np.allclose(g(eager.tensor(x)).numpy(), (np.sin(x) + np.exp(x)).sum()))
+        print("graphc.backend.vecmath" in sys.modules, ok)
+        """
+    ).split()
+    assert out == ["False", "True", "True", "True"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_graphcs_openblas_starts_no_thread_when_loaded():
+    out = _run(
+        """
+        import os, time
+        import numpy as np
+        before = len(os.listdir("/proc/self/task"))
+        from graphc.backend import blas
+        if not blas.available():
+            print("skip")
+        else:
+            print(len(os.listdir("/proc/self/task")) - before, blas.get_num_threads())
+            print(os.environ.get("OPENBLAS_NUM_THREADS"))
+            blas.set_num_threads(2)   # more threads still come on demand
+            print(blas.get_num_threads())
+            a = np.arange(64 * 64, dtype=np.float64).reshape(64, 64) / 4096
+            print(bool(np.allclose(blas.gemm(a, a), a @ a)))
+        """,
+        OPENBLAS_NUM_THREADS="3",
+    ).split()
+    if out == ["skip"]:
+        pytest.skip("scipy-openblas32 is not installed")
+    assert out == ["0", "1", "3", "2", "True"]  # the user's setting is back in os.environ
 
 
 # --- start_backend: the one-time start-up outside a first call's timer ----------------------
@@ -308,3 +406,49 @@ def test_the_lowered_modules_instructions_are_freed_without_the_cycle_collector(
         if was:
             gc.enable()
     mod.address("graphc_entry")
+
+
+# --- compile_module writes the object file itself (no MCJIT engine holding the module) ----
+
+
+def _mcjit_object(text: str, opt_level: int, fast_regalloc: bool) -> bytes:
+    """The object file an MCJIT engine built on the module generates (the old path)."""
+    from llvmlite import binding as llvm
+
+    with llvm_engine.LLVM_LOCK:
+        ctx = llvm.create_context()
+        m = llvm.parse_assembly(text, context=ctx)
+        tm = llvm_engine._target_machine(opt_level)
+        m.triple, m.data_layout = tm.triple, str(tm.target_data)
+        llvm_engine._optimize(m, tm, opt_level)
+        tm.close()
+        engine, captured = llvm_engine._new_engine(m, opt_level)
+        with llvm_engine._register_allocation(opt_level > 0 and not fast_regalloc, opt_level):
+            engine.finalize_object()
+        engine.close()
+        ctx.close()
+    return captured[0]
+
+
+def test_compile_module_writes_the_bytes_mcjit_would_and_keeps_no_llvm_module():
+    import numpy as np
+
+    import graphc
+
+    f = graphc.compile(lambda x, w: ((x @ w).relu() * 0.5 - x.sum(1, keepdim=True)).sum(0))
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.linspace(-2, 2, 9).reshape(3, 3)
+    text = f.llvm_ir(x, w)
+    for opt_level, fast in ((0, False), (2, False), (3, False), (3, True)):
+        mod = llvm_engine.compile_module(text, opt_level, name="t", fast_regalloc=fast)
+        assert mod.object_code() == _mcjit_object(text, opt_level, fast), (opt_level, fast)
+        assert set(mod.stage_seconds) == {
+            "ir text", "llvm parse", "llvm optimize", "llvm codegen", "load"
+        }
+        assert mod.opt_level == opt_level and mod.fast_regalloc is fast
+        assert "graphc_entry" in mod.function_names and mod.address("graphc_entry")
+        assert mod.llvm_ir(optimized=False) == text and "graphc_entry:" in mod.asm()
+        # the small engine of a loaded object file, as for a disk-cache hit: the LLVM module
+        # went with the compile (the engine's only module is an empty one)
+        engine, context = llvm_engine._LIVE[id(mod)]
+        assert [fn for m in engine._modules for fn in m.functions] == []
+        mod.close()
