@@ -58,17 +58,16 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
 
 
 def loop_work(plan: Schedule, kern: Kernel) -> int:
-    """A loop kernel's elements times its per-element cost: the sum over the nodes it
-    computes of their ops' relative cost (``schedule.RECOMPUTE_COST``: exp, tanh, log ...
-    10, erf and pow 20, others 1; division 4), at least 1.  From
-    ``ROW_PARALLEL_MIN_WORK`` on, a row-reduction loop is split: a (8, 4, 64, 64) softmax
-    row ``exp``-and-sum loop (131k elements, ~230 us on one core) qualifies, its
-    gradient's ``div+mul+neg+sum`` (~60 us) does not."""
-    cost = 0
+    """A loop kernel's elements times its per-element cost: 1 plus, for each costly op
+    it computes, that op's relative cost (``schedule.RECOMPUTE_COST``: exp, tanh, log
+    ... 10, erf and pow 20; cheap ops count 0, their loops are bound by memory).  From
+    ``ROW_PARALLEL_MIN_WORK`` on, such a loop is split: a (8, 4, 64, 64) softmax row
+    ``exp``-and-sum loop (131k elements x 11, ~230 us on one core) qualifies, its
+    gradient's ``div+mul+neg+sum`` (131k x 1, ~60 us) does not."""
+    cost = 1
     for n in plan.expr_nodes(plan.kernel_roots(kern)):
-        op = plan.g.nx.nodes[n]["op"]
-        cost += 4 if op == "div" else RECOMPUTE_COST.get(op, 1)
-    return numel(kern.space) * max(cost, 1)
+        cost += RECOMPUTE_COST.get(plan.g.nx.nodes[n]["op"], 0)
+    return numel(kern.space) * cost
 
 
 def rows_parallel_ok(plan: Schedule, kern: Kernel) -> bool:
