@@ -7,7 +7,7 @@ for its element or kernel."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Optional
 
 import numpy as np
 from llvmlite import ir
@@ -110,6 +110,7 @@ class KernelBuilder:
         self.module = low.module
         self.par = None  # (start, end, partials) args of a parallel loop kernel
         self.outer_size = 0
+        self.full: dict = {}  # {reduce node: reduces to one element} of the loop kernel
         self.in_place = False  # an output is written over an input (plan.alias_kernels)
         self.trig_flag = None  # i8 slot: a sin/cos argument beyond vecmath's accurate range
         self.trig_exact = False  # emit sin/cos that are exact for every argument
@@ -396,7 +397,20 @@ class KernelBuilder:
         def remap(st):
             return merged(st)
 
-        accs = self._init_accumulators(kern, full)
+        # a parallel chunk owns rows [start, end) of the outer merged dim, and with them
+        # rows [start * s0, end * s0) of every kept-dims reduction's output (s0: its
+        # stride over that dim; parallel_policy.rows_parallel_ok keeps dim 0)
+        rows = None
+        if self.par is not None:
+            rows = {}
+            for r in kern.reduces:
+                if not full[r]:
+                    s0 = remap(red_out[r])[0]
+                    if s0 == 0:
+                        raise AssertionError(f"parallel row reduction %{r} reduces the outer dim")
+                    rows[r] = tuple(b.mul(p, ir.Constant(I64, s0)) for p in self.par[:2])
+        self.full = full
+        accs = self._init_accumulators(kern, full, rows)
 
         def body(idx):
             memo: dict = {}
@@ -474,7 +488,8 @@ class KernelBuilder:
         if self.par is not None:
             self.outer_size = sizes[0]
             self.loop(sizes, body, outer_range=(self.par[0], self.par[1]), unroll=False)
-            self._store_partials(kern, accs)
+            self._store_partials(kern, accs, full)
+            self._scale_means(kern, rows)
             self.kern = kern
             return
         self.loop(sizes, body, unroll=False)
@@ -513,9 +528,10 @@ class KernelBuilder:
             vecs.append(ost)
         return vecs, red_out, full
 
-    def _init_accumulators(self, kern: Kernel, full: dict) -> dict:
+    def _init_accumulators(self, kern: Kernel, full: dict, rows: Optional[dict] = None) -> dict:
         """Before the loop: an accumulator slot per full reduction ({node: slot}), and
-        the outputs of the other reductions filled with the identity."""
+        the outputs of the other reductions filled with the identity (in a parallel
+        chunk, only its ``rows[node]`` = (start, end) range of the output)."""
         g, b = self.g, self.b
         accs = {}
         for r in kern.reduces:
@@ -537,14 +553,18 @@ class KernelBuilder:
                         self.convert(ident, accumulator(g.nx.nodes[r]["op"], dt)[0], dt),
                     ),
                     name=f"init_n{r}_",
+                    outer_range=None if rows is None else rows[r],
                 )
         return accs
 
-    def _store_partials(self, kern: Kernel, accs: dict) -> None:
-        """After a parallel loop's chunk: its partial of every (full) reduction, into the
-        thread's 8-byte slots that the entry folds (see _parallel_ok, combine_partials)."""
+    def _store_partials(self, kern: Kernel, accs: dict, full: dict) -> None:
+        """After a parallel loop's chunk: its partial of every full reduction, into the
+        thread's 8-byte slots that the entry folds (see _parallel_ok, combine_partials);
+        a row reduction's chunk wrote its own rows of the output."""
         g, b = self.g, self.b
-        for k, r in enumerate(kern.reduces):  # all full reductions (see _parallel_ok)
+        for k, r in enumerate(kern.reduces):
+            if not full[r]:
+                continue
             d = g.nx.nodes[r]
             acc_t, _ = accumulator(d["op"], np.dtype(d["dtype"]))
             v = b.load(accs[r], typ=reg_type(acc_t))
@@ -577,11 +597,33 @@ class KernelBuilder:
                     name=f"mean_n{r}_",
                 )
 
+    def _scale_means(self, kern: Kernel, rows: dict) -> None:
+        """After a parallel chunk: divide its rows of each kept-dims mean by the count."""
+        g, b = self.g, self.b
+        for r in kern.reduces:
+            d = g.nx.nodes[r]
+            if r not in rows or not reduction(d["op"]).mean:
+                continue
+            dt = np.dtype(d["dtype"])
+            count = numel(g.nx.nodes[d["operands"][0]]["shape"]) // max(numel(d["shape"]), 1)
+            scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
+            self.loop(
+                [numel(d["shape"])],
+                lambda ix, r=r, dt=dt, scale=scale: self.store(
+                    r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)
+                ),
+                name=f"mean_n{r}_",
+                outer_range=rows[r],
+            )
+
     def combine_partials(self, b, fn, partials, nt, nred: int, data, arena, i: int) -> None:
-        """In the entry: fold per-thread partial reductions (thread order) into outputs."""
+        """In the entry: fold per-thread partial reductions (thread order) into outputs
+        (full reductions only: a row reduction's chunks wrote their rows themselves)."""
         g = self.g
         low = self.low
         for k, r in enumerate(self.kern.reduces):
+            if not self.full.get(r, True):
+                continue
             d = g.nx.nodes[r]
             dt = np.dtype(d["dtype"])
             acc_t, _ = accumulator(d["op"], dt)

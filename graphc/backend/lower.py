@@ -374,7 +374,15 @@ class Lowerer:
         plan = self.plan
         rc_slot = None
         self._data, self._arena_ptr = data, arena
-        fused = set(self.epilogues.values())
+        # an epilogue runs on its product's row chunks only when its outer loop dim
+        # splits at the product's rows (a loop over (8, 64, N) merged to (8, 64 * N)
+        # does not): else it is a parallel call of its own (its function takes a range)
+        epilogues = {
+            i: j
+            for i, j in self.epilogues.items()
+            if self.builders[j].outer_size % max(self.builders[i].outer_size, 1) == 0
+        }
+        fused = set(epilogues.values())
         timing = self.profile is not None and not self.prefix  # the top-level graph only
         pending = None  # (kernel index, its start time) of the kernel being timed
         for i in range(len(plan.kernels)) if indices is None else indices:
@@ -390,7 +398,7 @@ class Lowerer:
                 off = ir.Constant(I64, plan.buffers[key][1])
                 args.append(b.gep(arena, [off], source_etype=I8, name=f"k{i}_scratch"))
             if self.builders[i].par is not None:
-                j = self.epilogues.get(i)
+                j = epilogues.get(i)
                 then = None
                 if j is not None:
                     then = (

@@ -4,11 +4,27 @@ planner's thread policy (one pool runs loops and matrix products; see docs/backe
 from __future__ import annotations
 
 
+import numpy as np
+
 from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
 from .lowering import conv
 from .lowering.matmul import gemm_dims
-from .schedule import Kernel, Schedule, loop_parallel_ok
+from .lowering.reduce import reduction
+from .schedule import RECOMPUTE_COST, Kernel, Schedule, loop_parallel_ok
 from .strided import cstrides, numel
+
+#: Split loops with row reductions (reduced dims inside, the outer dim kept) across
+#: threads by rows, with the work threshold weighted by the loop's per-element cost
+#: (:func:`loop_work`).  Off: only the loops ``loop_parallel_ok`` takes (kept as a
+#: switch to measure against).
+ROW_PARALLEL = True
+#: Run a loop over a folded product's (..., m, N) rows as that product's epilogue
+#: (:func:`epilogues`); off: only loops over a 2-D product's (M, N) (a switch to
+#: measure against).
+FOLDED_EPILOGUES = True
+#: the :func:`loop_work` from which such a loop is split: 4x ``PARALLEL_MIN``, since on
+#: a shared 2-core machine each extra fork/join risks waiting for a descheduled worker
+ROW_PARALLEL_MIN_WORK = 4 * PARALLEL_MIN
 
 
 def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
@@ -32,7 +48,51 @@ def parallel_ok(plan: Schedule, kern: Kernel) -> bool:
         return numel(kern.space) >= PARALLEL_MIN
     if kern.kind != "loop":
         return False
-    return loop_parallel_ok(plan, kern.space, kern.reduces, PARALLEL_MIN)
+    if loop_parallel_ok(plan, kern.space, kern.reduces, PARALLEL_MIN):
+        return True
+    return (
+        ROW_PARALLEL
+        and rows_parallel_ok(plan, kern)
+        and loop_work(plan, kern) >= ROW_PARALLEL_MIN_WORK
+    )
+
+
+def loop_work(plan: Schedule, kern: Kernel) -> int:
+    """A loop kernel's elements times its per-element cost: 1 plus, for each costly op
+    it computes, that op's relative cost (``schedule.RECOMPUTE_COST``: exp, tanh, log
+    ... 10, erf and pow 20; cheap ops count 0, their loops are bound by memory).  From
+    ``ROW_PARALLEL_MIN_WORK`` on, such a loop is split: a (8, 4, 64, 64) softmax row
+    ``exp``-and-sum loop (131k elements x 11, ~230 us on one core) qualifies, its
+    gradient's ``div+mul+neg+sum`` (131k x 1, ~60 us) does not."""
+    cost = 1
+    for n in plan.expr_nodes(plan.kernel_roots(kern)):
+        cost += RECOMPUTE_COST.get(plan.g.nx.nodes[n]["op"], 0)
+    return numel(kern.space) * cost
+
+
+def rows_parallel_ok(plan: Schedule, kern: Kernel) -> bool:
+    """Can loop kernel ``kern`` be split across threads by its outer dim although it has
+    reductions that keep dims (row sums)?  Every such reduction must keep dim 0 (each
+    output element then belongs to one chunk's rows, accumulated there in the serial
+    loop's order: the same bits on every thread count) and not be a float max/min (those
+    run the vectorized ``llvm.maximum`` kernel, serial only).  A full reduction (to one
+    element) keeps the loop serial: its chunks' partials would be summed in another
+    order than the serial loop's, and these loops were serial before; so the results
+    of every loop taken here are bitwise those of the serial loop, on any thread count."""
+    space = kern.space
+    if not space or space[0] < 2:
+        return False
+    for r in kern.reduces:
+        d = plan.g.nx.nodes[r]
+        dt = np.dtype(d["dtype"])
+        if numel(d["shape"]) == 1:
+            return False  # split into per-chunk partials: bits would follow the threads
+        axes = {a % len(space) for a in d["attrs"]["axis"]}
+        if 0 in axes:
+            return False
+        if dt.kind == "f" and reduction(d["op"]).combine in ("max", "min"):
+            return False
+    return True
 
 
 def canonical(plan: Schedule, buf):
@@ -61,7 +121,17 @@ def epilogues(plan: Schedule) -> dict:
         if k.kind != "matmul" or nxt.kind != "loop" or nxt.reduces or not parallel_ok(plan, k):
             continue
         gd = gemm_dims(plan, k.node)
-        if gd.batch or gd.split != "rows" or nxt.space != (gd.M, gd.N):
+        # (M, N), or (..., m, N) over a product whose batch was folded into its rows
+        # (``F.linear`` on 3-D input: one gemm of M = prod(...) * m rows); the loop's
+        # outer dim must then split at row boundaries, which the lowering checks
+        # (``Lowerer._run_kernels`` runs it as a parallel call of its own otherwise)
+        rows_space = nxt.space == (gd.M, gd.N) or (
+            FOLDED_EPILOGUES
+            and len(nxt.space) >= 2
+            and nxt.space[-1] == gd.N
+            and numel(nxt.space[:-1]) == gd.M
+        )
+        if gd.batch or gd.split != "rows" or not rows_space:
             continue
         mine = {canonical(plan, b) for b in k.writes}
         theirs = {canonical(plan, b) for b in k.reads}
