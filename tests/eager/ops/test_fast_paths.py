@@ -131,6 +131,14 @@ def test_float32_erf_node_rounding_ties_and_edges():
 # --- GELU: one fused node in eager (GeluBackward0), the composite everywhere else ---------
 
 
+def _gelu_close_f32(got, want, x):
+    """float32 GELU values whose erf may differ by one ulp: x/2 * ulp(1 + erf) apart at
+    most, plus the final rounding."""
+    bound = np.abs(x).astype(np.float64) * 0.5 * 2.0**-23 + np.spacing(np.abs(want))
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all((err <= bound) | (np.isnan(got) & np.isnan(want)) | (got == want))
+
+
 def _gelu_both(x):
     from eager.nn._fn_pointwise import _gelu_composite
 
@@ -147,7 +155,10 @@ def test_fused_gelu_values_bit_identical_to_composite_and_grad_close(dt, shape):
         x.flat[:4] = [0.0, -0.0, 40.0, -40.0]
     a, ya, b, yb = _gelu_both(x)
     assert type(ya.grad_fn).__name__ == "GeluBackward0"
-    np.testing.assert_array_equal(ya.detach().numpy(), yb.detach().numpy())
+    if dt == np.float64:
+        np.testing.assert_array_equal(ya.detach().numpy(), yb.detach().numpy())
+    else:  # float32: erf_float32_fast, within 0.504 ulp of the composite's erf
+        _gelu_close_f32(ya.detach().numpy(), yb.detach().numpy(), x)
     g = np.asarray(R.standard_normal(shape), dtype=dt)
     ya.backward(eager.tensor(g))
     yb.backward(eager.tensor(g))
