@@ -182,7 +182,7 @@ class _MaskedFill(Function):
 
     @staticmethod
     def forward(ctx: Any, x: Any, mask: Any, fill: np.ndarray) -> Any:
-        out = np.array(x._data)
+        out = np.array(x._data, order="C")  # (C order, as the composite's where gives)
         np.copyto(out, fill, where=mask._data)
         ctx.save_for_backward(mask)
         return Tensor._make(out)
@@ -192,7 +192,7 @@ class _MaskedFill(Function):
         (mask,) = ctx.saved_tensors  # (checks its version, as PyTorch's)
         if is_grad_enabled():  # create_graph: the composite's differentiable where
             return grad.masked_fill(mask, 0), None, None
-        g = np.array(grad._data)
+        g = np.array(grad._data, order="C")
         np.copyto(g, 0, where=mask._data)
         return _fresh(g), None, None
 

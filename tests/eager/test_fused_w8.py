@@ -259,6 +259,36 @@ def test_masked_fill_in_place_on_a_non_leaf_and_double_backward():
     assert gradgradcheck(lambda t: t.masked_fill(mt, 0.5).sin(), (a,))
 
 
+def test_masked_fill_of_a_transposed_input_is_c_contiguous_and_views():
+    torch = pytest.importorskip("torch")
+    x = R.standard_normal((4, 6)).astype(np.float32)
+    m = R.standard_normal((6, 4)) > 0
+    a = eager.tensor(x, requires_grad=True)
+    y = a.t().masked_fill(eager.tensor(m), 0.0)
+    assert y.is_contiguous()
+    y.view(24).sum().backward()
+    t = torch.tensor(x, requires_grad=True)
+    yt = t.t().contiguous().masked_fill(torch.from_numpy(m), 0.0)
+    yt.view(24).sum().backward()
+    np.testing.assert_array_equal(y.detach().numpy(), yt.detach().numpy())
+    np.testing.assert_array_equal(a.grad.numpy(), t.grad.numpy())
+
+
+def test_masked_fill_in_place_on_a_view_gives_copyslices_grads_like_pytorch():
+    torch = pytest.importorskip("torch")
+    x = R.standard_normal((3, 4))
+    m = np.array([True, False, True, False])
+    grads = []
+    for lib in (eager, torch):
+        a = lib.tensor(x, requires_grad=True)
+        b = a * 2
+        b[1].masked_fill_(lib.tensor(m) if lib is eager else torch.from_numpy(m), -1.0)
+        assert "CopySlices" in (type(b.grad_fn).__name__ if lib is eager else b.grad_fn.name())
+        (b * b).sum().backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_array_equal(*grads)
+
+
 def test_masked_fill_no_grad_and_leaf_without_grad():
     x = eager.tensor(R.standard_normal((2, 3)).astype(np.float32))
     m = eager.tensor(_causal(3)[:2])
