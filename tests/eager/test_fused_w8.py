@@ -106,8 +106,7 @@ def test_gelu_matches_pytorch(dt, approximate, shape):
         F.gelu(a, approximate=approximate),
         torch.nn.functional.gelu(t, approximate=approximate),
     )
-    if approximate == "none":  # (eager's tanh form is a composite: MulBackward0)
-        assert type(ya.grad_fn).__name__ == yt.grad_fn.name() == "GeluBackward0"
+    assert type(ya.grad_fn).__name__ == yt.grad_fn.name() == "GeluBackward0"
     tol = dict(rtol=1e-6, atol=1e-6) if dt == np.float32 else dict(rtol=1e-13, atol=1e-14)
     if approximate == "tanh":  # (1 + tanh cancels for negative x: PyTorch's kernel rounds
         # differently from eager's composite)
@@ -116,6 +115,39 @@ def test_gelu_matches_pytorch(dt, approximate, shape):
     ya.backward(eager.tensor(g))
     yt.backward(torch.tensor(g))
     np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), **tol)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_gelu_tanh_node_values_are_the_composites_bit_for_bit(dt):
+    x = (R.standard_normal((17, 9)) * 4).astype(dt)
+    x.flat[:6] = [0.0, -0.0, 40.0, -40.0, np.inf, np.nan]
+    a, b = eager.tensor(x, requires_grad=True), eager.tensor(x, requires_grad=True)
+    ya = F.gelu(a, approximate="tanh")
+    inner = (b + b * b * b * 0.044715) * math.sqrt(2 / math.pi)
+    yb = b * 0.5 * (inner.tanh() + 1.0)
+    assert type(ya.grad_fn).__name__ == "GeluBackward0"
+    assert ya.detach().numpy().tobytes() == yb.detach().numpy().tobytes()
+    g = R.standard_normal(x.shape).astype(dt)
+    with np.errstate(all="ignore"):
+        ya.backward(eager.tensor(g))
+        yb.backward(eager.tensor(g))
+    fin = np.isfinite(x)
+    tol = 1e-5 if dt == np.float32 else 1e-12
+    np.testing.assert_allclose(a.grad.numpy()[fin], b.grad.numpy()[fin], rtol=tol, atol=tol)
+
+
+def test_gelu_tanh_finite_differences_double_backward_and_inplace_error():
+    x = eager.tensor(R.standard_normal((3, 4)) * 2, requires_grad=True)
+    f = lambda t: F.gelu(t, approximate="tanh")  # noqa: E731
+    assert gradcheck(f, (x,))
+    assert gradgradcheck(f, (x,))
+    a = x * 1.0
+    y = f(a)
+    a.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    h = eager.tensor(np.array([0.5, -1.0], np.float16), requires_grad=True)
+    assert F.gelu(h, approximate="tanh").dtype == eager.float16  # (the composite)
 
 
 def test_gelu_non_contiguous_input_matches_contiguous():
