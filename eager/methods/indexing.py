@@ -19,6 +19,7 @@ import numpy as np
 
 import eager._dtype as D
 import eager._operands as O
+import eager.methods.stats as _MS
 from eager._operands import _dispatch
 from eager.ops.registry import broadcast_shapes, norm_axes
 
@@ -227,7 +228,12 @@ class IndexingMethods:
                 )
             v = value.to(self._npdtype)
         else:
-            v = self._wrap_const(D.checked_fill(value, self._npdtype))
+            fill = D.checked_fill(value, self._npdtype)
+            fused = _MS.FUSED.get("masked_fill")
+            out = fused(self, mask, fill) if fused is not None else None
+            if out is not None:
+                return out
+            v = self._wrap_const(fill)
         return _dispatch("where", "MaskedFillBackward0", (mask, v, self), {})
 
     def masked_select(self, mask):

@@ -327,8 +327,9 @@ class StatsMethods:
 
 
 #: fast paths of methods, installed by a higher layer (eager/nn/_fused.py installs
-#: "softmax" and "log_softmax"): ``f(x, axes)`` returns the result, or None to run the
-#: composite definition
+#: "softmax" and "log_softmax", ``f(x, axes)``, and "masked_fill", ``f(x, mask, fill)``
+#: with ``fill`` the value as a 0-d array of x's dtype): each returns the result, or None
+#: to run the composite definition
 FUSED: dict = {}
 
 

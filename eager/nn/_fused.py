@@ -1,9 +1,10 @@
 """Fused eager kernels of softmax, log_softmax, layer_norm, cross_entropy, embedding,
-conv2d (bias included) and tiling max_pool2d.
+masked_fill with a number, conv2d (bias included) and tiling max_pool2d.
 
 Each is one backward node (PyTorch's ``SoftmaxBackward0``, ``LogSoftmaxBackward0``,
 ``NativeLayerNormBackward0``, ``NllLossBackward0``, ``EmbeddingBackward0``,
-``ConvolutionBackward0``, ``MaxPool2DWithIndicesBackward0``) whose forward and gradient are a
+``MaskedFillBackward0``, ``ConvolutionBackward0``, ``MaxPool2DWithIndicesBackward0``)
+whose forward and gradient are a
 few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
 composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
 graphc traces, and what these functions fall back to outside their fast path).  The
@@ -17,8 +18,9 @@ values.  Each ``fused_*`` function returns None when its fast path does not appl
 traced value, a dtype other than float32/float64, a 0-d or empty input, class weights,
 ignored targets, label smoothing...): the caller then runs the composite.
 
-Importing this module installs :func:`fused_softmax` and :func:`fused_log_softmax` as
-the fast paths of the ``Tensor.softmax`` / ``Tensor.log_softmax`` methods
+Importing this module installs :func:`fused_softmax`, :func:`fused_log_softmax` and
+:func:`fused_masked_fill` as the fast paths of the ``Tensor.softmax`` /
+``Tensor.log_softmax`` / ``Tensor.masked_fill`` methods
 (:data:`eager.methods.stats.FUSED`; the methods layer cannot import autograd itself).
 """
 
@@ -167,7 +169,66 @@ _MS.FUSED["softmax"] = fused_softmax
 _MS.FUSED["log_softmax"] = fused_log_softmax
 
 
+# --- masked_fill with a number ------------------------------------------------------------
+
+
+@frees_ctx
+class _MaskedFill(Function):
+    """``x.masked_fill(mask, value)`` for a number ``value`` and a mask that broadcasts to
+    x's shape, as one node: a copy of x with ``np.copyto(..., where=mask)`` instead of the
+    composite's ``where`` (three bit passes over the broadcast mask), and the gradient the
+    incoming one with zeros written where the mask is set.  The mask is saved (its
+    version checked at the backward, as PyTorch's)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, mask: Any, fill: np.ndarray) -> Any:
+        out = np.array(x._data, order="C")  # (C order, as the composite's where gives)
+        np.copyto(out, fill, where=mask._data)
+        ctx.save_for_backward(mask)
+        return Tensor._make(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        (mask,) = ctx.saved_tensors  # (checks its version, as PyTorch's)
+        if is_grad_enabled():  # create_graph: the composite's differentiable where
+            return grad.masked_fill(mask, 0), None, None
+        g = np.array(grad._data, order="C")
+        np.copyto(g, 0, where=mask._data)
+        return _fresh(g), None, None
+
+
+_MaskedFill._backward_cls.__name__ = "MaskedFillBackward0"
+_MaskedFill._backward_cls.__qualname__ = "MaskedFillBackward0"
+
+
+def fused_masked_fill(x: Any, mask: Any, fill: np.ndarray) -> Optional[Any]:
+    """``x.masked_fill(mask, value)`` (the mask already checked to be bool, the number
+    already converted to ``fill``, a 0-d array of x's dtype) as one ``MaskedFillBackward0``
+    node, when x is a non-empty float32/float64 eager tensor and ``mask`` an eager tensor
+    broadcasting to x's shape; else None (the caller runs the composite ``where``)."""
+    if not _fast_input(x) or mask.__class__ is not Tensor:
+        return None
+    shape = x._data.shape
+    m = mask._data.shape
+    if len(m) > len(shape) or any(a != 1 and a != b for a, b in zip(m[::-1], shape[::-1])):
+        return None
+    return _MaskedFill.apply(x, mask, fill)
+
+
+_MS.FUSED["masked_fill"] = fused_masked_fill
+
+
 # --- layer_norm -------------------------------------------------------------------------
+
+
+def _mean(a: np.ndarray, axes: tuple) -> np.ndarray:
+    """``a.mean(axis=axes, keepdims=True)`` for a float array, the same bits (numpy's mean
+    is this sum divided by the intp count) without np.mean's Python layer."""
+    n = 1
+    for ax in axes:
+        n *= a.shape[ax]
+    s = np.add.reduce(a, axis=axes, keepdims=True)
+    return np.true_divide(s, np.intp(n), out=s, casting="unsafe")
 
 
 @frees_ctx
@@ -179,8 +240,8 @@ class _LayerNorm(Function):
     def forward(ctx: Any, x: Any, weight: Any, bias: Any, k: int, eps: float) -> Any:
         a = x._data
         axes = tuple(range(a.ndim - k, a.ndim))
-        d = np.subtract(a, a.mean(axis=axes, keepdims=True))
-        var = np.multiply(d, d).mean(axis=axes, keepdims=True)
+        d = np.subtract(a, _mean(a, axes))
+        var = _mean(np.multiply(d, d), axes)
         var += eps
         rstd = np.sqrt(var, out=var)
         np.divide(1, rstd, out=rstd)
@@ -233,9 +294,9 @@ class _LayerNorm(Function):
                 gw = _fresh(u.sum(axis=lead).astype(dt, copy=False) if lead else u)
             if nx:
                 t = np.multiply(g, weight._data) if weight is not None else np.array(g, dt)
-                m1 = t.mean(axis=axes, keepdims=True)
+                m1 = _mean(t, axes)
                 u = np.multiply(t, xhat)
-                m2 = u.mean(axis=axes, keepdims=True)
+                m2 = _mean(u, axes)
                 np.multiply(xhat, m2, out=u)
                 t -= m1
                 t -= u

@@ -131,6 +131,14 @@ def test_float32_erf_node_rounding_ties_and_edges():
 # --- GELU: one fused node in eager (GeluBackward0), the composite everywhere else ---------
 
 
+def _gelu_close_f32(got, want, x):
+    """float32 GELU values whose erf may differ by one ulp: x/2 * ulp(1 + erf) apart at
+    most, plus the final rounding."""
+    bound = np.abs(x).astype(np.float64) * 0.5 * 2.0**-23 + np.spacing(np.abs(want))
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all((err <= bound) | (np.isnan(got) & np.isnan(want)) | (got == want))
+
+
 def _gelu_both(x):
     from eager.nn._fn_pointwise import _gelu_composite
 
@@ -147,7 +155,10 @@ def test_fused_gelu_values_bit_identical_to_composite_and_grad_close(dt, shape):
         x.flat[:4] = [0.0, -0.0, 40.0, -40.0]
     a, ya, b, yb = _gelu_both(x)
     assert type(ya.grad_fn).__name__ == "GeluBackward0"
-    np.testing.assert_array_equal(ya.detach().numpy(), yb.detach().numpy())
+    if dt == np.float64:
+        np.testing.assert_array_equal(ya.detach().numpy(), yb.detach().numpy())
+    else:  # float32: erf_float32_fast, within 0.504 ulp of the composite's erf
+        _gelu_close_f32(ya.detach().numpy(), yb.detach().numpy(), x)
     g = np.asarray(R.standard_normal(shape), dtype=dt)
     ya.backward(eager.tensor(g))
     yb.backward(eager.tensor(g))
@@ -189,13 +200,14 @@ def test_fused_gelu_in_place_change_of_input_is_refused():
         z.sum().backward()
 
 
-def test_fused_gelu_no_grad_and_float16_and_tanh_keep_their_paths():
+def test_fused_gelu_no_grad_and_float16_keep_their_paths_tanh_is_one_node():
     x = eager.randn(5)
     assert eager.nn.functional.gelu(x).grad_fn is None
     h = eager.randn(5, dtype=eager.float16, requires_grad=True)
     assert type(eager.nn.functional.gelu(h).grad_fn).__name__ == "MulBackward0"
-    t = eager.randn(5, requires_grad=True)
-    assert type(eager.nn.functional.gelu(t, approximate="tanh").grad_fn).__name__ == "MulBackward0"
+    assert type(eager.nn.functional.gelu(h, approximate="tanh").grad_fn).__name__ == "MulBackward0"
+    t = eager.randn(5, requires_grad=True)  # (PyTorch's name for both forms)
+    assert type(eager.nn.functional.gelu(t, approximate="tanh").grad_fn).__name__ == "GeluBackward0"
 
 
 def test_fused_gelu_matches_torch_and_grad_fn_name():
