@@ -588,33 +588,30 @@ class KernelBuilder:
                     )
                 self.store(r, dt, ir.Constant(I64, 0), self.convert(v, acc_t, dt))
             elif reduction(d["op"]).mean:
-                scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
-                self.loop(
-                    [numel(d["shape"])],
-                    lambda ix, r=r, dt=dt, scale=scale: self.store(
-                        r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)
-                    ),
-                    name=f"mean_n{r}_",
-                )
+                self._mean_scale_loop(r, dt, count)
 
     def _scale_means(self, kern: Kernel, rows: dict) -> None:
         """After a parallel chunk: divide its rows of each kept-dims mean by the count."""
-        g, b = self.g, self.b
+        g = self.g
         for r in kern.reduces:
             d = g.nx.nodes[r]
             if r not in rows or not reduction(d["op"]).mean:
                 continue
             dt = np.dtype(d["dtype"])
             count = numel(g.nx.nodes[d["operands"][0]]["shape"]) // max(numel(d["shape"]), 1)
-            scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
-            self.loop(
-                [numel(d["shape"])],
-                lambda ix, r=r, dt=dt, scale=scale: self.store(
-                    r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)
-                ),
-                name=f"mean_n{r}_",
-                outer_range=rows[r],
-            )
+            self._mean_scale_loop(r, dt, count, rows[r])
+
+    def _mean_scale_loop(self, r: Any, dt: np.dtype, count: int, outer_range: Any = None) -> None:
+        """A loop dividing a kept-dims mean's output ``r`` by ``count`` (NaN for 0), over
+        all its elements or, in a parallel chunk, over ``outer_range`` of them."""
+        b = self.b
+        scale = ir.Constant(reg_type(dt), 1.0 / count if count else float("nan"))
+        self.loop(
+            [numel(self.g.nx.nodes[r]["shape"])],
+            lambda ix: self.store(r, dt, ix[0], b.fmul(self.load(r, dt, ix[0]), scale)),
+            name=f"mean_n{r}_",
+            outer_range=outer_range,
+        )
 
     def combine_partials(self, b, fn, partials, nt, nred: int, data, arena, i: int) -> None:
         """In the entry: fold per-thread partial reductions (thread order) into outputs
