@@ -12,8 +12,11 @@
    (1 and 2 threads, set_num_threads after the first compile, a fork before the tier-up,
    threads compiling at once), OPENBLAS_NUM_THREADS unset before import stays unset.
 
-No attack here found a wrong number (the bugs this round's adversary found are eager's,
-tests/eager/test_adversarial_merge22.py).  ``GRAPHC_FUZZ_N`` (default 3) sets how many
+Found and fixed: a compiled step's new .grad of a dense permuted parameter was C order
+(eager and PyTorch: the parameter's strides).  Not fixed (strict xfail): a .grad object
+moved to another parameter inside a step comes back as a new tensor (values right).  No
+attack found a wrong number here; the eager bugs found are in
+tests/eager/test_adversarial_merge22.py (view copying silently, contiguous() not C order).  ``GRAPHC_FUZZ_N`` (default 3) sets how many
 random steps the planner campaign runs."""
 
 import os
@@ -722,3 +725,44 @@ def test_new_grad_of_a_permuted_parameter_has_the_leafs_strides_warm_calls_too(k
         np.testing.assert_allclose(c[0], e[0], **CLOSE)
         np.testing.assert_array_equal(c[1], e[1])
         assert c[2:] == e[2:], f"step {t}: (.grad strides, leaf strides)"
+
+
+_FORK_DURING_COMPILE = """
+    import os, threading, time
+    import numpy as np
+    import eager, graphc
+    z = np.linspace(-3, 3, 1 << 16)
+    def bg():  # first compiles (the lazy vector-math import) on another thread
+        for k in range(3):
+            graphc.compile(lambda z, k=k: (eager.sin(z) * (k + 1) + eager.tanh(z)).sum())(z)
+    t = threading.Thread(target=bg)
+    t.start()
+    bad = 0
+    for i in range(4):
+        time.sleep(0.02 * i)
+        pid = os.fork()
+        if pid == 0:
+            g = graphc.compile(lambda z: (eager.sin(z) + eager.exp(z * 0.1)).sum())
+            r = float(np.asarray(g(z)))
+            want = float((np.sin(z) + np.exp(z * 0.1)).sum())
+            os._exit(0 if abs(r - want) < 1e-6 * abs(want) else 3)
+        deadline = time.time() + 60
+        while True:
+            p, st = os.waitpid(pid, os.WNOHANG)
+            if p:
+                break
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                st = "hang"
+                break
+            time.sleep(0.05)
+        bad += st != 0
+    t.join()
+    print(bad)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_fork_while_another_thread_does_first_compiles_children_neither_hang_nor_differ():
+    assert _fresh(_FORK_DURING_COMPILE, {}) == ["0"]
