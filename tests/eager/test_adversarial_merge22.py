@@ -153,3 +153,26 @@ def test_contiguous_gives_c_order_so_a_view_of_it_works(rg):
         np.testing.assert_array_equal(a.grad.numpy(), np.arange(12.0).reshape(4, 3).T)
     d = eager.tensor(np.arange(12.0).reshape(3, 4))
     assert d.contiguous() is d
+
+
+@pytest.mark.parametrize("make", ["t", "perm", "expand"])
+def test_retained_grad_of_a_non_leaf_is_c_order_as_pytorch(make):
+    """Found with the view fix: ``retain_grad()``'s .grad kept the gradient's layout
+    (numpy's order K copy: strides (1, 4) for ``y = x.t() * 1``), PyTorch clones it in C
+    order (strides (3, 1)), so ``y.grad.view(-1)`` worked in PyTorch and raised eagerly."""
+    torch = pytest.importorskip("torch")
+    got = []
+    for m in (torch, eager):
+        x = m.tensor(np.arange(12.0).reshape(3, 4) / 7, requires_grad=True)
+        if make == "t":
+            y = x.t() * 1
+        elif make == "perm":
+            y = x.reshape(3, 2, 2).permute(2, 0, 1) * 1
+        else:
+            y = x[:1].expand(3, 4) * 1
+        y.retain_grad()
+        (y * y).sum().backward()
+        got.append((y.grad.numpy().copy(), tuple(y.grad.stride()), y.grad.view(-1).shape))
+    (tv, ts, tshape), (ev, es, eshape) = got
+    np.testing.assert_array_equal(ev, tv)
+    assert es == ts and eshape == tshape
