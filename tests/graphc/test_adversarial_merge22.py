@@ -766,3 +766,34 @@ _FORK_DURING_COMPILE = """
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_fork_while_another_thread_does_first_compiles_children_neither_hang_nor_differ():
     assert _fresh(_FORK_DURING_COMPILE, {}) == ["0"]
+
+
+_DISK = """
+    import sys
+    import numpy as np
+    import graphc
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((64, 1000)), rng.standard_normal((1000, 200))
+    z = rng.standard_normal((512, 1024))
+    step = lambda x, w, z: ((x @ w).relu() * 0.5 + 1.0, (z * 2.0).tanh().sum() - z.sum())
+    f = graphc.compile(step)
+    outs = [f(x, w, z) for _ in range(3)]
+    exe = list(f._cache.values())[0].stages["_executable"]
+    np.savez(sys.argv[1] if len(sys.argv) > 1 else {path!r}, *outs[0])
+    print(exe.cache_status, exe.tier, all(np.array_equal(a, b) for o in outs for a, b in zip(o, outs[0])))
+"""
+
+
+def test_disk_cache_store_then_hit_in_fresh_processes_same_bits(tmp_path):
+    """compile_module now has the target machine write the object file: a process that
+    stores it and one that loads it (and one without a disk cache, tiered) agree."""
+    cache_dir = str(tmp_path / "cache")
+    runs = []
+    for k, env in enumerate([{"GRAPHC_CACHE_DIR": cache_dir}] * 2 + [{}]):
+        path = str(tmp_path / f"o{k}.npz")
+        runs.append(_fresh(_DISK.format(path=path), env))
+    assert runs[:2] == [["disk-stored", "1", "True"], ["disk-hit", "1", "True"]]
+    assert runs[2][0] == "compiled" and runs[2][2] == "True"  # tiered (quick code first)
+    got = [np.load(str(tmp_path / f"o{k}.npz")) for k in range(3)]
+    for g in got[1:]:
+        assert all(np.array_equal(got[0][n], g[n]) for n in got[0].files)
