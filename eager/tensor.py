@@ -115,6 +115,23 @@ NO_GPU = "no GPU: eager runs on the CPU only"
 _CPU = device("cpu")
 
 
+def _viewable(src: np.ndarray, shape: tuple) -> bool:
+    """Can ``src`` take ``shape`` (``view``'s arguments) without a copy?  Shapes reshape
+    refuses anyway (a wrong size, a dtype) count as viewable: reshape raises its own error."""
+    shp = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    try:
+        np.reshape(src, shp, copy=False)
+    except ValueError:
+        try:
+            np.reshape(src, shp)
+        except (ValueError, TypeError):
+            return True  # not a valid shape at all: reshape's precise error
+        return False
+    except TypeError:
+        return True
+    return True
+
+
 class Tensor(TensorOps):
     """A multi-dimensional array with optional gradient tracking (PyTorch semantics)."""
 
@@ -232,7 +249,26 @@ class Tensor(TensorOps):
                     )
         return out
 
+    def contiguous(self) -> "Tensor":
+        """Self when its elements are laid out in C order, else a C-ordered copy (its
+        history is ``CloneBackward0``, as PyTorch's).  The copy op keeps a permuted
+        layout (``clone`` preserves it, as in PyTorch), so the new buffer is put in C order
+        here: ``x.t().contiguous().view(-1)`` must work."""
+        out = TensorOps.contiguous(self)
+        if out is not self and not out._data.flags.c_contiguous:
+            out._data = np.ascontiguousarray(out._data)  # a fresh copy: no one else holds it
+        return out
+
     def view(self, *shape) -> "Tensor":
+        """The same elements in a new shape, always a view of this tensor's memory: a
+        layout no view can give (a transposed tensor flattened) raises PyTorch's
+        RuntimeError instead of copying, which would silently lose writes through it."""
+        if not self._data.flags.c_contiguous and not _viewable(self._data, shape):
+            raise RuntimeError(
+                "view size is not compatible with input tensor's size and stride (at least "
+                "one dimension spans across two contiguous subspaces). Use .reshape(...) "
+                "instead."
+            )
         return self.reshape(*shape)
 
     def expand(self, *shape) -> "Tensor":

@@ -34,6 +34,7 @@ from .entry import (
     _foreign_byte_order,
     _inplace_pairs,
     _native_order,
+    obey_leaf_layout,
     owned_outputs,
 )
 from .inspection import Inspection, _grad_stage  # noqa: F401 - graphc.api._grad_stage, as before
@@ -523,7 +524,8 @@ class CompiledFunction(Inspection):
                 # a new .grad, as eager's backward makes one: the native entry's own output
                 # array as it is (no second copy), else a copy
                 o = outs[out_pos]
-                set_grad(target, tensor_from_array(o if owned(out_pos) else np.array(o)))
+                o = o if owned(out_pos) else np.array(o)
+                set_grad(target, tensor_from_array(obey_leaf_layout(o, data_of(target))))
             else:
                 if outs[out_pos] is not data_of(grad_of(target)):
                     np.copyto(data_of(grad_of(target)), outs[out_pos], casting="same_kind")

@@ -149,6 +149,30 @@ def unread_new_grads(tr) -> frozenset:
     return frozenset(out)
 
 
+def obey_leaf_layout(arr: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+    """``arr`` (a new ``.grad``'s values, a fresh array) in the layout eager's engine gives
+    a leaf's new ``.grad`` (PyTorch's layout contract, eager.autograd.engine._obeys): the
+    strides of the leaf ``leaf`` (its data) when it is dense but not in C order (a
+    transposed or permuted parameter), else C order.  ``arr`` itself when it already has
+    that layout (every C-ordered parameter: one flag test)."""
+    if leaf.flags.c_contiguous or arr.size == 0 or arr.shape != leaf.shape:
+        return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+    expect = leaf.itemsize
+    for st, n in sorted((st, n) for st, n in zip(leaf.strides, leaf.shape) if n != 1):
+        if st != expect:  # not dense: C order
+            return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        expect *= n
+    if all(
+        a // arr.itemsize == b // leaf.itemsize
+        for a, b, n in zip(arr.strides, leaf.strides, arr.shape)
+        if n != 1
+    ):
+        return arr
+    out = np.empty_like(leaf, dtype=arr.dtype)  # order K: the dense leaf's strides
+    np.copyto(out, arr)
+    return out
+
+
 def owned_outputs(exe) -> Callable[[int], bool]:
     """``owned(k)``: is output ``k`` of executable ``exe`` always a new array that nothing
     else references (the native entry allocates each output, ``PyArray_New``, except the
@@ -296,9 +320,9 @@ def _emit_run_and_write_back(L: list, tr, direct: bool, exe: Any = None) -> None
             L.append(f"        copyto(e{i}, o, casting='same_kind')")
             L.append(f"    version_of(g{i})[0] += 1")
         elif owned(p):  # a new .grad: the output array the native entry made for it
-            L.append(f"    set_grad(a{i}, make(outs[{p}]))")
+            L.append(f"    set_grad(a{i}, make(obey(outs[{p}], d{i})))")
         else:  # a new .grad (no .grad yet, or the step set it to None first)
-            L.append(f"    set_grad(a{i}, make(np_array(outs[{p}])))")
+            L.append(f"    set_grad(a{i}, make(obey(np_array(outs[{p}]), d{i})))")
     for i in tr.grad_clears:
         L.append(f"    set_grad(a{i}, None)")
     n_user = tr.out_tree.num_leaves - len(tr.out_static)
@@ -339,6 +363,7 @@ def _call_globals(entry: "_Entry", exe) -> dict:
         "version_of": version_of,
         "copyto": np.copyto,
         "np_array": np.array,
+        "obey": obey_leaf_layout,
         "make": tensor_from_array,
         "exe": exe,
         "run": entry.run,

@@ -510,8 +510,8 @@ def _pre_hooks(node: Node, grads: list, create_graph: bool, shared: dict) -> lis
             g = grads[nr]
             if t is None or g is None or t.grad_fn is not node:
                 continue
-            if t._grad is None:
-                t._grad = g if create_graph else _owned(g, True)
+            if t._grad is None:  # PyTorch: a C-ordered clone (retain_grad's hook)
+                t._grad = g if create_graph else _Tensor._make(np.array(g._data, order="C"))
                 shared[id(g)] = _ref(g)
             else:
                 t._grad = t._grad + g
