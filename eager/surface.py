@@ -60,6 +60,16 @@ from .methods.stats import StatsMethods
 _device = _rand = _randn = _bernoulli = None
 
 
+def check_view_args(shape: tuple) -> None:
+    """``view()`` with no size: PyTorch's TypeError (a 1-element tensor would otherwise
+    become 0-d through reshape)."""
+    if not shape:
+        raise TypeError(
+            "view() received an invalid combination of arguments - got (), but expected one "
+            "of:\n * (torch.dtype dtype)\n * (tuple of ints size)"
+        )
+
+
 def bind(*, device, rand, randn, bernoulli) -> None:
     """Receive eager.factories' constructors (called once, by its wiring block)."""
     global _device, _rand, _randn, _bernoulli
@@ -455,11 +465,12 @@ class TensorOps(PointwiseMethods, ShapeMethods, StatsMethods, IndexingMethods, L
 
     def view(self, *shape):
         """The same elements in a new shape; always a view (refused where PyTorch refuses)."""
+        check_view_args(shape)
         return self.reshape(*shape)
 
     def view_as(self, other):
-        """``view`` to another tensor's shape."""
-        return self.reshape(other.shape)
+        """``view`` to another tensor's shape (refused where ``view`` is)."""
+        return self.view(other.shape)
 
     def reshape_as(self, other):
         """``reshape`` to another tensor's shape."""

@@ -263,6 +263,7 @@ class Tensor(TensorOps):
         """The same elements in a new shape, always a view of this tensor's memory: a
         layout no view can give (a transposed tensor flattened) raises PyTorch's
         RuntimeError instead of copying, which would silently lose writes through it."""
+        _surface_mod.check_view_args(shape)
         if not self._data.flags.c_contiguous and not _viewable(self._data, shape):
             raise RuntimeError(
                 "view size is not compatible with input tensor's size and stride (at least "

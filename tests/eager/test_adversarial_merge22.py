@@ -52,6 +52,41 @@ def test_view_refuses_where_pytorch_refuses_and_works_where_it_works():
     assert not diffs
 
 
+def _outcome_as(t, m, s):
+    try:
+        v = t.view_as(m.zeros(*s))
+    except Exception as e:  # noqa: BLE001 - compared with PyTorch's
+        return "err", type(e).__name__
+    return "ok", tuple(v.shape)
+
+
+def test_view_as_refuses_where_view_does_as_pytorch():
+    # was: view_as was reshape_as, a silent copy on a layout no view can give
+    torch = pytest.importorskip("torch")
+    diffs = []
+    for (name, tt), (_, et) in zip(_layouts(torch), _layouts(eager)):
+        n = tt.numel()
+        for s in [(n,), (1, n), (n, 1)] + ([(2, n // 2)] if n % 2 == 0 and n else []):
+            want, got = _outcome_as(tt, torch, s), _outcome_as(et, eager, s)
+            if want != got:
+                diffs.append((name, s, want, got))
+    assert not diffs
+
+
+def test_view_as_of_a_transposed_tensor_refuses_and_view_without_a_size_raises():
+    x = eager.tensor(np.arange(6.0).reshape(2, 3)).t()
+    with pytest.raises(RuntimeError, match=VIEW_MSG):
+        x.view_as(eager.zeros(6))
+    assert x.view_as(eager.zeros(3, 2)).shape == (3, 2)
+    y = eager.tensor(np.arange(6.0).reshape(2, 3))
+    v = y.view_as(eager.zeros(6))
+    v[0] = 9.0  # a view: the write reaches y
+    assert y[0, 0].item() == 9.0
+    for t in (x, eager.ones(1), eager.tensor(2.0)):
+        with pytest.raises(TypeError, match=r"view\(\) received an invalid combination"):
+            t.view()
+
+
 def test_view_of_a_transposed_grad_refuses_instead_of_losing_the_write():
     """Was: ``a.grad.view(-1)[1] = 9`` on a transposed leaf's ``.grad`` (which has the
     leaf's strides, PyTorch's layout contract) wrote into a copy; the .grad kept its
