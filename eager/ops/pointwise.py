@@ -105,53 +105,6 @@ def _erf_vectorized(x):
     return out.reshape(shape)
 
 
-# GELU's float32 erf (eager/nn/_fn_pointwise.py): erf(x_j + h) = c0 + c1 h + h^2 (c2 + h
-# (c3 + h c4)) over the same nodes, the h^2 tail (below 4e-5) in float32 and the rest in
-# float64, rounded once: at most 0.504 ulp from erf (2.3e-5 of the floats in [0, 6] are
-# not rounded correctly; PyTorch's float32 erf: 0.69 ulp, 0.85%), ~1.4x faster than
-# _erf_vectorized, which the erf op keeps (correctly rounded but for ~1 in 10**8)
-_ERF_F32_TAIL: list = []
-_F32_ROUND_MAGIC = np.float32(2**23)
-
-
-@np.errstate(all="ignore")
-def erf_float32_fast(x):
-    """erf of a float32 array within 0.504 ulp (see above), as a new float32 array of
-    x's shape; NaN stays NaN, -0.0 stays -0.0, +-inf give +-1.  The node index
-    ``j = rint(64 |x|)`` and ``h = |x| - j / 64`` are computed in float32, where they are
-    exact (``64 |x|`` scales by a power of two, adding 2**23 rounds it half to even, and
-    ``64 |x| - j`` is exact by Sterbenz's lemma or is ``64 |x|`` itself when j = 0)."""
-    cols = _erf_table()
-    if not _ERF_F32_TAIL:
-        _ERF_F32_TAIL.extend(c.astype(np.float32) for c in cols[2:5])
-    c2, c3, c4 = _ERF_F32_TAIL
-    flat = x.reshape(-1)  # (a 0-d array's ufunc results would be numpy scalars)
-    ax = np.abs(flat)
-    np.minimum(ax, np.float32(6.0), out=ax)  # NaN stays NaN: j is clipped, the sum NaN
-    ax *= np.float32(_ERF_STEP)
-    r = np.add(ax, _F32_ROUND_MAGIC)
-    r -= _F32_ROUND_MAGIC  # rint(64 |x|)
-    ax -= r
-    ax *= np.float32(1.0 / _ERF_STEP)  # h
-    j = r.astype(np.intp)
-    t = c4.take(j, mode="clip")  # (j is in range but for NaN; "raise" buffers out)
-    tmp = r  # (r is not read again)
-    t *= ax
-    t += c3.take(j, out=tmp, mode="clip")
-    t *= ax
-    t += c2.take(j, out=tmp, mode="clip")
-    t *= ax
-    t *= ax  # h^2 (c2 + h (c3 + h c4))
-    h = ax.astype(np.float64)
-    acc = cols[1].take(j, mode="clip")
-    acc *= h
-    acc += t
-    acc += cols[0].take(j, out=h, mode="clip")
-    out = acc.astype(np.float32)
-    np.copysign(out, flat, out=out)
-    return out.reshape(x.shape)
-
-
 def _erf(x):
     """numpy has no erf.  float64: math.erf per element (libm's erf, as PyTorch's); lower
     precisions: a vectorized float64 evaluation rounded to the input's dtype."""
