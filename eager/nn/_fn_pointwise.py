@@ -22,7 +22,6 @@ from ._fused import frees_ctx
 
 __all__ = [
     "gelu",
-    "gelu_float32_table",
     "silu",
     "softplus",
     "leaky_relu",
@@ -107,7 +106,8 @@ def _gelu_table() -> Any:
 
 @np.errstate(all="ignore")
 def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
-    """float32 GELU of a float32 array by the table above: ``(gelu(x), d)`` with ``d`` the
+    """float32 GELU of a float32 array by a table of cubics for Phi(-|x|) (no erf, no exp;
+    error at most 2.4e-7 on [-10, 10]; not part of ``F``): ``(gelu(x), d)`` with ``d`` the
     derivative ``gelu'(x)`` when ``grad`` (else None), both new float32 arrays of x's
     shape.  NaN gives NaN, +inf gives +inf, -inf gives NaN (PyTorch's -inf * 0), and the
     derivative is NaN at NaN and +-inf, as PyTorch's float32 kernel gives."""
