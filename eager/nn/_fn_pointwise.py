@@ -110,7 +110,8 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
     error at most 2.4e-7 on [-10, 10]; not part of ``F``): ``(gelu(x), d)`` with ``d`` the
     derivative ``gelu'(x)`` when ``grad`` (else None), both new float32 arrays of x's
     shape.  NaN gives NaN, +inf gives +inf, -inf gives NaN (PyTorch's -inf * 0), and the
-    derivative is NaN at NaN and +-inf, as PyTorch's float32 kernel gives."""
+    derivative is NaN at NaN and +-inf, as PyTorch's float32 kernel gives; a zero result
+    has x's sign (the composite's -0.0 for x <= -0.0, where PyTorch's gives +0.0)."""
     tab = _gelu_table()
     flat = x.reshape(-1)  # (a 0-d array's ufunc results would be numpy scalars)
     a = np.abs(flat)
@@ -127,6 +128,7 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
     s = np.add(p, rows[:, 2])  # c2 + c3 u
     q = np.multiply(s, u)
     q += rows[:, 1]  # c1 + u (c2 + c3 u)
+    sign = flat.view(np.uint32) & np.uint32(0x80000000)
     d = None
     if grad:  # d = (1 + copysign(a phi(a) - q(a) + 1/2, x)) / 2, phi = -128 dq/du
         s += p
@@ -139,7 +141,6 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
         s *= np.float32(-_GT_STEP)  # 2 a phi(a)
         s -= q
         s += np.float32(1.0)  # 2 (a phi - q + 1/2) >= 0: copysign is an OR of sign bits
-        sign = flat.view(np.uint32) & np.uint32(0x80000000)
         s.view(np.uint32)[...] |= sign
         s += np.float32(1.0)
         s *= np.float32(0.5)
@@ -149,13 +150,18 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
         out = np.maximum(flat, np.float32(0))
         q *= np.float32(0.5)
         out -= q
-        out[flat == -np.inf] = np.nan
-        if d is not None:
-            d[~np.isfinite(flat)] = np.nan
     else:  # max(x, 0) - a q = ((x + a) - a Q) / 2, exact but for the subtraction
         out = np.add(flat, a)
         out -= q
         out *= np.float32(0.5)
+    # gelu(x) has x's sign; a zero result too (-0.0 for x <= -0.0: the composite's x *
+    # Phi(x), so graphc's values; PyTorch's float32 kernel gives +0.0 there)
+    np.abs(out, out=out)
+    out.view(np.uint32)[...] |= sign
+    if big:
+        out[flat == -np.inf] = np.nan
+        if d is not None:
+            d[~np.isfinite(flat)] = np.nan
     return out.reshape(x.shape), (None if d is None else d.reshape(x.shape))
 
 

