@@ -165,10 +165,11 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
     return out.reshape(x.shape), (None if d is None else d.reshape(x.shape))
 
 
-#: float32 GELU (``approximate='none'``) by :func:`gelu_float32_table` (~2.5x faster than
-#: an erf: one gather, no exp; absolute error at most 2.4e-7 on [-10, 10], within
-#: PyTorch 2.13's 3.8e-7, gradient within 1.2e-7) when True; when False, the composite's
-#: values bit for bit (the erf op's correctly rounded erf: what graphc computes)
+#: float32 GELU (``approximate='none'``) by :func:`gelu_float32_table` (one gather, no
+#: erf, no exp: forward + backward ~1.5x faster than the former float32 erf path;
+#: absolute error at most 2.4e-7 on [-10, 10], within PyTorch 2.13's 3.8e-7, gradient
+#: within 1.2e-7) when True; when False, the composite's values bit for bit (the erf
+#: op's correctly rounded erf: what graphc computes)
 FAST_GELU = True
 
 
