@@ -95,8 +95,9 @@ def test_gelu_float32_error_on_a_dense_sweep_is_within_pytorchs():
 
 
 def test_gelu_float32_error_against_pytorch_on_the_sweep():
-    """PyTorch's error on (every 13th value of) the same sweep is what GELU_F32_ERR's
-    comparison assumes; eager's F.gelu node gives the table kernel's values."""
+    """On every 13th value of the sweep, eager's F.gelu node (the table kernel's values)
+    is no further from the exact values than the installed PyTorch's F.gelu, value and
+    gradient (PyTorch 2.13 here: 3.75e-7 and 3.05e-7, TORCH_GELU_F32_ERR)."""
     torch = pytest.importorskip("torch")
 
     def torch_gelu(x):
@@ -112,9 +113,9 @@ def test_gelu_float32_error_against_pytorch_on_the_sweep():
         return y.detach().numpy(), t.grad.numpy()
 
     err_t, derr_t = _sweep_errors(torch_gelu, 13)
-    assert GELU_F32_ERR < err_t <= TORCH_GELU_F32_ERR * 1.01  # (the contract is not vacuous)
-    assert GELU_F32_GRAD_ERR < derr_t <= TORCH_GELU_F32_GRAD_ERR * 1.01
-    err_e, derr_e = _sweep_errors(eager_gelu, 41)
+    err_e, derr_e = _sweep_errors(eager_gelu, 13)
+    # the contract against the PyTorch installed, whatever its build's vector path gives
+    assert err_e <= err_t and derr_e <= derr_t
     assert err_e <= GELU_F32_ERR and derr_e <= GELU_F32_GRAD_ERR
 
 
