@@ -492,10 +492,16 @@ class CompiledFunction(Inspection):
                 seen: set = set(consts)
                 fresh = []
                 for o in outs:
-                    if o.base is not None or id(o) in seen or o.size == 0 or not o.flags.owndata:
-                        o = np.array(o)
-                    elif any(np.may_share_memory(o, a) for a in arrays):
-                        o = np.array(o)
+                    # C order, as every native output (state made from it keeps the
+                    # layout the next, native, trace assumes)
+                    if (
+                        o.base is not None
+                        or id(o) in seen
+                        or not o.flags.c_contiguous
+                        or not o.flags.owndata
+                        or any(np.may_share_memory(o, a) for a in arrays)
+                    ):
+                        o = np.array(o, order="C")
                     seen.add(id(o))
                     fresh.append(o)
                 return tuple(fresh)
@@ -764,8 +770,15 @@ class CompiledFunction(Inspection):
                 return entry
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
+                who = (
+                    "argument " + _leaf_names(self, args)[idx]
+                    if idx < tr.n_args
+                    else tr.captured[idx - tr.n_args].name
+                    if idx < tr.n_args + len(tr.captured)
+                    else "a .grad"
+                )
                 raise SignatureError(
-                    f"{self.__name__}: argument {_leaf_names(self, args)[idx]} is not "
+                    f"{self.__name__}: {who} is not "
                     "C-contiguous, but the function writes in place through (or into) a "
                     "reshape of it, which eager makes a view or a copy depending on the memory "
                     "layout; the compiled code was traced for a C-contiguous argument. Pass "
