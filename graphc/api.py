@@ -506,8 +506,7 @@ class CompiledFunction(Inspection):
                     fresh.append(o)
                 return tuple(fresh)
             return tuple(
-                np.array(o) if any(np.may_share_memory(o, a) for a in arrays) else o
-                for o in outs
+                np.array(o) if any(np.may_share_memory(o, a) for a in arrays) else o for o in outs
             )
 
         if _foreign_byte_order(key):  # as the native entry: convert '>f8' input
