@@ -144,6 +144,7 @@ class CompiledFunction(Inspection):
         verify_passes: bool = False,
         poison_freed: bool = False,
         disk_cache: Any = None,
+        interpret_first_step: bool = True,
         **options: Any,
     ) -> None:
         if isinstance(static_argnums, int):
@@ -184,6 +185,12 @@ class CompiledFunction(Inspection):
         _engine_cache.resolve_disk_cache(disk_cache)  # validates the setting
         self.disk_cache = disk_cache  # None: process-wide setting; True/False; a directory
         self.evictions = 0  # entries dropped by the engine LRU
+        # a call whose trace creates optimizer state (the lazily made state of a first
+        # opt.step()) has a signature the next call cannot have: it runs on the
+        # interpreter, and native code is built only if it recurs (_make_native)
+        self.interpret_first_step = bool(interpret_first_step)
+        self._first_steps: set = set()  # keys whose state-creating trace was interpreted
+        self.interpreted_calls = 0  # calls run on the interpreter (explain())
         self.options = options
         if options:
             raise TypeError(f"graphc.compile got unknown options {sorted(options)}")
@@ -416,42 +423,132 @@ class CompiledFunction(Inspection):
         verify(opt, "optimize")
         stages["optimized"] = opt
         stages["_passes"] = pm
-        if self.backend == "native":
-            _load_compiler(native=True)
-            from .runtime.native import NativeExecutable
+        provisional = None
+        if self.backend == "native" and self._interpret_first(res, key, aliases):
+            # the optimizer's first step: interpreted (its signature does not recur);
+            # native code is built if this entry is used again (_make_native)
+            self._first_steps.add((key, aliases))
+            exe, run = self._interpreter_run(opt, key, owned=True)
+            stages["_interpreted"] = "interpreted"
 
-            # arguments sharing memory are never written while the code still reads them
-            exe = NativeExecutable(
-                opt,
-                self.opt_level,
-                name=self.__name__,
-                inplace={} if aliases else _inplace_pairs(res),
-                poison=self.poison_freed,
-                disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache),
-                verified=True,  # verify(opt, "optimize") above
-            )
-            run = exe.run_trusted  # the cache key already matched shapes/dtypes
-            if _foreign_byte_order(key):  # decided per signature: no per-call check
-                run = _native_order(run)
+            def provisional():
+                return self._native_run(opt, key, res, aliases)
+
+        elif self.backend == "native":
+            exe, run = self._native_run(opt, key, res, aliases)
         else:
-            exe = Program(opt)
-            plan_run = exe.run
-
-            def run(arrays):  # outputs as a tuple, as the native backend gives them
-                # never an alias of an argument (an output the optimizer reduced to an
-                # input, ``x * 1.0``, or a view of one): the native backend returns new
-                # arrays, and an in-place write-back into the argument must not change it
-                outs = plan_run(arrays)
-                return tuple(
-                    np.array(o) if any(np.may_share_memory(o, a) for a in arrays) else o
-                    for o in outs
-                )
-
-            if _foreign_byte_order(key):  # as the native entry: convert '>f8' input
-                run = _native_order(run)
+            exe, run = self._interpreter_run(opt, key)
         stages["_executable"] = exe
         stages["_compile_seconds"] = time.perf_counter() - t0
-        return _Entry(res, run, stages, key)
+        return _Entry(res, run, stages, key, provisional)
+
+    def _interpret_first(self, res: Any, key: tuple, aliases: tuple) -> bool:
+        """Does this trace run on the interpreter: it creates optimizer state (the
+        lazily made state of an optimizer's first ``step()``: ``res.state_writes`` /
+        ``state_sets``), so the next call's optimizer guard sees that state and traces
+        again; and this signature's state-creating trace was never interpreted before (a
+        second one recurs, e.g. the state is cleared again and again: native code)."""
+        return (
+            self.interpret_first_step
+            and bool(res.opt_guards)
+            and bool(res.state_writes or res.state_sets)
+            and (key, aliases) not in self._first_steps
+        )
+
+    def _native_run(self, opt: Any, key: tuple, res: Any, aliases: tuple) -> tuple:
+        """The native executable of the optimized graph ``opt`` and its run function."""
+        _load_compiler(native=True)
+        from .runtime.native import NativeExecutable
+
+        # arguments sharing memory are never written while the code still reads them
+        exe = NativeExecutable(
+            opt,
+            self.opt_level,
+            name=self.__name__,
+            inplace={} if aliases else _inplace_pairs(res),
+            poison=self.poison_freed,
+            disk_cache=_engine_cache.resolve_disk_cache(self.disk_cache),
+            verified=True,  # verify(opt, "optimize") above
+        )
+        run = exe.run_trusted  # the cache key already matched shapes/dtypes
+        if _foreign_byte_order(key):  # decided per signature: no per-call check
+            run = _native_order(run)
+        return exe, run
+
+    def _interpreter_run(self, opt: Any, key: tuple, owned: bool = False) -> tuple:
+        """The interpreter's Program of ``opt`` and a run function giving its outputs as a
+        tuple, as the native backend does.  ``owned``: every output is a new array of its
+        own (no view, constant of the graph or output repeated), as native outputs are."""
+        exe = Program(opt)
+        plan_run = exe.run
+        consts = [id(st[2]) for st in exe.steps if st[1] == "const"]  # the graph's own
+
+        def run(arrays):  # outputs as a tuple, as the native backend gives them
+            # never an alias of an argument (an output the optimizer reduced to an
+            # input, ``x * 1.0``, or a view of one): the native backend returns new
+            # arrays, and an in-place write-back into the argument must not change it
+            outs = plan_run(arrays)
+            if owned:
+                seen: set = set(consts)
+                fresh = []
+                for o in outs:
+                    # C order, as every native output (state made from it keeps the
+                    # layout the next, native, trace assumes)
+                    if (
+                        o.base is not None
+                        or id(o) in seen
+                        or not o.flags.c_contiguous
+                        or not o.flags.owndata
+                        or any(np.may_share_memory(o, a) for a in arrays)
+                    ):
+                        o = np.array(o, order="C")
+                    seen.add(id(o))
+                    fresh.append(o)
+                return tuple(fresh)
+            return tuple(
+                np.array(o) if any(np.may_share_memory(o, a) for a in arrays) else o for o in outs
+            )
+
+        if _foreign_byte_order(key):  # as the native entry: convert '>f8' input
+            run = _native_order(run)
+        return exe, run
+
+    def _make_native(self, entry: _Entry, why: str) -> None:
+        """Build the native code of a provisional (interpreted) entry and switch it over."""
+        build = entry.provisional
+        if build is None:
+            return
+        t0 = time.perf_counter()
+        with _gc_paused():
+            exe, run = build()
+        st = entry.stages
+        st["_compile_seconds"] = st.get("_compile_seconds", 0.0) + time.perf_counter() - t0
+        st["_interpreted"] = why
+        entry.go_native(exe, run)
+
+    def _build_native_for_inspection(self, entry: _Entry) -> None:
+        """:meth:`_make_native` under the locks a call takes (inspection's llvm_ir, asm,
+        plan, memory of an interpreted first step)."""
+        with STATE_LOCK, self._lock:
+            self._make_native(entry, "interpreted once; native code built for inspection")
+
+    def _run_provisional(self, entry: _Entry, arrays: list) -> tuple:
+        """Run an interpreted entry (its trace created optimizer state): on the interpreter
+        the first time; a second use means the signature recurs, so its native code is
+        built first.  An error from the interpreter builds the native code and runs it
+        instead, so the call raises exactly what native code raises (nothing was written:
+        the interpreter writes no argument in place)."""
+        if entry.interpreted_calls:
+            self._make_native(entry, "interpreted once, then native (used again)")
+            return entry.run(arrays)
+        try:
+            outs = entry.run(arrays)
+        except Exception:
+            self._make_native(entry, "native: the interpreter raised on its first call")
+            return entry.run(arrays)
+        entry.interpreted_calls += 1
+        self.interpreted_calls += 1
+        return outs
 
     def _run(self, entry: _Entry, args: tuple, dyn: list) -> Any:
         if entry.fast:
@@ -497,7 +594,10 @@ class CompiledFunction(Inspection):
                     f"{self.__name__}: the .grad of {who} is read-only, and the function "
                     "writes into it in place (nothing was written)"
                 )
-        outs = entry.run(arrays)
+        if entry.provisional is None:
+            outs = entry.run(arrays)
+        else:
+            outs = self._run_provisional(entry, arrays)
         n_user = (
             len(outs)
             - len(tr.mutated_inputs)
@@ -669,8 +769,15 @@ class CompiledFunction(Inspection):
                 return entry
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
+                who = (
+                    "argument " + _leaf_names(self, args)[idx]
+                    if idx < tr.n_args
+                    else tr.captured[idx - tr.n_args].name
+                    if idx < tr.n_args + len(tr.captured)
+                    else "a .grad"
+                )
                 raise SignatureError(
-                    f"{self.__name__}: argument {_leaf_names(self, args)[idx]} is not "
+                    f"{self.__name__}: {who} is not "
                     "C-contiguous, but the function writes in place through (or into) a "
                     "reshape of it, which eager makes a view or a copy depending on the memory "
                     "layout; the compiled code was traced for a C-contiguous argument. Pass "

@@ -34,17 +34,32 @@ class _Entry:
         "tcall",
         "shared",
         "unread_grads",
+        "provisional",
+        "interpreted_calls",
     )
 
-    def __init__(self, trace: TraceResult, run: Callable, stages: dict, key: tuple) -> None:
+    def __init__(
+        self,
+        trace: TraceResult,
+        run: Callable,
+        stages: dict,
+        key: tuple,
+        provisional: Optional[Callable] = None,
+    ) -> None:
         self.trace = trace
+        # a signature whose trace made optimizer state (an optimizer's first step) runs on
+        # the interpreter: ``provisional()`` builds its native executable and run if the
+        # entry is ever used again (CompiledFunction._make_native); None once native
+        self.provisional = provisional
+        self.interpreted_calls = 0
         self.run = run
         self.stages = stages
         self.key = key
         # the fast call path: plain native-endian ndarrays in, plain outputs, nothing to
         # write back -- decided once per signature so the call does no extra checks
         self.fast = (
-            not trace.tensor_io
+            provisional is None
+            and not trace.tensor_io
             and not trace.mutated_inputs
             and not trace.grad_writes
             and not trace.grad_clears
@@ -66,7 +81,20 @@ class _Entry:
         self.sibling: Optional["_Entry"] = None  # this signature traced in the other grad mode
         self.shared = _writes_shared_state(trace)
         # the prepared call of a training step on tensors (None: CompiledFunction._run)
-        self.tcall = None if self.call is not None else (_tensor_call(self) or _step_call(self))
+        self.tcall = (
+            None
+            if self.call is not None or provisional is not None
+            else (_tensor_call(self) or _step_call(self))
+        )
+
+    def go_native(self, exe: Any, run: Callable) -> None:
+        """Switch a provisional (interpreted) entry to native code: ``exe`` (a
+        NativeExecutable) and its ``run``; the prepared call paths are made again."""
+        self.stages["_executable"] = exe
+        self.run = run
+        self.provisional = None
+        self.mem_ok = ()
+        self.tcall = _tensor_call(self) or _step_call(self)
 
     def _rebind_call(self) -> None:
         """Re-bind the fast call path to the executable's current native entry."""

@@ -93,7 +93,10 @@ class Inspection:
             pass_seconds=sum(r.seconds for r in log),
         )
         exe = st["_executable"]
-        if self.backend == "native":
+        if self.backend == "native" and self._entry_for(args).provisional is not None:
+            # an optimizer's first step, run on the interpreter (graphc.api _make_native)
+            out["native_code"] = "interpreted"
+        elif self.backend == "native":
             out.update(exe.plan.summary())
             out["native_code"] = exe.cache_status  # compiled / disk-stored / disk-hit
         return out
@@ -101,7 +104,12 @@ class Inspection:
     def _native(self, args: tuple):
         if self.backend != "native":
             raise GraphcError("llvm_ir/asm/plan need backend='native'")
-        return self._entry_for(args).stages["_executable"]
+        entry = self._entry_for(args)
+        if entry.provisional is not None:
+            # an optimizer's first step ran on the interpreter: its native code is built
+            # now, for inspection (and runs if the signature is used again)
+            self._build_native_for_inspection(entry)
+        return entry.stages["_executable"]
 
     def explain(self) -> str:
         lines = [
@@ -109,6 +117,14 @@ class Inspection:
             f"{self._hits} hits, {self._misses} misses"
         ]
         lines += [f"  {r}" for r in self.recompile_reasons]
+        n = getattr(self, "interpreted_calls", 0)
+        if n:
+            lines.append(
+                f"  {n} call{'s' if n != 1 else ''} interpreted, not compiled: an optimizer's "
+                "first step (its trace created the optimizer's state, so its signature does "
+                "not recur; native code is built only if it is used again; "
+                "graphc.compile(..., interpret_first_step=False) compiles it)"
+            )
         for entry in list(self._cache.values())[-1:]:  # the latest signature's inputs
             tr = entry.trace
             if tr.captured:
