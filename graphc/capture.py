@@ -416,6 +416,21 @@ def _code_names(code: Any) -> set:
     return names
 
 
+def _plain_self(fn: Any) -> Optional[dict]:
+    """The attribute dict of the object a Python method ``fn`` is bound to, when that
+    object is neither a module nor an optimizer (a user's ``Trainer``: its ``self.model``,
+    ``self.opt`` are read by name, as a global is), else None."""
+    import types
+
+    if not isinstance(fn, types.MethodType):
+        return None
+    obj = fn.__self__
+    attrs = getattr(obj, "__dict__", None)
+    if not isinstance(attrs, dict) or _is_module(obj) or _is_optimizer(obj):
+        return None
+    return attrs
+
+
 def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
     """The path of module ``target`` from the modules ``fn`` reaches (``self.layers.2``)."""
     roots = []
@@ -423,6 +438,8 @@ def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
         roots.append(("self", fn))
     elif _is_module(getattr(fn, "__self__", None)):
         roots.append(("self", fn.__self__))
+    elif _plain_self(fn) is not None:
+        roots += [(f"self.{k}", v) for k, v in _plain_self(fn).items() if _is_module(v)]
     roots += [("self" if i == 0 else f"args[{i}]", a) for i, a in enumerate(args) if _is_module(a)]
     code_fn = getattr(fn, "__func__", fn)
     code = getattr(code_fn, "__code__", None)
@@ -456,10 +473,16 @@ def find(fn: Callable, args: tuple) -> dict:
         target = type(fn).forward
     else:
         self_obj = getattr(fn, "__self__", None)
-        if self_obj is not None and _is_module(self_obj):  # model.forward
-            box = {"self": self_obj}
+        if self_obj is not None and (_is_module(self_obj) or _is_optimizer(self_obj)):
+            box = {"self": self_obj}  # model.forward, optimizer.step
             _walk(box, "self", "self", lambda a, b=box: (b, "self"), found)
             target = getattr(fn, "__func__", fn)
+        elif _plain_self(fn) is not None:  # trainer.train_step: what self holds
+            attrs = _plain_self(fn)
+            for attr in list(attrs):
+                place = lambda a, d=attrs, k=attr: (d, k)  # noqa: E731
+                _walk(attrs, attr, f"self.{attr}", place, found)
+            target = fn.__func__
     for i, a in enumerate(args):  # modules passed as arguments (self of a method)
         if _is_module(a):
             _walk(args, i, "self" if i == 0 else f"args[{i}]", lambda a, i=i: (a, i), found)

@@ -184,11 +184,14 @@ class Optimizer:
     def _grads(self, group: dict, ops: Any):
         """(param, param values, grad values) for every parameter of the group that has a
         grad: numpy arrays in eager, the tensors themselves when traced."""
+        traced = ops.traced
         for p in group["params"]:
-            g = p._grad
+            # traced: the property, which tells the tracer the step reads .grad (a .grad
+            # set before the call is then an input of the graph, not dropped as unread)
+            g = p.grad if traced else p._grad
             if g is None:
                 continue
-            if ops.traced:
+            if traced:
                 yield p, p, g
             else:
                 yield p, p._data, g._data

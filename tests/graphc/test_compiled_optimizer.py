@@ -92,6 +92,26 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("name,kw", CASES[::2] + CASES[1::6], ids=lambda v: str(v))
+def test_step_alone_on_grads_made_outside_matches_eager(name, kw):
+    """A compiled function that only calls ``opt.step()`` (the gradients come from an
+    eager backward() before it, and change between calls) reads each .grad as an input.
+    It failed with an invalid graph: eager's optimizers read ``p._grad``, which did not
+    tell the tracer the .grad was read, so the .grad input was dropped as unread."""
+    (me, oe, estep), (mc, oc, _) = _pair(getattr(eager.optim, name), kw)
+    x, y = _data()
+    for m in (me, mc):
+        F.cross_entropy(m(x), y).backward()
+    cstep = graphc.compile(oc.step, opt_level=FAST)
+    for i in range(3):
+        oe.step()
+        cstep()
+        for m in (me, mc):  # new gradients between steps, made in place
+            for p in m.parameters():
+                p.grad.mul_(0.5).add_(0.01 * (i + 1))
+    _same_state(me, oe, mc, oc)
+
+
 @pytest.mark.parametrize("name,kw", CASES, ids=[f"{n}-{sorted(k)}" for n, k in CASES])
 def test_steps_match_eager(name, kw):
     (me, oe, estep), (mc, oc, cstep) = _pair(getattr(eager.optim, name), kw)
