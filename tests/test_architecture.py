@@ -4,6 +4,7 @@ cycle at all in either package.  eager's own rules are in tests/eager/test_layer
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -71,7 +72,11 @@ def _imports(mod: str, path: Path):
                 yield f"{target}.{a.name}", node.lineno
 
 
+@functools.cache
 def _graph() -> nx.DiGraph:
+    """The import graph of eager/ and graphc/, built once per process when a test first
+    asks (parsing every module at import made collection pay it in every pytest-xdist
+    worker)."""
     g = nx.DiGraph()
     for mod, path in MODS.items():
         g.add_node(mod)
@@ -79,9 +84,6 @@ def _graph() -> nx.DiGraph:
             if target in MODS and target != mod:
                 g.add_edge(mod, target, line=line)
     return g
-
-
-GRAPH = _graph()
 
 
 def test_every_graphc_module_has_a_room():
@@ -92,7 +94,7 @@ def test_every_graphc_module_has_a_room():
 
 def test_graphc_imports_only_point_down():
     bad = []
-    for a, b, data in GRAPH.edges(data=True):
+    for a, b, data in _graph().edges(data=True):
         if a.startswith("graphc") and b.startswith("graphc") and room(b) > room(a):
             bad.append(f"{a} ({ROOMS[room(a)][0]}) imports {b} ({ROOMS[room(b)][0]}) at line "
                        f"{data['line']}")
@@ -100,18 +102,18 @@ def test_graphc_imports_only_point_down():
 
 
 def test_no_import_cycle_anywhere():
-    cycles = sorted(sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1)
+    cycles = sorted(sorted(c) for c in nx.strongly_connected_components(_graph()) if len(c) > 1)
     assert not cycles, cycles
 
 
 def test_eager_never_imports_graphc():
-    bad = [(a, b) for a, b in GRAPH.edges if a.startswith("eager") and b.startswith("graphc")]
+    bad = [(a, b) for a, b in _graph().edges if a.startswith("eager") and b.startswith("graphc")]
     assert not bad, bad
 
 
 def test_the_check_finds_a_backward_import():
     """The test itself works: an import of the api from the IR is reported."""
-    g = GRAPH.copy()
+    g = _graph().copy()
     g.add_edge("graphc.ir.graph", "graphc.api", line=1)
     bad = [(a, b) for a, b in g.edges if a.startswith("graphc") and b.startswith("graphc")
            and room(b) > room(a)]

@@ -1,4 +1,6 @@
-"""The ``graphc`` command, run as a user runs it: ``python -m graphc ...`` in a subprocess.
+"""The ``graphc`` command, run as a user runs it: ``python -m graphc ...`` in a subprocess
+(``run``); the many checks of what its ``main()`` prints and returns for one kind of input
+(usage errors, the user's errors, the ``ir`` stages) call ``main()`` here (``run_here``).
 
 Output goes to a pipe here, so progress messages (terminal only) never appear.
 Usage errors are one line on stderr with exit status 2 and no traceback.
@@ -12,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -61,6 +64,45 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "graphc", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def run_here(*args: str) -> subprocess.CompletedProcess:
+    """``graphc ARGS`` in this process: ``graphc.tools.cli.main``, the function
+    ``python -m graphc`` calls and exits with, its stdout and stderr captured.  For the
+    checks of what main() says and returns (usage errors, errors of the user's function,
+    the ``ir`` stages); a subprocess per case paid an interpreter start and the imports
+    each (~1.5 s).  The command as a user starts it (``run``) keeps its own tests: help,
+    demo, compare, ``ir``, a usage error from main() and one from argparse, and a user's
+    error, each through ``python -m graphc``.  What a file loaded here adds to
+    ``sys.modules`` and ``sys.path`` is taken out again."""
+    import contextlib
+    import io
+
+    from graphc.tools.cli import main
+
+    mods, path = set(sys.modules), list(sys.path)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()         # a new interpreter's filters: what it would print
+            warnings.simplefilter("default")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
+                             ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            try:
+                code = main(list(args))
+            except SystemExit as e:          # argparse's usage errors
+                code = e.code
+        for w in caught:                     # on stderr, as a subprocess would show them
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+    finally:
+        for name in set(sys.modules) - mods:
+            if name.startswith("_graphc_cli_"):
+                del sys.modules[name]
+        sys.path[:] = path
+    return subprocess.CompletedProcess(["graphc", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def assert_usage_error(r: subprocess.CompletedProcess, *needles: str) -> None:
@@ -199,7 +241,8 @@ def test_compare_no_grads_and_not_possible(module_file):
 ])
 def test_ir_stages_with_dot(module_file, tmp_path, stage, needle):
     dot = tmp_path / f"g_{stage}.dot"
-    r = run("ir", f"{module_file}:seed_graph", "--example", "--stage", stage, "--dot", str(dot))
+    r = run_here("ir", f"{module_file}:seed_graph", "--example", "--stage", stage,
+                 "--dot", str(dot))
     assert r.returncode == 0, r.stderr
     assert needle in r.stdout
     text = dot.read_text()
@@ -232,8 +275,8 @@ def test_errors_of_the_users_function_are_one_line_at_their_line(module_file, cm
                                                                    needle):
     """A shape error in the function (eagerly in compare, while tracing in ir) is the
     user's: one line naming their file and line, never a traceback."""
-    r = run(cmd, f"{module_file}:{fn}", "--args", "f32[4,5]" if fn == "bad_shape" else
-            "f32[1,1,1]")
+    r = run_here(cmd, f"{module_file}:{fn}", "--args", "f32[4,5]" if fn == "bad_shape" else
+                 "f32[1,1,1]")
     assert r.returncode == 1, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert "Traceback" not in r.stderr and len(lines) == 1, r.stderr
@@ -242,7 +285,7 @@ def test_errors_of_the_users_function_are_one_line_at_their_line(module_file, cm
 
 
 def test_args_too_large_for_random_inputs(module_file):
-    r = run("ir", f"{module_file}:bad_shape", "--args", "f32[100000000000]")
+    r = run_here("ir", f"{module_file}:bad_shape", "--args", "f32[100000000000]")
     assert_usage_error(r, "too large", "100000000000")
 
 
@@ -252,7 +295,7 @@ def test_args_too_large_for_random_inputs(module_file):
 def test_args_with_dimensions_numpy_cannot_hold(module_file, cmd, spec):
     """Refused before numpy sees them (numpy raised 'Maximum allowed dimension exceeded'
     with a traceback for a dimension beyond its index type, even with 0 elements)."""
-    assert_usage_error(run(cmd, f"{module_file}:bad_shape", "--args", spec),
+    assert_usage_error(run_here(cmd, f"{module_file}:bad_shape", "--args", spec),
                        f"--args item '{spec}'", "use smaller sizes")
 
 
@@ -266,12 +309,12 @@ def test_missing_file(tmp_path):
 
 
 def test_missing_function(module_file):
-    assert_usage_error(run("ir", f"{module_file}:nope", "--example"),
+    assert_usage_error(run_here("ir", f"{module_file}:nope", "--example"),
                        "has no function 'nope'", "seed_graph")
 
 
 def test_missing_colon(module_file):
-    assert_usage_error(run("compare", module_file, "--example"), "FILE.py:FUNCTION")
+    assert_usage_error(run_here("compare", module_file, "--example"), "FILE.py:FUNCTION")
 
 
 @pytest.mark.parametrize("spec,needle", [
@@ -281,11 +324,11 @@ def test_missing_colon(module_file):
     ("f32[3],,f32[3]", "empty item"),
 ])
 def test_bad_spec(module_file, spec, needle):
-    assert_usage_error(run("compare", f"{module_file}:small", "--args", spec), needle)
+    assert_usage_error(run_here("compare", f"{module_file}:small", "--args", spec), needle)
 
 
 def test_wrong_number_of_inputs(module_file):
-    assert_usage_error(run("compare", f"{module_file}:small", "--args", "f32[3]"),
+    assert_usage_error(run_here("compare", f"{module_file}:small", "--args", "f32[3]"),
                        "does not take the 1 argument")
 
 
@@ -297,15 +340,15 @@ def test_bad_stage(module_file):
 def test_module_that_fails_to_import(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("x = 1\nraise RuntimeError('boom')\n")
-    assert_usage_error(run("compare", f"{bad}:f", "--args", "f32[3]"),
+    assert_usage_error(run_here("compare", f"{bad}:f", "--args", "f32[3]"),
                        "importing broken.py failed at line 2", "boom")
 
 
 def test_no_inputs(tmp_path):
     m = tmp_path / "plain.py"
     m.write_text("def f(x):\n    return x.sum()\n")
-    assert_usage_error(run("compare", f"{m}:f"), "pass --args SPEC")
-    assert_usage_error(run("compare", f"{m}:f", "--example"), "EXAMPLE_ARGS")
+    assert_usage_error(run_here("compare", f"{m}:f"), "pass --args SPEC")
+    assert_usage_error(run_here("compare", f"{m}:f", "--example"), "EXAMPLE_ARGS")
 
 
 # ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ submodules -- which is why eager's modules import their siblings by full name or
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -50,7 +51,14 @@ def _modules() -> dict:
 
 
 MODS = _modules()
-TREES = {m: ast.parse(p.read_text(encoding="utf-8"), str(p)) for m, p in MODS.items()}
+
+
+@functools.cache
+def _trees() -> dict:
+    """Every module's parsed source, once per process, when a test first asks: parsing
+    all of eager/ and graphc/ at import made collection (in every pytest-xdist worker)
+    pay seconds for the few tests that read it."""
+    return {m: ast.parse(p.read_text(encoding="utf-8"), str(p)) for m, p in MODS.items()}
 
 
 def _targets(mod: str, node) -> list:
@@ -69,18 +77,16 @@ def _targets(mod: str, node) -> list:
     return [n for n in names if n in MODS and n != mod]
 
 
+@functools.cache
 def _graph() -> nx.DiGraph:
     g = nx.DiGraph()
-    for mod, tree in TREES.items():
+    for mod, tree in _trees().items():
         g.add_node(mod)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for t in _targets(mod, node):
                     g.add_edge(mod, t, line=node.lineno)
     return g
-
-
-GRAPH = _graph()
 
 
 def _is(mod: str, pkg: str) -> bool:
@@ -90,17 +96,17 @@ def _is(mod: str, pkg: str) -> bool:
 def test_the_scan_sees_both_packages():
     assert {"eager", "eager.tensor", "eager.interop", "eager.surface", "graphc",
             "graphc.tracer"} <= set(MODS)
-    assert GRAPH.has_edge("eager", "eager.tensor")
+    assert _graph().has_edge("eager", "eager.tensor")
 
 
 def test_eager_never_imports_graphc():
-    bad = [(a, b, GRAPH.edges[a, b]["line"]) for a, b in GRAPH.edges
+    bad = [(a, b, _graph().edges[a, b]["line"]) for a, b in _graph().edges
            if _is(a, "eager") and _is(b, "graphc")]
     assert not bad, bad
 
 
 def test_eager_has_no_import_cycle():
-    sub = GRAPH.subgraph([m for m in GRAPH if _is(m, "eager")])
+    sub = _graph().subgraph([m for m in _graph() if _is(m, "eager")])
     cycles = [sorted(c) for c in nx.strongly_connected_components(sub) if len(c) > 1]
     detail = [(a, b) for c in cycles for a, b in sorted(sub.subgraph(c).edges)]
     assert not cycles, (cycles, detail)
@@ -137,9 +143,9 @@ def _reaches_inside(chain: str) -> bool:
 
 
 def test_graphc_uses_eager_only_through_its_public_api_and_interop():
-    bad = [(a, b, GRAPH.edges[a, b]["line"]) for a, b in GRAPH.edges
+    bad = [(a, b, _graph().edges[a, b]["line"]) for a, b in _graph().edges
            if _is(a, "graphc") and _is(b, "eager") and b not in GRAPHC_MAY_IMPORT]
-    for mod, tree in TREES.items():
+    for mod, tree in _trees().items():
         if _is(mod, "graphc"):
             bad += [(mod, chain, line) for chain, line in _eager_chains(tree)
                     if _reaches_inside(chain)]
@@ -148,7 +154,7 @@ def test_graphc_uses_eager_only_through_its_public_api_and_interop():
 
 def test_graphc_never_touches_a_tensors_private_fields():
     bad = []
-    for mod, tree in TREES.items():
+    for mod, tree in _trees().items():
         if not _is(mod, "graphc"):
             continue
         for node in ast.walk(tree):

@@ -351,7 +351,7 @@ class Program:
 
 # GRAPHC_FUZZ_N programs from GRAPHC_FUZZ_START (default 60 from 0, was 120; the op
 # families below are all reached by them).  Gradients of random programs are also checked
-# by tests/parity/test_fuzz.py (value_and_grad against eager's backward, 120 programs).
+# by tests/parity/test_fuzz.py (value_and_grad against eager's backward, 40 by default).
 PROGRAM_SEEDS = list(range(int(os.environ.get("GRAPHC_FUZZ_START", "0")),
                            int(os.environ.get("GRAPHC_FUZZ_START", "0"))
                            + int(os.environ.get("GRAPHC_FUZZ_N", "60"))))

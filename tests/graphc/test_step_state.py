@@ -425,8 +425,11 @@ def test_concurrent_first_calls_of_a_training_step(opt):
     its second re-traces for the optimizer state the first created) while a fourth calls
     a compiled forward of the same model on new shapes (re-traces): no error, no tracer
     left in the model or the optimizer, and graphc's caches then give eager's numbers.
-    20 repetitions in a subprocess, with a timeout (a deadlock fails the test)."""
-    code = _THREADS.replace("REPS", "20").replace("OPT", opt)
+    6 repetitions in a subprocess (20 with ``GRAPHC_FUZZ_LONG=1``; each is a new model,
+    optimizer and pair of compiled functions, so every repetition races first calls
+    again), with a timeout (a deadlock fails the test)."""
+    reps = "20" if os.environ.get("GRAPHC_FUZZ_LONG") else "6"
+    code = _THREADS.replace("REPS", reps).replace("OPT", opt)
     env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

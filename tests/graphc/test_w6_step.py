@@ -257,14 +257,18 @@ def _mutations():
     ]
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_step_matches_eager_under_changes_between_calls(seed):
+    """14 steps, each after a change: every kind of change once in a seeded order, then
+    two drawn at random (4 seeds of 14 random draws were twice the time and could miss a
+    kind)."""
     rng = np.random.default_rng(seed)
     muts = _mutations()
     (me, oe, estep), (mc, oc, cstep) = _pair()
     x, y = _data(seed=seed)
-    for _ in range(14):
-        mut = muts[rng.integers(len(muts))]
+    order = [int(i) for i in rng.permutation(len(muts))] + list(rng.integers(len(muts), size=2))
+    for i in order:
+        mut = muts[i]
         mut(me, oe), mut(mc, oc)
         le, lc = estep(x, y), cstep(x, y)
         np.testing.assert_allclose(lc.item(), le.item(), rtol=3e-5)
