@@ -48,6 +48,33 @@ class _Cell:
         self.cell.cell_contents = value
 
 
+class _Slots:
+    """The attributes of an object with ``__slots__`` (no ``__dict__`` or not only one) as
+    a holder: item access reads and sets the attribute; iterating gives the names set."""
+
+    __slots__ = ("obj", "names")
+
+    def __init__(self, obj: Any, names: list) -> None:
+        self.obj = obj
+        self.names = names
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return getattr(self.obj, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self.obj, key, value)
+
+    def __iter__(self) -> Any:
+        return iter(self.names)
+
+    def items(self) -> list:
+        """(name, value) of every attribute set, as ``dict.items``."""
+        return [(k, self[k]) for k in self.names]
+
+
 class _Defaults:
     """A function's ``__defaults__`` tuple as a holder (setting rebuilds the tuple)."""
 
@@ -416,19 +443,28 @@ def _code_names(code: Any) -> set:
     return names
 
 
-def _plain_self(fn: Any) -> Optional[dict]:
+def _plain_self(fn: Any) -> Any:
     """The attribute dict of the object a Python method ``fn`` is bound to, when that
     object is neither a module nor an optimizer (a user's ``Trainer``: its ``self.model``,
-    ``self.opt`` are read by name, as a global is), else None."""
+    ``self.opt`` are read by name, as a global is), else None.  An object with
+    ``__slots__`` gives a :class:`_Slots` holder of its slots (and ``__dict__`` entries)."""
     import types
 
     if not isinstance(fn, types.MethodType):
         return None
     obj = fn.__self__
-    attrs = getattr(obj, "__dict__", None)
-    if not isinstance(attrs, dict) or _is_module(obj) or _is_optimizer(obj):
+    if isinstance(obj, type) or _is_module(obj) or _is_optimizer(obj):
         return None
-    return attrs
+    attrs = getattr(obj, "__dict__", None)
+    slots = []
+    for klass in type(obj).__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for k in (names,) if isinstance(names, str) else names:
+            if k not in ("__dict__", "__weakref__") and k not in slots and hasattr(obj, k):
+                slots.append(k)
+    if slots:
+        return _Slots(obj, list(attrs or ()) + slots)
+    return attrs if isinstance(attrs, dict) else None
 
 
 def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
