@@ -140,6 +140,27 @@ def test_opt_step_on_non_contiguous_expanded_and_shared_grads():
         assert _maxdiff(res[mode], res["eager"]) < 1e-6, mode
 
 
+def test_threads_racing_on_the_first_compiled_opt_step():
+    import threading
+
+    res = {}
+    for mode in ("eager", "interp"):
+        a, b, opt, step = _two_params(OPT_STEP["adam_amsgrad"], mode)
+        a.grad = eager.tensor(G[0])
+        if mode == "eager":
+            for _ in range(4):
+                step()
+        else:
+            threads = [threading.Thread(target=step) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        res[mode] = (a.detach().numpy().copy(), opt.state[a]["step"].item())
+    assert res["interp"][1] == 4.0
+    assert float(np.abs(res["interp"][0] - res["eager"][0]).max()) < 1e-6
+
+
 # --- 2. the interpreted first step -------------------------------------------------------
 
 
@@ -517,14 +538,7 @@ def test_python_number_attribute_is_a_trace_time_constant_as_documented():
     assert f(XT).item() == pytest.approx(v, rel=1e-6)
 
 
-def test_classmethod_and_nested_optimizer_are_refused_clearly():
-    class Nested:
-        def __init__(self):
-            self.inner = _Trainer()
-
-        def train_step(self, x):
-            return self.inner.train_step(x)
-
+def test_classmethod_is_refused_clearly():
     class CM:
         model, opt = _mk()
 
@@ -536,40 +550,54 @@ def test_classmethod_and_nested_optimizer_are_refused_clearly():
             cls.opt.step()
             return loss
 
-    for fn in (Nested().train_step, CM.train_step):
-        with pytest.raises(RuntimeError, match="did not find the optimizer"):
-            graphc.compile(fn)(XT)
+    with pytest.raises(RuntimeError, match="did not find the optimizer"):
+        graphc.compile(CM.train_step)(XT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a module reached through a plain object held by self (self.inner.model) is "
-    "not lifted (capture.find walks self's attributes one level: modules, optimizers, "
-    "tensors, lists/dicts of them): its parameters are graph constants (closed_rg only "
-    "refuses a backward through them), so a forward under no_grad() keeps the "
-    "trace-time weights after they change: eager -3.39, -0.50, 2.38; compiled -3.39 "
-    "three times. docs/limitations.md documents such tensors as constants",
-)
-def test_parameters_reached_through_a_nested_object_are_stale_constants():
-    class Inner:
-        def __init__(self):
-            self.model, _ = _mk()
+class _Inner:
+    def __init__(self):
+        self.model, self.opt = _mk()
 
-    class Nested:
-        def __init__(self):
-            self.inner = Inner()
 
-        def forward(self, x):
-            with eager.no_grad():
-                return self.inner.model(x).sum()
+class _Nested:
+    def __init__(self):
+        self.inner = _Inner()
 
-    t = Nested()
+    def params(self):
+        return list(self.inner.model.parameters())
+
+    def train_step(self, x):
+        return _Trainer.train_step(self.inner, x)
+
+    def forward(self, x):
+        with eager.no_grad():
+            return self.inner.model(x).sum()
+
+
+def test_parameters_reached_through_a_nested_object_are_read_at_every_call():
+    """BUG (fixed): a module reached through a plain object held by self
+    (self.inner.model) was not lifted (capture.find walked self's attributes one level):
+    its parameters were graph constants (closed_rg only refuses a backward through
+    them), so a forward under no_grad() kept the trace-time weights after they changed
+    (eager -3.39, -0.50, 2.38; compiled -3.39 three times), and self.inner.opt's step
+    was refused.  Plain objects are now walked (capture._walk_plain, depth 3), the
+    chain read again at every call (self.inner rebound is seen)."""
+    t = _Nested()
     f = graphc.compile(t.forward)
-    for _ in range(3):
+    for i in range(4):
         want = t.forward(XT).item()
         assert f(XT).item() == pytest.approx(want, rel=1e-5)
         with eager.no_grad():
             t.inner.model.weight.add_(1.0)
+        if i == 1:
+            t.inner = _Inner()
+    _compare(_Nested)
+
+    def rebind(t, i):
+        if i == 2:
+            t.inner = _Inner()
+
+    _compare(_Nested, n=4, mutate=rebind)
 
 
 class _SlotsTrainer:
@@ -622,6 +650,47 @@ def test_slots_trainer_is_lifted_like_a_dict_one():
             t.model.weight.add_(1.0)
         if i == 2:
             t.model, _ = _mk()  # rebound: read at the next call
+
+
+def test_callable_object_is_lifted_like_its_bound_call():
+    """BUG (fixed): graphc.compile(w) of an instance of a class with __call__ (a wrapper
+    holding self.m) lifted nothing (capture.find saw no function and no bound method),
+    so self.m's weights were constants: after an in-place update the compiled forward
+    gave the trace-time value (-6.28 three times; eager -6.28, -3.39, -0.50), and a
+    training step on it was refused.  It is now lifted as graphc.compile(w.__call__)."""
+
+    class Wrap:
+        def __init__(self):
+            self.m, self.opt = _mk()
+
+        def __call__(self, x):
+            with eager.no_grad():
+                return self.m(x).sum()
+
+    w = Wrap()
+    f = graphc.compile(w)
+    for _ in range(3):
+        assert f(XT).item() == pytest.approx(w(XT).item(), rel=1e-5)
+        with eager.no_grad():
+            w.m.weight.add_(1.0)
+
+    class CallTrainer(_Trainer):
+        def __call__(self, x):
+            return self.train_step(x)
+
+    res = {}
+    for mode in ("eager", "comp"):
+        t = CallTrainer()
+        f = t if mode == "eager" else graphc.compile(t)
+        res[mode] = ([f(XT).item() for _ in range(3)], t.params())
+    np.testing.assert_allclose(res["comp"][0], res["eager"][0], rtol=1e-5)
+    assert (
+        _maxdiff(
+            [p.detach().numpy() for p in res["comp"][1]],
+            [p.detach().numpy() for p in res["eager"][1]],
+        )
+        < 1e-6
+    )
 
 
 # --- 4. eager float32 GELU (table kernel) -------------------------------------------------
