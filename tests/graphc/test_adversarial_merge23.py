@@ -290,6 +290,29 @@ def test_state_cleared_before_every_call_and_tensors_changed_in_place():
     _scenario(script)
 
 
+@pytest.mark.parametrize("layout", ["fortran", "strided"])
+def test_fortran_and_strided_parameters_over_steps(layout):
+    x, y = eager.tensor(X), eager.tensor(Y)
+    res = {}
+    for mode in MODES:
+        m, box, step = _mlp_step(lambda p: eager.optim.Adam(p, lr=1e-2, amsgrad=True), mode)
+        with eager.no_grad():
+            for lin in (m[0], m[2]):
+                w = lin.weight.detach().numpy()
+                if layout == "fortran":
+                    lin.weight.data = eager.tensor(np.asfortranarray(w))
+                else:
+                    big = np.zeros((w.shape[0], 2 * w.shape[1]), np.float32)
+                    big[:, ::2] = w
+                    lin.weight.data = eager.tensor(big)[:, ::2]
+        box["opt"] = eager.optim.Adam(m.parameters(), lr=1e-2, amsgrad=True)
+        losses = [step(x, y).item() for _ in range(3)]
+        res[mode] = (losses, [p.detach().numpy().copy() for p in m.parameters()])
+    for mode in ("interp", "native"):
+        np.testing.assert_allclose(res[mode][0], res["eager"][0], rtol=1e-5, atol=1e-6)
+        assert _maxdiff(res[mode][1], res["eager"][1]) < 1e-6
+
+
 def test_param_groups_frozen_and_gradless_parameters():
     x = eager.tensor(X[:, :3])
     res = {}
