@@ -313,6 +313,23 @@ def test_fortran_and_strided_parameters_over_steps(layout):
         assert _maxdiff(res[mode][1], res["eager"][1]) < 1e-6
 
 
+def test_lr_scheduler_and_hyper_parameters_changed_after_the_interpreted_call():
+    def script(m, box, call):
+        sched = eager.optim.lr_scheduler.StepLR(box["opt"], step_size=1, gamma=0.5)
+        out = []
+        for i in range(5):
+            out.append(call())
+            sched.step()
+            for g in box["opt"].param_groups:
+                if i == 1:
+                    g["betas"] = (0.5, 0.9)
+                if i == 3:
+                    g["amsgrad"] = False
+        return out
+
+    _scenario(script)
+
+
 def test_param_groups_frozen_and_gradless_parameters():
     x = eager.tensor(X[:, :3])
     res = {}
