@@ -86,6 +86,11 @@ def _load_compiler(native: bool) -> None:
         _loaded[native] = True
 
 
+# the dtypes native code handles (graphc.backend.schedule.NATIVE_DTYPES, which loads
+# llvmlite; tests/graphc/test_adversarial_merge23.py checks the two agree)
+_NATIVE_DTYPES = frozenset({"float32", "float64", "int64", "int32", "bool"})
+
+
 class _InlineCall(Exception):
     """A compiled function called on tracers: it is part of an outer trace (inlined)."""
 
@@ -453,6 +458,9 @@ class CompiledFunction(Inspection):
             and bool(res.opt_guards)
             and bool(res.state_writes or res.state_sets)
             and (key, aliases) not in self._first_steps
+            # a graph native code refuses (float16: UnsupportedOpError) raises on the first
+            # call, as with interpret_first_step=False, not on the second after one step
+            and all(d["dtype"] in _NATIVE_DTYPES for _, d in res.graph.nx.nodes(data=True))
         )
 
     def _native_run(self, opt: Any, key: tuple, res: Any, aliases: tuple) -> tuple:
@@ -566,7 +574,7 @@ class CompiledFunction(Inspection):
         if tr.tensor_io and tr.grad_on is not grad_on:
             entry = self._other_grad_mode(entry, args)
             tr = entry.trace
-        if tr.captured or tr.randoms or tr.opt_guards:
+        if tr.captured or tr.randoms or tr.opt_guards or tr.grad_guards:
             entry, dyn = self._with_captured(entry, args, dyn)
             tr = entry.trace
         if tr.mutated_inputs or tr.grad_writes or tr.layout_inputs:
@@ -697,6 +705,8 @@ class CompiledFunction(Inspection):
                     reason = f"{cap.name}: {was} -> {now}"
                     break
                 now.append(t)
+            if reason is None:
+                reason = _grad_guard_reason(tr, args)
             if reason is None:
                 if tr.randoms:  # this call's counters of the stream
                     from .runtime import rng
@@ -1011,3 +1021,14 @@ def compile(
         recompile_limit=recompile_limit,
         **options,
     )
+
+
+def _grad_guard_reason(tr: Any, args: tuple) -> Optional[str]:
+    """Why the trace does not fit: a lifted tensor it dropped as unused (its ``.grad``
+    looked at and found None, as an optimizer does for a parameter without a gradient)
+    now has a ``.grad``, or the other way round (``TraceResult.grad_guards``)."""
+    for cap, had in tr.grad_guards:
+        t = cap.current(args)
+        if t.__class__ is Tensor and (grad_of(t) is not None) != had:
+            return f"{cap.name}.grad is now " + ("set" if not had else "None")
+    return None

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from eager.interop import Tensor
 
 # place(args) -> (holder, key): ``holder[key]`` is the tensor, ``holder[key] = v`` sets it
@@ -46,6 +48,33 @@ class _Cell:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.cell.cell_contents = value
+
+
+class _Slots:
+    """The attributes of an object with ``__slots__`` (no ``__dict__`` or not only one) as
+    a holder: item access reads and sets the attribute; iterating gives the names set."""
+
+    __slots__ = ("obj", "names")
+
+    def __init__(self, obj: Any, names: list) -> None:
+        self.obj = obj
+        self.names = names
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return getattr(self.obj, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self.obj, key, value)
+
+    def __iter__(self) -> Any:
+        return iter(self.names)
+
+    def items(self) -> list:
+        """(name, value) of every attribute set, as ``dict.items``."""
+        return [(k, self[k]) for k in self.names]
 
 
 class _Defaults:
@@ -416,23 +445,118 @@ def _code_names(code: Any) -> set:
     return names
 
 
-def _plain_self(fn: Any) -> Optional[dict]:
+def _plain_self(fn: Any) -> Any:
     """The attribute dict of the object a Python method ``fn`` is bound to, when that
     object is neither a module nor an optimizer (a user's ``Trainer``: its ``self.model``,
-    ``self.opt`` are read by name, as a global is), else None."""
+    ``self.opt`` are read by name, as a global is), else None.  An object with
+    ``__slots__`` gives a :class:`_Slots` holder of its slots (and ``__dict__`` entries)."""
     import types
 
     if not isinstance(fn, types.MethodType):
         return None
     obj = fn.__self__
-    attrs = getattr(obj, "__dict__", None)
-    if not isinstance(attrs, dict) or _is_module(obj) or _is_optimizer(obj):
+    if isinstance(obj, type) or _is_module(obj) or _is_optimizer(obj):
         return None
-    return attrs
+    return _attrs_of(obj)
+
+
+def _attrs_of(obj: Any) -> Any:
+    """``obj``'s attributes as a holder: its ``__dict__``, or a :class:`_Slots` when its
+    class has ``__slots__``; None when it has neither."""
+    attrs = getattr(obj, "__dict__", None)
+    slots = []
+    for klass in type(obj).__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for k in (names,) if isinstance(names, str) else names:
+            if k not in ("__dict__", "__weakref__") and k not in slots and hasattr(obj, k):
+                slots.append(k)
+    if slots:
+        return _Slots(obj, list(attrs or ()) + slots)
+    return attrs if isinstance(attrs, dict) else None
+
+
+#: How deep :func:`_walk_plain` follows plain objects from a method's ``self``
+#: (``self.inner.model``: depth 1).
+_PLAIN_DEPTH = 3
+
+
+def _is_plain_object(obj: Any) -> bool:
+    """An instance of a user's class (not a tensor, module, optimizer, container,
+    function, class, nor a library's object): its attributes are walked."""
+    import types
+
+    if isinstance(
+        obj, (Tensor, list, dict, tuple, set, str, bytes, int, float, complex, type, np.ndarray)
+    ) or isinstance(obj, (types.FunctionType, types.MethodType, types.ModuleType)):
+        return False
+    if _is_module(obj) or _is_optimizer(obj):
+        return False
+    owner = str(getattr(type(obj), "__module__", "") or "")
+    return not owner.startswith(_LIBRARY + ("graphc", "functools", "builtins"))
+
+
+def _attr_place(root: Any, path: tuple) -> Place:
+    """The place of attribute ``path[-1]`` of the object at ``root.path[0]. ...``, the
+    chain read again at every call (an intermediate object rebound is seen)."""
+
+    def place(args: tuple) -> tuple:
+        obj = root
+        for part in path[:-1]:
+            obj = getattr(obj, part)
+        holder = _attrs_of(obj)
+        if holder is None:
+            raise LookupError(".".join(path))
+        return holder, path[-1]
+
+    return place
+
+
+def _walk_plain(obj: Any, attrs: Any, path: tuple, found: dict, seen: set) -> None:
+    """Lift what the plain object ``obj`` (``self`` of a compiled method) holds, and
+    what the plain objects it holds hold, down to :data:`_PLAIN_DEPTH` (iterative)."""
+    stack = [(obj, attrs, path)]
+    while stack:
+        holder_obj, holder, pre = stack.pop()
+        for attr in list(holder):
+            chain = pre + (attr,)
+            name = "self." + ".".join(chain)
+            if not pre:
+                place = lambda a, d=holder, k=attr: (d, k)  # noqa: E731
+            else:
+                place = _attr_place(obj, chain)
+            _walk(holder, attr, name, place, found)
+            try:
+                v = holder[attr]
+            except LookupError:
+                continue
+            if len(chain) <= _PLAIN_DEPTH and _is_plain_object(v) and id(v) not in seen:
+                seen.add(id(v))
+                sub = _attrs_of(v)
+                if sub is not None:
+                    stack.append((v, sub, chain))
+
+
+def _call_method(fn: Any) -> Any:
+    """``fn.__call__`` (a bound method) when ``fn`` is an instance of a user's class with
+    a Python ``__call__`` (``graphc.compile(trainer)`` reads what ``trainer`` holds, as
+    ``graphc.compile(trainer.__call__)`` does), else ``fn`` itself (functions, methods,
+    classes, modules, optimizers, and library objects: graphc's, eager's, functools')."""
+    import types
+
+    if isinstance(fn, (types.FunctionType, types.MethodType, type)):
+        return fn
+    if _is_module(fn) or _is_optimizer(fn):
+        return fn
+    owner = str(getattr(type(fn), "__module__", "") or "")
+    if owner.startswith(_LIBRARY + ("graphc", "functools", "builtins")):
+        return fn
+    call = getattr(fn, "__call__", None)
+    return call if isinstance(call, types.MethodType) else fn
 
 
 def module_path(fn: Callable, args: tuple, target: Any) -> Optional[str]:
     """The path of module ``target`` from the modules ``fn`` reaches (``self.layers.2``)."""
+    fn = _call_method(fn)
     roots = []
     if _is_module(fn):
         roots.append(("self", fn))
@@ -466,6 +590,7 @@ def find(fn: Callable, args: tuple) -> dict:
     optimizer it reaches adds ``("optimizer", id) -> OptCaptured`` and its groups' learning
     rates ``("lr", id, group) -> LrCaptured``."""
     found: dict = {}
+    fn = _call_method(fn)
     target = fn
     if _is_module(fn):  # graphc.compile(model)
         box = {"self": fn}
@@ -478,10 +603,8 @@ def find(fn: Callable, args: tuple) -> dict:
             _walk(box, "self", "self", lambda a, b=box: (b, "self"), found)
             target = getattr(fn, "__func__", fn)
         elif _plain_self(fn) is not None:  # trainer.train_step: what self holds
-            attrs = _plain_self(fn)
-            for attr in list(attrs):
-                place = lambda a, d=attrs, k=attr: (d, k)  # noqa: E731
-                _walk(attrs, attr, f"self.{attr}", place, found)
+            obj = fn.__self__
+            _walk_plain(obj, _plain_self(fn), (), found, {id(obj)})
             target = fn.__func__
     for i, a in enumerate(args):  # modules passed as arguments (self of a method)
         if _is_module(a):

@@ -64,6 +64,7 @@ class _Entry:
             and not trace.grad_writes
             and not trace.grad_clears
             and not trace.randoms
+            and not trace.grad_guards
             and not trace.layout_inputs
             and all(_plain_array_item(it) for it in key)
         )
@@ -423,6 +424,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         not tr.tensor_io
         or tr.captured
         or tr.randoms
+        or tr.grad_guards
         or tr.opt_guards
         or tr.state_writes
         or tr.state_sets
@@ -573,6 +575,11 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         L.append(f"    if guard{k}(dyn) is not None:")
         L.append("        return SLOW")
     L.extend(_unpack_args(n_args))
+    for k, (cap, had) in enumerate(tr.grad_guards):  # as _grad_guard_reason checks
+        ns[f"gcur{k}"] = cap.current
+        L.append(f"    t{k} = gcur{k}(dyn)")
+        L.append(f"    if t{k}.__class__ is Tensor and (grad_of(t{k}) is not None) != {bool(had)}:")
+        L.append("        return SLOW")
     for i in range(n):
         s = specs[i]
         if i >= n_args:  # a lifted tensor: as _with_captured checks it

@@ -75,6 +75,10 @@ class TraceResult:
         # place and then replaced: its final values, written back into its buffer
         self.grad_old_writes: list = []
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
+        # [(Captured, had a .grad)]: lifted tensors the trace dropped as unused while it
+        # looked at .grad (grads_used): an optimizer skips a parameter whose .grad is
+        # None, so a .grad that appears (or goes) later must re-trace, as for kept ones
+        self.grad_guards: list = []
         self.out_rg: list = []
         self.all_out_rg = True
         # optimizers the function steps (graphc.capture.OptCaptured): each call checks
@@ -224,9 +228,10 @@ def _lift(
     return out
 
 
-def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> list:
+def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> tuple:
     """Drop the lifted inputs the trace never read nor wrote; renumber the rest.
-    Returns the Captured of the kept ones, in input order."""
+    Returns the Captured of the kept ones, in input order, and the grad guards of the
+    dropped ones (``TraceResult.grad_guards``)."""
     g = ctx.graph
     keep, kept_caps = [], []
     for i, (cap, t) in enumerate(lifted):
@@ -240,12 +245,14 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
         if g.nx.out_degree(nid) or nid in g.outputs or idx in ctx.mutations or grad_changed:
             keep.append((i, nid, t))
             kept_caps.append(cap)
-    drop = []
+    drop, grad_guards = [], []
     kept = {k for k, _, _ in keep}
-    for i, (_, t) in enumerate(lifted):
+    for i, (cap, t) in enumerate(lifted):
         spec = specs[n_args + i]
         if i not in kept:
             drop.append(ctx.lifted_nodes[id(t)])
+            if ctx.grads_used and cap.place is not None:  # (before the .grad is unset)
+                grad_guards.append((cap, spec.grad_node is not None))
         if spec.grad_node is not None and (i not in kept or not ctx.grads_used):
             drop.append(spec.grad_node)  # a .grad the function never looked at
             spec.has_grad, spec.grad_node = False, None
@@ -267,7 +274,7 @@ def _prune_lifted(ctx: TraceContext, lifted: list, n_args: int, specs: list) -> 
     ctx.mutations = {
         remap.get(k, k): v for k, v in ctx.mutations.items() if k < n_args or k in remap
     }
-    return kept_caps
+    return kept_caps, grad_guards
 
 
 def _name_the_module(e: Exception, fn: Callable, args: tuple) -> None:
@@ -427,7 +434,7 @@ def trace_flat(
         _warn_if_global_random_used(fname, py_state, np_state)
         out_tree, out_static, out_rg = _record_outputs(ctx, out, fname)
         _check_lifted_requires_grad(fname, lifted)
-        captured = _prune_lifted(ctx, lifted, n_args, specs)
+        captured, grad_guards = _prune_lifted(ctx, lifted, n_args, specs)
         if ctx.rng_state is not None:  # the generator state: the last input
             specs.append(LeafSpec("array", (2,), np.dtype(np.int64)))
         mutated = _record_writes(ctx, specs, members)
@@ -454,6 +461,7 @@ def trace_flat(
     res.grad_new = grad_new
     res.grad_old_writes = ctx.grad_old_writes
     res.grads_used = ctx.grads_used
+    res.grad_guards = grad_guards
     res.out_rg = out_rg
     res.all_out_rg = all(out_rg)
     res.opt_guards = [oc.guard for oc in ctx.optimizers]
