@@ -319,8 +319,43 @@ def _warn_if_global_random_used(fname: str, py_state: Any, np_state: Any) -> Non
             "those values are constants of the compiled code, the same at every call. Use "
             "eager.randn / eager.rand / eager.randint (drawn at every call) instead.",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_user_level(),
         )
+
+
+def _warn_if_parameters_frozen(ctx: TraceContext, fname: str) -> None:
+    """Eager tensors that require grad (parameters, most likely) which the function
+    reached without graphc finding them by name are constants of the compiled code: an
+    update to them (an optimizer step outside the function) is not seen by later calls.
+    A backward() into them is refused (graphc.autodiff); anything else is said here."""
+    if not ctx.closed_rg:
+        return
+    import warnings
+
+    srcs = sorted(set(ctx.closed_rg.values()))
+    more = f" and {len(srcs) - 3} more" if len(srcs) > 3 else ""
+    warnings.warn(
+        f"graphc: {fname} read {len(ctx.closed_rg)} tensor(s) that require grad (used at "
+        f"{', '.join(srcs[:3])}{more}) which graphc did not find by name, so their values "
+        "are constants of the compiled code: later updates to them are not seen. Reach "
+        "them through an argument, a module, the method's self, a closure, a global, a "
+        "default, or a list/dict of those (docs/limitations.md).",
+        RuntimeWarning,
+        stacklevel=_user_level(),
+    )
+
+
+def _user_level() -> int:
+    """``stacklevel`` of a warning issued in this module pointing at the first frame
+    outside graphc: the user's line that called the compiled function."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # graphc/
+    level, f = 2, sys._getframe(2)  # (the warning's own caller is frame 1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(here + os.sep):
+        level, f = level + 1, f.f_back
+    return level
 
 
 def _check_arguments_unchanged(fname: str, arg_leaves: list) -> None:
@@ -432,6 +467,7 @@ def trace_flat(
         _check_untouched(fname, watched)
         _check_arguments_unchanged(fname, bound.arg_leaves)
         _warn_if_global_random_used(fname, py_state, np_state)
+        _warn_if_parameters_frozen(ctx, fname)
         out_tree, out_static, out_rg = _record_outputs(ctx, out, fname)
         _check_lifted_requires_grad(fname, lifted)
         captured, grad_guards = _prune_lifted(ctx, lifted, n_args, specs)

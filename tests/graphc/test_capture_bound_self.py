@@ -102,3 +102,30 @@ def test_error_inside_a_trainer_method_names_the_module_by_its_attribute():
     x, y = _data()
     with pytest.raises(Exception, match=r"self\.model\.0"):
         step(eager.randn(6, 4), y)  # Linear(5, 7) given 4 features
+
+
+def test_parameters_frozen_as_constants_are_warned_about_at_the_callers_line():
+    """A parameter reached through something graphc does not look into (a tuple) is a
+    constant of the compiled code: no longer silent, a RuntimeWarning at the line that
+    called the compiled function says so; a parameter found by name gives none."""
+    import warnings
+
+    holder = (nn.Linear(3, 2),)
+    lifted = nn.Linear(3, 2)
+
+    def frozen(x):
+        with eager.no_grad():
+            return holder[0](x)
+
+    def live(x):
+        with eager.no_grad():
+            return lifted(x)
+
+    x = eager.randn(4, 3)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        graphc.compile(frozen)(x)
+        graphc.compile(live)(x)
+    msgs = [m for m in w if "require grad" in str(m.message)]
+    assert len(msgs) == 1 and str(msgs[0].message).startswith("graphc: frozen read ")
+    assert msgs[0].filename == __file__
