@@ -590,6 +590,15 @@ class CompiledFunction(Inspection):
         ):
             return _run_differentiable(self, entry, dyn)
         arrays = _arrays(dyn, tr.in_specs)
+        # b.grad = a.grad: the object a's .grad was when the call began becomes b's (its
+        # buffer given the final values when the step wrote into it), as in eager; a
+        # read-only one that was written is a new tensor instead (eager's accumulation
+        # into a read-only .grad makes a new one)
+        moved = {
+            idx: grad_of(dyn[src])
+            for idx, src, written in tr.grad_moves
+            if not written or data_of(grad_of(dyn[src])).flags.writeable
+        }
         fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
         for idx, _ in tr.grad_old_writes:  # (all-or-nothing: checked before anything runs)
             if not data_of(grad_of(dyn[idx])).flags.writeable:
@@ -628,7 +637,13 @@ class CompiledFunction(Inspection):
                 holder(args)[k] = v
         for idx, out_pos in tr.grad_writes:
             target = dyn[idx]
-            if grad_of(target) is None or idx in fresh or idx in tr.grad_new:
+            obj = moved.get(idx)
+            if obj is not None:
+                if outs[out_pos] is not data_of(obj):
+                    np.copyto(data_of(obj), outs[out_pos], casting="same_kind")
+                    version_of(obj)[0] += 1
+                set_grad(target, obj)
+            elif grad_of(target) is None or idx in fresh or idx in tr.grad_new:
                 # a new .grad, as eager's backward makes one: the native entry's own output
                 # array as it is (no second copy), else a copy
                 o = outs[out_pos]

@@ -429,6 +429,7 @@ def _tensor_call(entry: "_Entry") -> Optional[Callable]:
         or tr.state_writes
         or tr.state_sets
         or tr.grad_old_writes
+        or tr.grad_moves
         or not (tr.mutated_inputs or tr.grad_writes or tr.grad_clears)
     ):
         return None
@@ -546,6 +547,7 @@ def _step_call(entry: "_Entry") -> Optional[Callable]:
         or tr.state_writes
         or tr.state_sets
         or tr.grad_old_writes
+        or tr.grad_moves
         or entry.call is not None
     ):
         return None

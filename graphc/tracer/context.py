@@ -45,6 +45,7 @@ class TraceContext:
         # id(input tracer) -> the .grad tracer it started with (driver._record_grads)
         self.initial_grads: dict = {}
         self.grad_old_writes: list = []  # driver._record_grads: TraceResult.grad_old_writes
+        self.grad_moves: list = []  # driver._record_grads: TraceResult.grad_moves
         self.optimizers: list = []  # graphc.capture.OptCaptured the function reaches
         self.installed: list = []  # those installed while traced (driver._Installed)
         self.arg_tensors: dict = {}  # id(eager tensor argument) -> its path

@@ -74,6 +74,10 @@ class TraceResult:
         # [(input index, graph output index)]: the .grad a call began with, written in
         # place and then replaced: its final values, written back into its buffer
         self.grad_old_writes: list = []
+        # [(input index, source input index, written)]: the final .grad is the object
+        # another argument's .grad was when the call began (``b.grad = a.grad``, a swap):
+        # that object is set, its buffer given the final values when ``written``
+        self.grad_moves: list = []
         self.grads_used = False  # lifted tensors' .grad (set or not) matters
         # [(Captured, had a .grad)]: lifted tensors the trace dropped as unused while it
         # looked at .grad (grads_used): an optimizer skips a parameter whose .grad is
@@ -496,6 +500,7 @@ def trace_flat(
     res.grad_clears = grad_clears
     res.grad_new = grad_new
     res.grad_old_writes = ctx.grad_old_writes
+    res.grad_moves = ctx.grad_moves
     res.grads_used = ctx.grads_used
     res.grad_guards = grad_guards
     res.out_rg = out_rg
@@ -712,7 +717,13 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
     g = ctx.graph
     grad_writes, grad_clears, grad_new = [], [], set()
     grad_old_writes: list = []
+    grad_moves: list = []
     holders = [t for t in ctx.grad_holders if not any(t is u for u in ctx.leaves)]
+    owner = {}  # id(initial .grad tracer) -> the input index whose .grad it was
+    for t in ctx.leaves + holders:
+        i, g0 = ctx._input_of.get(id(t)), ctx.initial_grads.get(id(t))
+        if i is not None and g0 is not None:
+            owner[id(g0)] = i
     for t in ctx.leaves + holders:
         idx = ctx._input_of.get(id(t))
         gr = grad_of(t)
@@ -739,7 +750,11 @@ def _record_grads(ctx: TraceContext, specs: list, fname: str) -> tuple:
             g.outputs.append(gr.node)
             if gr is not ctx.initial_grads.get(id(t)):
                 grad_new.add(idx)
+                src = owner.get(id(gr))
+                if src is not None:  # another argument's .grad object: b.grad = a.grad
+                    grad_moves.append((idx, src, gr.node != specs[src].grad_node))
     ctx.grad_old_writes = grad_old_writes
+    ctx.grad_moves = grad_moves
     return grad_writes, grad_clears, frozenset(grad_new)
 
 

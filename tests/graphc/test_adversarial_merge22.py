@@ -13,8 +13,9 @@
    threads compiling at once), OPENBLAS_NUM_THREADS unset before import stays unset.
 
 Found and fixed: a compiled step's new .grad of a dense permuted parameter was C order
-(eager and PyTorch: the parameter's strides).  Not fixed (strict xfail): a .grad object
-moved to another parameter inside a step comes back as a new tensor (values right).  No
+(eager and PyTorch: the parameter's strides).  A .grad object moved to another
+parameter inside a step came back as a new tensor (values right): fixed in round 23
+(TraceResult.grad_moves).  No
 attack found a wrong number here; the eager bugs found are in
 tests/eager/test_adversarial_merge22.py (view copying silently, contiguous() not C order).  ``GRAPHC_FUZZ_N`` (default 3) sets how many
 random steps the planner campaign runs."""
@@ -583,6 +584,16 @@ def _swap_grads(a, b):
     return f
 
 
+def _share_grad(a, b):  # b.grad = a.grad, a keeps it: backward accumulates twice into one
+    def f(x):
+        if a.grad is not None:
+            b.grad = a.grad
+        ((a * x).sum() + (a * b).sum() * 2 + (b * b * x).sum()).backward()
+        return b.grad.sum()
+
+    return f
+
+
 def _vectors():
     eager.manual_seed(0)
     a = nn.Parameter(eager.randn(4, dtype=eager.float64))
@@ -598,29 +609,20 @@ def _moved_identity(body, compiled):
         ha, hb = a.grad, b.grad
         r = f(eager.tensor(np.linspace(-1, 1, 4) * (t + 1)))
         vals = [g.numpy().copy() for g in (a.grad, b.grad)]
-        rec.append((r.item(), vals, (b.grad is ha, a.grad is hb)))
+        rec.append((r.item(), vals, (b.grad is ha, a.grad is hb, a.grad is b.grad)))
+        if ha is not None:  # a write outside the step through a held reference
+            ha.add_(0.5)
     return rec
 
 
-@pytest.mark.parametrize("body", [_move_grad, _swap_grads])
+@pytest.mark.parametrize("body", [_move_grad, _swap_grads, _share_grad])
 def test_grad_moved_between_parameters_values_match_eager(body):
     for (we, wv, _), (ce, cv, _) in zip(_moved_identity(body, False), _moved_identity(body, True)):
         np.testing.assert_allclose(ce, we, **CLOSE)
         _assert_same(wv, cv)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a .grad object moved to another parameter inside a compiled step (b.grad = "
-    "a.grad, or a swap) comes back as a NEW tensor with the same values: "
-    "driver._record_grads only knows 'the leaf's own initial .grad' or 'new' (grad_new), "
-    "so the write-back (api._run / entry._emit_run_and_write_back) makes a new tensor; "
-    "eager keeps the object, so a later in-place write to b.grad outside the step "
-    "reaches a reference held to a's old .grad eagerly but not compiled. Fix: record "
-    "(idx, source idx) when the final .grad tracer is another input's initial one and "
-    "set that tensor object (after grad_old_writes), with prepared calls off for it",
-)
-@pytest.mark.parametrize("body", [_move_grad, _swap_grads])
+@pytest.mark.parametrize("body", [_move_grad, _swap_grads, _share_grad])
 def test_grad_moved_between_parameters_keeps_the_object_as_eager(body):
     want = [r[2] for r in _moved_identity(body, False)]
     got = [r[2] for r in _moved_identity(body, True)]
