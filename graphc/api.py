@@ -591,14 +591,24 @@ class CompiledFunction(Inspection):
             return _run_differentiable(self, entry, dyn)
         arrays = _arrays(dyn, tr.in_specs)
         # b.grad = a.grad: the object a's .grad was when the call began becomes b's (its
-        # buffer given the final values when the step wrote into it), as in eager; a
-        # read-only one that was written is a new tensor instead (eager's accumulation
-        # into a read-only .grad makes a new one)
-        moved = {
-            idx: grad_of(dyn[src])
-            for idx, src, written in tr.grad_moves
-            if not written or data_of(grad_of(dyn[src])).flags.writeable
-        }
+        # buffer given the final values when the step wrote into it), as in eager
+        moved = {}
+        for idx, src, written in tr.grad_moves:
+            obj = grad_of(dyn[src])
+            if written and not data_of(obj).flags.writeable:
+                # eager's accumulation into a read-only .grad makes a new tensor per
+                # parameter, so the two would part with different values: refused
+                names = _leaf_names(self, args)
+                who = [
+                    "argument " + names[i] if i < tr.n_args else tr.captured[i - tr.n_args].name
+                    for i in (src, idx)
+                ]
+                raise ValueError(
+                    f"{self.__name__}: the .grad of {who[0]} is read-only and becomes the .grad "
+                    f"of {who[1]} inside the function, which writes into it (nothing was "
+                    "written); make it writeable or give each parameter its own .grad"
+                )
+            moved[idx] = obj
         fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
         for idx, _ in tr.grad_old_writes:  # (all-or-nothing: checked before anything runs)
             if not data_of(grad_of(dyn[idx])).flags.writeable:

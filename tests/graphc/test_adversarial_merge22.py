@@ -799,3 +799,23 @@ def test_disk_cache_store_then_hit_in_fresh_processes_same_bits(tmp_path):
     got = [np.load(str(tmp_path / f"o{k}.npz")) for k in range(3)]
     for g in got[1:]:
         assert all(np.array_equal(got[0][n], g[n]) for n in got[0].files)
+
+
+@pytest.mark.parametrize("body", [_move_grad, _share_grad])
+def test_read_only_grad_moved_and_written_is_refused_before_anything_runs(body):
+    """Eager's accumulation into a read-only .grad makes a new tensor per parameter, so a
+    shared read-only .grad parts into two different values eagerly; the compiled step
+    cannot give that (one traced .grad) and refuses it, writing nothing (it gave both
+    parameters the doubly accumulated values: a wrong number)."""
+    a, b = _vectors()
+    f = graphc.compile(body(a, b), disk_cache=False)
+    x = eager.tensor(np.linspace(-1, 1, 4))
+    f(x)
+    ha = a.grad
+    ha.numpy().flags.writeable = False
+    before = [t.detach().numpy().copy() for t in (a, b, a.grad, b.grad)]
+    with pytest.raises(ValueError, match="read-only and becomes the .grad of"):
+        f(x)
+    after = [t.detach().numpy() for t in (a, b, a.grad, b.grad)]
+    _assert_same(before, after)
+    assert a.grad is ha
