@@ -342,6 +342,22 @@ class Tracer(TensorOps):
 
     @grad.setter
     def grad(self, value) -> None:
+        # eager's checks (eager.Tensor.grad): a .grad moved from a parameter of another
+        # shape or dtype was set silently while traced
+        if value is not None:
+            if not isinstance(value, (Tracer, Tensor)):
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got {type(value).__name__}"
+                )
+            if tuple(value.shape) != tuple(self.shape):
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: "
+                    f"{list(value.shape)} vs the tensor's {list(self.shape)}"
+                )
+            if value.dtype != self.dtype:
+                raise RuntimeError(
+                    f"assigned grad has data of a different type ({value.dtype} vs {self.dtype})"
+                )
         self._ctx.grads_used = True
         self._grad = value
 

@@ -819,3 +819,70 @@ def test_read_only_grad_moved_and_written_is_refused_before_anything_runs(body):
     after = [t.detach().numpy() for t in (a, b, a.grad, b.grad)]
     _assert_same(before, after)
     assert a.grad is ha
+
+
+# round 23 adversary (grad_moves): found a .grad moved to a parameter of another shape or
+# dtype set silently while traced, and one tensor at two leaf inputs (passed twice, or
+# passed and also read by name) given only one of its two gradients -- both fixed
+
+
+def _three():
+    eager.manual_seed(0)
+    return [nn.Parameter(eager.randn(4, dtype=eager.float64)) for _ in range(3)]
+
+
+def _cycle_run(compiled, held_write):
+    a, b, c = _three()
+
+    def step(x):
+        if a.grad is not None:
+            a.grad, b.grad, c.grad = c.grad, a.grad, b.grad
+        ((a * x).sum() + (a * b).sum() * 2 + (b * b * x).sum() + (c * a * x).sum()).backward()
+        return b.grad.sum()
+
+    f = graphc.compile(step, disk_cache=False) if compiled else step
+    rec = []
+    for t in range(4):
+        held = [a.grad, b.grad, c.grad]
+        r = f(eager.tensor(np.linspace(-1, 1, 4) * (t + 1)))
+        ids = [[p.grad is h for h in held] for p in (a, b, c)]
+        rec.append((r.item(), [p.grad.numpy().copy() for p in (a, b, c)], ids))
+        if held_write and held[0] is not None:
+            held[0].add_(0.5)
+    return rec
+
+
+@pytest.mark.parametrize("held_write", [False, True])
+def test_grad_cycle_of_three_parameters_matches_eager_objects_and_values(held_write):
+    want, got = _cycle_run(False, held_write), _cycle_run(True, held_write)
+    for (wr, wv, wi), (gr, gv, gi) in zip(want, got):
+        np.testing.assert_allclose(gr, wr, **CLOSE)
+        _assert_same(wv, gv)
+        assert gi == wi
+
+
+@pytest.mark.parametrize("other", [(3, eager.float64), (4, eager.float32)])
+def test_grad_moved_to_a_parameter_of_another_shape_or_dtype_raises_as_eager(other):
+    """Eager's .grad setter refuses a .grad of another size or dtype; the tracer's set it
+    silently (the compiled step left a [4] .grad on a [3] parameter)."""
+    eager.manual_seed(0)
+    a = nn.Parameter(eager.randn(4, dtype=eager.float64))
+    c = nn.Parameter(eager.randn(other[0], dtype=other[1]))
+
+    def step(x):
+        if a.grad is not None:
+            c.grad = a.grad
+        (a * x).sum().backward()
+        return a.grad.sum()
+
+    x = eager.tensor(np.linspace(-1, 1, 4))
+    for f in (step, graphc.compile(step, disk_cache=False)):
+        a.grad = c.grad = None
+        f(x)
+        with pytest.raises(RuntimeError, match="assigned grad has data of a different") as e:
+            f(x)
+        assert c.grad is None
+        if f is step:
+            msg = str(e.value)
+        else:
+            assert str(e.value) == msg
