@@ -795,8 +795,33 @@ class CompiledFunction(Inspection):
                     "(expanded) view or read-only buffer and cannot be written in place; "
                     "clone() it first (nothing was written: the step did not run)"
                 )
+        # one tensor at two leaf inputs whose .grad the step writes (passed twice, or passed
+        # and also read by name): the trace has a leaf for each, so eager's one .grad
+        # accumulating both was given only one of them (a wrong number): refused.  Two
+        # tensors on one array (x.detach()) are fine but keep this check on every call
+        lone = True
+        if len(tr.grad_writes) > 1:
+            seen: dict = {}
+            for i, _ in tr.grad_writes:
+                j = seen.setdefault(id(arrays[i]), i)
+                if j != i:
+                    lone = False
+                    if dyn[j] is dyn[i]:
+                        names = _leaf_names(self, args)
+                        who = [
+                            "argument " + names[k]
+                            if k < tr.n_args
+                            else tr.captured[k - tr.n_args].name + " (read by name)"
+                            for k in (j, i)
+                        ]
+                        raise SignatureError(
+                            f"{self.__name__}: {who[0]} and {who[1]} are the same tensor and "
+                            "the step writes its .grad; graphc traces each as a leaf of its "
+                            "own, so the gradients would not add up in one .grad as eagerly. "
+                            "Nothing was written. Pass it once."
+                        )
         ok = entry.mem_ok  # the same arrays as last time: same answer
-        if len(ok) == len(arrays):
+        if lone and len(ok) == len(arrays):
             for r, a in zip(ok, arrays):
                 if r() is not a:
                     break
@@ -820,7 +845,7 @@ class CompiledFunction(Inspection):
                 )
         written = list(tr.written) + list(range(n_dyn, len(arrays)))
         if not written or _disjoint(arrays, written):
-            entry.mem_ok = tuple(weakref.ref(a) for a in arrays)
+            entry.mem_ok = tuple(weakref.ref(a) for a in arrays) if lone else ()
             return entry
         share = np.may_share_memory  # a bounds test in C: the common call is cheap
         for w in written:
@@ -832,7 +857,7 @@ class CompiledFunction(Inspection):
                 continue
             break
         else:
-            entry.mem_ok = tuple(weakref.ref(a) for a in arrays)
+            entry.mem_ok = tuple(weakref.ref(a) for a in arrays) if lone else ()
             return entry
         entry.mem_ok = ()
         from .aliasing import alias_groups

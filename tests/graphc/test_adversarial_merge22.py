@@ -886,3 +886,37 @@ def test_grad_moved_to_a_parameter_of_another_shape_or_dtype_raises_as_eager(oth
             msg = str(e.value)
         else:
             assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("how", ["twice", "and by name", "detached then twice"])
+def test_one_tensor_at_two_leaf_inputs_of_a_grad_step_is_refused(how):
+    """Eager's one .grad gets both gradients; the trace has a leaf per input and the
+    compiled step gave the .grad only one of them (a wrong number, no error)."""
+    a, b, c = _three()
+
+    def step(p, q, x):
+        p.grad = None
+        ((p * x).sum() + (p * q).sum() * 2 + (q * c * x).sum()).backward()
+        return c.grad.sum()
+
+    def by_name(p, x):
+        (p * x).sum().backward()
+        (c * c).sum().backward()
+        return c.grad.sum()
+
+    x = eager.tensor(np.linspace(-1, 1, 4))
+    if how == "and by name":
+        f, call = graphc.compile(by_name, disk_cache=False), (lambda: f(c, x))
+    else:
+        f, call = graphc.compile(step, disk_cache=False), (lambda: f(a, a, x))
+    if how == "detached then twice":  # two tensors on one array: fine, and checked again
+        twin = a.detach().requires_grad_(True)
+        f(a, twin, x)
+        want = [g.numpy().copy() for g in (a.grad, twin.grad)]
+        a.grad = twin.grad = None
+        step(a, twin, x)
+        _assert_same(want, [g.numpy() for g in (a.grad, twin.grad)])
+    before = [None if p.grad is None else p.grad.numpy().copy() for p in (a, b, c)]
+    with pytest.raises(graphc.SignatureError, match="are the same tensor and the step writes"):
+        call()
+    _assert_same(before, [None if p.grad is None else p.grad.numpy() for p in (a, b, c)])
