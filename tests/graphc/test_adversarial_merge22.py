@@ -15,8 +15,10 @@
 Found and fixed: a compiled step's new .grad of a dense permuted parameter was C order
 (eager and PyTorch: the parameter's strides).  A .grad object moved to another
 parameter inside a step came back as a new tensor (values right): fixed in round 23
-(TraceResult.grad_moves).  No
-attack found a wrong number here; the eager bugs found are in
+(TraceResult.grad_moves).  Its adversary found a .grad of another shape/dtype
+assigned while traced set silently, and one tensor at two leaf inputs (passed twice, or
+passed and read by name) given one of its two gradients (a wrong number): both fixed.
+No other attack found a wrong number here; the eager bugs found are in
 tests/eager/test_adversarial_merge22.py (view copying silently, contiguous() not C order).  ``GRAPHC_FUZZ_N`` (default 3) sets how many
 random steps the planner campaign runs."""
 
