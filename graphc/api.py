@@ -815,7 +815,8 @@ class CompiledFunction(Inspection):
                             for k in (j, i)
                         ]
                         raise SignatureError(
-                            f"{self.__name__}: {who[0]} and {who[1]} are the same tensor and "
+                            f"{self.__name__}: {who[0]} and {who[1]} are the same tensor (they "
+                            "share memory) and "
                             "the step writes its .grad; graphc traces each as a leaf of its "
                             "own, so the gradients would not add up in one .grad as eagerly. "
                             "Nothing was written. Pass it once."
