@@ -598,11 +598,7 @@ class CompiledFunction(Inspection):
             if written and not data_of(obj).flags.writeable:
                 # eager's accumulation into a read-only .grad makes a new tensor per
                 # parameter, so the two would part with different values: refused
-                names = _leaf_names(self, args)
-                who = [
-                    "argument " + names[i] if i < tr.n_args else tr.captured[i - tr.n_args].name
-                    for i in (src, idx)
-                ]
+                who = [_leaf_label(self, tr, args, i) for i in (src, idx)]
                 raise ValueError(
                     f"{self.__name__}: the .grad of {who[0]} is read-only and becomes the .grad "
                     f"of {who[1]} inside the function, which writes into it (nothing was "
@@ -612,11 +608,7 @@ class CompiledFunction(Inspection):
         fresh = _fresh_grads(self, tr, args, dyn, arrays) if tr.grad_writes else ()
         for idx, _ in tr.grad_old_writes:  # (all-or-nothing: checked before anything runs)
             if not data_of(grad_of(dyn[idx])).flags.writeable:
-                who = (
-                    "argument " + _leaf_names(self, args)[idx]
-                    if idx < tr.n_args
-                    else tr.captured[idx - tr.n_args].name
-                )
+                who = _leaf_label(self, tr, args, idx)
                 raise ValueError(
                     f"{self.__name__}: the .grad of {who} is read-only, and the function "
                     "writes into it in place (nothing was written)"
@@ -777,13 +769,7 @@ class CompiledFunction(Inspection):
             if isinstance(a, np.ndarray) and not a.flags.writeable:
                 # eager's refusal (eager/_views.py), before anything runs: numpy would
                 # raise only at the write-back, after the rest of the step
-                who = (
-                    "argument " + _leaf_names(self, args)[w]
-                    if w < tr.n_args
-                    else tr.captured[w - tr.n_args].name
-                    if w < tr.n_args + len(tr.captured)
-                    else "a .grad"
-                )
+                who = _leaf_label(self, tr, args, w)
                 if w < n_dyn and dyn[w].__class__ is not Tensor:  # numpy's own refusal
                     raise ValueError(
                         f"{self.__name__}: {who} is written in place but its array "
@@ -807,13 +793,7 @@ class CompiledFunction(Inspection):
                 if j != i:
                     lone = False
                     if dyn[j] is dyn[i]:
-                        names = _leaf_names(self, args)
-                        who = [
-                            "argument " + names[k]
-                            if k < tr.n_args
-                            else tr.captured[k - tr.n_args].name + " (read by name)"
-                            for k in (j, i)
-                        ]
+                        who = [_leaf_label(self, tr, args, k, " (read by name)") for k in (j, i)]
                         raise SignatureError(
                             f"{self.__name__}: {who[0]} and {who[1]} are the same tensor (they "
                             "share memory) and "
@@ -830,13 +810,7 @@ class CompiledFunction(Inspection):
                 return entry
         for idx in tr.layout_inputs:
             if not arrays[idx].flags.c_contiguous:
-                who = (
-                    "argument " + _leaf_names(self, args)[idx]
-                    if idx < tr.n_args
-                    else tr.captured[idx - tr.n_args].name
-                    if idx < tr.n_args + len(tr.captured)
-                    else "a .grad"
-                )
+                who = _leaf_label(self, tr, args, idx)
                 raise SignatureError(
                     f"{self.__name__}: {who} is not "
                     "C-contiguous, but the function writes in place through (or into) a "
@@ -1012,12 +986,7 @@ def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays:
         else:
             node = tr.graph.inputs[pos]
             if tr.graph.nx.out_degree(node) or node in tr.graph.outputs:
-                n_args = tr.n_args
-                who = (
-                    "argument " + _leaf_names(cf, args)[idx]
-                    if idx < n_args
-                    else tr.captured[idx - n_args].name
-                )
+                who = _leaf_label(cf, tr, args, idx)
                 raise RuntimeError(
                     f"{cf.__name__}: {who}.grad has shape {list(e.shape)} and dtype {e.dtype} "
                     f"but the step accumulates into it as {list(spec.shape)} {spec.dtype} "
@@ -1028,6 +997,16 @@ def _fresh_grads(cf: "CompiledFunction", tr: Any, args: tuple, dyn: Any, arrays:
         arrays[pos] = rep
         fresh[idx] = rep
     return fresh
+
+
+def _leaf_label(cf: "CompiledFunction", tr: Any, args: tuple, idx: int, lifted: str = "") -> str:
+    """How an error message names dynamic leaf ``idx`` of a call: ``argument x``, a tensor
+    read by name by its path (plus ``lifted``), or ``a .grad`` past both."""
+    if idx < tr.n_args:
+        return "argument " + _leaf_names(cf, args)[idx]
+    if idx < tr.n_args + len(tr.captured):
+        return tr.captured[idx - tr.n_args].name + lifted
+    return "a .grad"
 
 
 def _leaf_names(cf: "CompiledFunction", args: tuple) -> list:
