@@ -227,6 +227,11 @@ def test_gelu_against_pytorch(dtype):
     torch = pytest.importorskip("torch")
     tol = 2e-6 if dtype == "float32" else 1e-13
     for name, xn in _gelu_inputs(getattr(np, dtype)).items():
+        if dtype == "float32" and name == "special":
+            # PyTorch 2.13's AVX512 float32 kernel computes x (1 + erf) / 2: NaN at +inf
+            # (its AVX2 kernel and eager: inf; eager's special values are checked against
+            # the composite in test_gelu_fused_vs_composite)
+            xn = xn[xn != np.inf]
         rng = np.random.default_rng(5)
         g = rng.standard_normal(xn.shape).astype(dtype)
         x = eager.tensor(xn, requires_grad=True)

@@ -23,12 +23,13 @@ R = np.random.default_rng(17)
 # --- float32 GELU's accuracy contract -------------------------------------------------
 
 #: the largest |gelu(x) - exact| of float32 GELU over the sweep below: eager's table kernel
-#: 2.384e-7 (the output's own rounding, at x ~ 4.16); PyTorch 2.13's F.gelu (float32, CPU):
-#: 3.750e-7 (at x ~ 3.08), measured on the same sweep
+#: 2.379e-7 (the output's own rounding, at x in [4, 8)); PyTorch 2.13's F.gelu (float32, CPU,
+#: AVX2 build path): 3.750e-7 (at x ~ 3.08), measured on the same sweep
 GELU_F32_ERR = 2.4e-7
 TORCH_GELU_F32_ERR = 3.75e-7
-#: the same for the gradient factor gelu'(x): eager 1.20e-7, PyTorch 3.05e-7
-GELU_F32_GRAD_ERR = 1.25e-7
+#: the same for the gradient factor gelu'(x): eager 1.43e-7 (in [0.5, 1): the rounding of
+#: r(a) and of 1/2 + r), PyTorch 3.05e-7
+GELU_F32_GRAD_ERR = 1.45e-7
 TORCH_GELU_F32_GRAD_ERR = 3.06e-7
 
 
@@ -142,10 +143,12 @@ def test_gelu_float32_special_values_like_pytorch():
 
 
 def test_gelu_float32_special_values_against_pytorch():
-    """The special values' outputs and gradients against PyTorch's float32 kernel."""
+    """The special values' outputs and gradients against PyTorch's float32 kernel.  Not
+    +inf and 3e38: PyTorch 2.13's AVX512 kernel computes x (1 + erf) / 2 and gives NaN and
+    inf there (its AVX2 kernel: inf and 3e38, eager's values, checked above)."""
     torch = pytest.importorskip("torch")
     sp = [0.0, -0.0, 1e-45, -1e-45, 1e-30, -1e-30, 13.99, -13.99, 14.0, -14.0, 30.0, -30.0]
-    x = np.array(sp + [3e38, -3e38, np.inf, -np.inf, np.nan], np.float32)
+    x = np.array(sp + [-3e38, -np.inf, np.nan], np.float32)
     y, d = FP.gelu_float32_table(x, grad=True)
     t = torch.tensor(x, requires_grad=True)
     yt = torch.nn.functional.gelu(t)

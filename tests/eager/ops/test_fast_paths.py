@@ -170,10 +170,12 @@ def test_fused_gelu_values_bit_identical_to_composite_and_grad_close(dt, shape):
 def test_fused_gelu_non_contiguous_and_nan_inf():
     x = np.array([[np.nan, np.inf, -np.inf, 1.0]] * 3, np.float32).T  # non-contiguous
     a, ya, b, yb = _gelu_both(x)
-    np.testing.assert_array_equal(ya.detach().numpy(), yb.detach().numpy())
+    # NaN, inf and NaN as the composite; at 1.0 float32 rounding apart (the table kernel's
+    # 0.84134477 is gelu(1) = 0.8413447461 correctly rounded, the composite's 0.84134471 not)
+    np.testing.assert_allclose(ya.detach().numpy(), yb.detach().numpy(), rtol=2e-7, atol=0)
     ya.sum().backward()
     yb.sum().backward()
-    np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=2e-7, atol=0)
 
 
 def test_fused_gelu_gradcheck_double_backward_and_jvp():
@@ -217,7 +219,9 @@ def test_fused_gelu_matches_torch_and_grad_fn_name():
     xe, xt = eager.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     ye, yt = eager.nn.GELU()(xe), torch.nn.GELU()(xt)
     assert type(ye.grad_fn).__name__ == type(yt.grad_fn).__name__
-    np.testing.assert_allclose(ye.detach().numpy(), yt.detach().numpy(), rtol=2e-6, atol=1e-6)
+    # (atol: PyTorch 2.13's AVX512 kernel is itself 1.04e-6 off at x = -3.497; eager's
+    # error against the exact values is checked in tests/eager/test_fused_w8.py)
+    np.testing.assert_allclose(ye.detach().numpy(), yt.detach().numpy(), rtol=2e-6, atol=1.5e-6)
     ye.backward(eager.tensor(g))
     yt.backward(torch.tensor(g))
     np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)

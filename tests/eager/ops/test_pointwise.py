@@ -281,6 +281,9 @@ def test_against_pytorch(name, dtype):
         # gelu, silu, mish in float32: 1 + erf(x / sqrt2) cancels for negative x, and
         # PyTorch's vectorized float erf/exp differ from libm's by a few ulps
         loose = dtype == np.float32 and name in ("gelu", "silu", "mish")
+        if loose and name == "gelu":  # PyTorch 2.13's AVX512 float gelu: NaN at +inf
+            keep = x != np.inf  # (x (1 + erf) / 2; its AVX2 kernel, and eager, give inf)
+            got, want = got[keep], want[keep]
         _torch_close(got, want, dtype, atol=1e-6 if loose else None)
     # gradients, at finite points
     if name in ("isnan", "isinf", "isfinite", "isposinf", "isneginf"):
