@@ -61,7 +61,9 @@ def _view_row(a, b, x):
 
 
 def _view_t(a, b, x):
-    (a * x).exp().sum().backward()
+    # (no exp: numpy's AVX512 float64 exp and the libm exp graphc calls differ in the
+    # last bit on some inputs, and this test compares bits)
+    (a * x * (a + x)).sum().backward()
     a.grad.t()[1].sub_(1)
 
 
