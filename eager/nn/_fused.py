@@ -299,7 +299,7 @@ def _fill_bits(a: np.ndarray, m: np.ndarray, fill: np.ndarray) -> Optional[np.nd
     it = _BITS.get(a.dtype)
     if it is None or m.size * 4 > a.size or m.dtype != np.bool_:
         return None
-    keep = m.astype(it)  # (astype: a bool view of bytes other than 0/1 gives 1)
+    keep = np.atleast_1d(m).astype(it)  # (astype: a bool view of other bytes than 0/1 gives 1)
     put = np.negative(keep)  # all bits set where m
     np.subtract(keep, it(1), out=keep)  # all bits set where not m
     out = np.empty(a.shape, it)
@@ -427,9 +427,7 @@ class _LayerNorm(Function):
                     gw = _fresh(u.reshape(xhat.shape[-len(axes) :]))
             elif nb or nw:
                 if nb:
-                    gb = _fresh(
-                        g.sum(axis=lead).astype(dt, copy=False) if lead else g.astype(dt)
-                    )
+                    gb = _fresh(g.sum(axis=lead).astype(dt, copy=False) if lead else g.astype(dt))
                 if nw:
                     u = np.multiply(g, xhat)
                     gw = _fresh(u.sum(axis=lead).astype(dt, copy=False) if lead else u)
