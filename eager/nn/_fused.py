@@ -8,7 +8,13 @@ whose forward and gradient are a
 few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
 composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
 graphc traces, and what these functions fall back to outside their fast path).  The
-forward values are the composite's (the same numpy operations in the same order).
+forward values are the composite's (the same numpy operations in the same order), except
+over short last axes (2 to :data:`ROW_MAX_LEN` elements: W8's attention scores, layer
+norms and logits), where softmax, log_softmax, layer_norm and cross_entropy take their row
+maxima by halving (np.max's values) and their row sums by einsum (:func:`_row_sum`: the
+same accuracy as numpy's pairwise sum at these lengths, not its bits), so they agree with
+the composite to a few ulps (tests/eager/test_fused_w8.py measures both against extended
+precision and PyTorch).
 
 With ``create_graph`` (grad mode on while the backward runs) the gradient is built from
 tensor ops instead, recomputed from the saved input, so it is differentiable again
