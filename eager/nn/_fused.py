@@ -9,12 +9,12 @@ few numpy passes over reused buffers, instead of the ~5-15 recorded ops of the
 composite definitions in :mod:`eager.methods.stats` and :mod:`eager.nn._fn_stats` (what
 graphc traces, and what these functions fall back to outside their fast path).  The
 forward values are the composite's (the same numpy operations in the same order), except
-over short last axes (2 to :data:`ROW_MAX_LEN` elements: W8's attention scores, layer
-norms and logits), where softmax, log_softmax, layer_norm and cross_entropy take their row
-maxima by halving (np.max's values) and their row sums by einsum (:func:`_row_sum`: the
-same accuracy as numpy's pairwise sum at these lengths, not its bits), so they agree with
-the composite to a few ulps (tests/eager/test_fused_w8.py measures both against extended
-precision and PyTorch).
+over many short last-axis rows (2 to :data:`ROW_MAX_LEN` elements, at least
+:data:`ROW_MIN_COUNT` rows: W8's attention scores, layer norms and logits), where softmax,
+log_softmax, layer_norm and cross_entropy take their row maxima by halving (np.max's
+values) and their row sums by einsum (:func:`_row_sum`: the same accuracy as numpy's
+pairwise sum at these lengths, not its bits), so they agree with the composite to a few
+ulps (tests/eager/test_fused_w8.py measures both against extended precision and PyTorch).
 
 With ``create_graph`` (grad mode on while the backward runs) the gradient is built from
 tensor ops instead, recomputed from the saved input, so it is differentiable again
@@ -86,19 +86,26 @@ def frees_ctx(cls: Any) -> Any:
 
 #: the longest row the row helpers below take: einsum's sums accumulate each row in a few
 #: SIMD lanes one element after another (numpy's sum is pairwise past 128 elements), so
-#: their error grows with the row: on random float32 rows of up to 1024 elements it
-#: stayed within 3.6 eps * sum(|x|) (numpy's sum: 3.0), at 4096 it reached 12 (numpy's 2.5)
-ROW_MAX_LEN = 1024
+#: their error grows with the row: on random float32 rows of up to 256 elements it stayed
+#: within 2.4 eps * sum(|x|) (numpy's sum: 3.0), at 4096 it reached 12 (numpy's 2.5); and
+#: the halving max's passes cost more than numpy's max from ~512 elements on
+ROW_MAX_LEN = 256
+#: the fewest rows the row helpers take: numpy's reductions cost ~20-85 ns a row, the
+#: helpers ~1-3 us a call (einsum's parsing, a pass per halving); below ~100 rows numpy's
+#: are as fast or faster (softmax of (64, 64) float32: 14 us numpy, 16 us the helpers;
+#: (128, 64): 26 vs 22; W8's (2048, 64): ~2x)
+ROW_MIN_COUNT = 128
 
 
 def _rows(a: np.ndarray, k: int = 1) -> Optional[np.ndarray]:
     """``a`` as a C-contiguous (R, n) matrix whose rows are its last ``k`` dims (a copy
-    when ``a`` is not C-contiguous), when the rows have 2 to :data:`ROW_MAX_LEN`
-    elements; else None (the caller keeps numpy's reductions)."""
+    when ``a`` is not C-contiguous), when there are at least :data:`ROW_MIN_COUNT` rows
+    of 2 to :data:`ROW_MAX_LEN` elements; else None (the caller keeps numpy's
+    reductions)."""
     n = 1
     for d in a.shape[a.ndim - k :]:
         n *= d
-    if n < 2 or n > ROW_MAX_LEN or a.size == 0:
+    if n < 2 or n > ROW_MAX_LEN or a.size < ROW_MIN_COUNT * n:
         return None
     return np.ascontiguousarray(a).reshape(-1, n)
 

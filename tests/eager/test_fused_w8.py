@@ -603,19 +603,21 @@ def test_row_sum_of_special_values():
     np.testing.assert_array_equal(got, want)
 
 
-def test_rows_takes_two_to_1024_element_rows():
-    from eager.nn._fused import ROW_MAX_LEN, _rows
+def test_rows_takes_many_short_rows():
+    from eager.nn._fused import ROW_MAX_LEN, ROW_MIN_COUNT, _rows
 
-    a = np.zeros((3, 4, 5), np.float32)
-    assert _rows(a).shape == (12, 5) and np.shares_memory(_rows(a), a)
-    assert _rows(a, 2).shape == (3, 20)
-    t = a.transpose(0, 2, 1)  # a copy, C-contiguous
+    assert ROW_MIN_COUNT == 128 and ROW_MAX_LEN == 256  # (the shapes below assume these)
+    a = np.zeros((8, 16, 5), np.float32)
+    assert _rows(a).shape == (128, 5) and np.shares_memory(_rows(a), a)
+    assert _rows(np.zeros((128, 4, 5)), 2).shape == (128, 20)
+    t = a.transpose(1, 0, 2)  # a copy, C-contiguous
     r = _rows(t)
-    assert r.shape == (15, 4) and r.flags.c_contiguous and not np.shares_memory(r, a)
-    assert _rows(np.zeros((4, 1))) is None  # (1-element rows: numpy's reductions)
-    assert _rows(np.zeros((2, ROW_MAX_LEN + 1))) is None
+    assert r.shape == (128, 5) and r.flags.c_contiguous and not np.shares_memory(r, a)
+    assert _rows(np.zeros((300, 1))) is None  # (1-element rows: numpy's reductions)
+    assert _rows(np.zeros((200, ROW_MAX_LEN + 1))) is None  # (long rows)
+    assert _rows(np.zeros((127, 64))) is None  # (few rows)
     assert _rows(np.zeros((0, 8))) is None
-    assert _rows(np.zeros((2, ROW_MAX_LEN))).shape == (2, ROW_MAX_LEN)
+    assert _rows(np.zeros((128, ROW_MAX_LEN))).shape == (128, ROW_MAX_LEN)
 
 
 # --- softmax / log_softmax through the row helpers: float64 references, PyTorch ---------
@@ -647,14 +649,17 @@ def _rel_err(got, want, scale, dt):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("n", [2, 3, 63, 64, 65, 128, 1024])
+@pytest.mark.parametrize("n", [2, 3, 63, 64, 65, 128, 256, 1024])
 def test_softmax_fast_path_error_against_extended_precision(dt, log, n):
     """Values and gradients within 24 eps of the exact ones (relative to the value, and to
     the gradient's terms): exp's relative error grows with |x - max| (the rounding of the
     difference, ~|x - max| / 2 eps: up to ~22 here); PyTorch 2.13 measured up to 14.2 eps
-    on inputs like these, eager up to 16.6."""
+    on inputs like these, eager up to 16.6.  (1024-element rows take numpy's reductions.)"""
+    from eager.nn._fused import _rows
+
     rng = np.random.default_rng(n)
-    x = (rng.standard_normal((2, 32, n)) * 4).astype(dt)
+    x = (rng.standard_normal((4, 32, n)) * 4).astype(dt)
+    assert (_rows(x) is None) == (n > 256)
     g = rng.standard_normal(x.shape).astype(dt)
     name = "log_softmax" if log else "softmax"
     a = eager.tensor(x, requires_grad=True)
@@ -669,14 +674,16 @@ def test_softmax_fast_path_error_against_extended_precision(dt, log, n):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("n", [1, 2, 3, 63, 64, 65, 1025])
-def test_softmax_special_values_and_row_lengths_match_pytorch(dt, log, n):
+@pytest.mark.parametrize("n", [1, 2, 3, 63, 64, 65, 257])
+@pytest.mark.parametrize("rows", [130, 12])
+def test_softmax_special_values_and_row_lengths_match_pytorch(dt, log, n, rows):
     """NaN, +-inf, -0.0, all -inf rows (NaN, as PyTorch's), rows of zeros, the last axis
-    strided (a transposed input), and row lengths the fast path leaves to numpy (1, 1025):
+    strided (a transposed input), and shapes the fast path leaves to numpy (rows of 1 or
+    257 elements, 12 rows):
     eager's values and gradients where PyTorch's are NaN and close to them elsewhere; the
     extended-precision error of both is compared on the finite rows."""
     torch = pytest.importorskip("torch")
-    x = _specials(dt, n, rows=12, seed=n)
+    x = _specials(dt, n, rows=rows, seed=n)
     rng = np.random.default_rng(1)
     g = rng.standard_normal(x.shape).astype(dt)
     name = "log_softmax" if log else "softmax"
@@ -787,14 +794,19 @@ def test_fill_bits_gives_np_copytos_bits(dt):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-@pytest.mark.parametrize("ns", [(64,), (4, 6), (3,), (1,), (1100,)])
-def test_layer_norm_row_paths_against_extended_precision_and_pytorch(dt, ns):
-    """layer_norm's fast path (row means by einsum; 1- and 1100-element rows keep numpy's
-    means): values and the three gradients against an extended-precision reference, with
-    a bound of 64 eps relative to each quantity's scale, and against PyTorch."""
+@pytest.mark.parametrize("ns", [(64,), (4, 6), (3,), (1,), (300,)])
+@pytest.mark.parametrize("lead", [(8, 16), (4, 5)])
+def test_layer_norm_row_paths_against_extended_precision_and_pytorch(dt, ns, lead):
+    """layer_norm's fast path (row means and the weight/bias gradients' column sums by
+    einsum) on 128 rows, and numpy's means (1- and 300-element rows, 20 rows): values and
+    the three gradients against an extended-precision reference, with a bound of 64 eps
+    relative to each quantity's scale, and PyTorch's error on the same scale."""
+    from eager.nn._fused import _rows
+
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(len(ns) + ns[0])
-    x = (rng.standard_normal((4, 5) + ns) * 3 + 2).astype(dt)
+    x = (rng.standard_normal(lead + ns) * 3 + 2).astype(dt)
+    assert (_rows(x, len(ns)) is None) == (lead == (4, 5) or ns in ((1,), (300,)))
     g = rng.standard_normal(x.shape).astype(dt)
     w = (rng.standard_normal(ns) + 1).astype(dt)
     b = rng.standard_normal(ns).astype(dt)
@@ -827,7 +839,7 @@ def test_layer_norm_row_paths_against_extended_precision_and_pytorch(dt, ns):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-@pytest.mark.parametrize("c", [1, 2, 3, 65, 128, 1025])
+@pytest.mark.parametrize("c", [1, 2, 3, 65, 128, 257])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_row_paths_match_pytorch(dt, c, reduction):
     """cross_entropy's fast path (row max by halving, sums by einsum, the softmax's
@@ -835,11 +847,14 @@ def test_cross_entropy_row_paths_match_pytorch(dt, c, reduction):
     with a row holding +inf and one holding NaN (NaN losses and gradients, as PyTorch's)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(c)
-    x = (rng.standard_normal((33, c)) * 3).astype(dt)
+    x = (rng.standard_normal((130, c)) * 3).astype(dt)
+    from eager.nn._fused import _rows
+
+    assert (_rows(x) is None) == (c in (1, 257))
     x[5, 0] = np.inf
     x[7, -1] = np.nan
-    tg = rng.integers(0, c, 33)
-    grad = rng.standard_normal(33).astype(dt) if reduction == "none" else None
+    tg = rng.integers(0, c, 130)
+    grad = rng.standard_normal(130).astype(dt) if reduction == "none" else None
     res = []
     for lib in (eager, torch):
         xs = lib.tensor(x, requires_grad=True)
@@ -855,7 +870,7 @@ def test_cross_entropy_row_paths_match_pytorch(dt, c, reduction):
         np.testing.assert_array_equal(np.isnan(e), np.isnan(t))
         np.testing.assert_allclose(e, t, rtol=tol, atol=tol)
     # finite rows only: against extended precision
-    ok = np.ones(33, bool)
+    ok = np.ones(130, bool)
     ok[[5, 7]] = False
     xs = eager.tensor(x[ok], requires_grad=True)
     loss = F.cross_entropy(xs, eager.tensor(tg[ok]), reduction="sum")
