@@ -495,9 +495,7 @@ def fused_layer_norm(input: Any, ns: tuple, weight: Any, bias: Any, eps: float) 
 @frees_ctx
 class _CrossEntropy(Function):
     """cross_entropy of (N, C) logits and N class indices, no weights, no ignored
-    targets, no smoothing: one node whose gradient is (softmax - one_hot) * g, the
-    softmax's division by the row sums folded into the scale: e * (g / sum(e)) - one_hot
-    * g, one pass over the logits' shape instead of two."""
+    targets, no smoothing: one node whose gradient is (softmax - one_hot) * g."""
 
     @staticmethod
     @np.errstate(all="ignore")
@@ -524,36 +522,35 @@ class _CrossEntropy(Function):
             out = np.asarray(-picked.sum(), a.dtype)
         else:
             out = -picked
-        # the gradient is softmax * scale = e * (scale / se): the division waits for it
-        ctx.e, ctx.se, ctx.rows, ctx.target, ctx.red = e, se, rows, target, reduction
+        e /= se  # softmax, what the gradient reads (divided while e is in cache)
+        ctx.p, ctx.rows, ctx.target, ctx.red = e, rows, target, reduction
         ctx.x, ctx.xv = x, x._version[0]
         return Tensor._make(out)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
-        e, se = ctx.e, ctx.se
-        red, n = ctx.red, e.shape[0]
+        red, n = ctx.red, ctx.p.shape[0]
         if is_grad_enabled():  # create_graph: a differentiable gradient, from x
             x = ctx.x
             if x._version[0] != ctx.xv:
                 raise _inplace_error(x, ctx.xv, "the input of NllLossBackward0", "NllLossBackward0")
             p = _MS.composite_softmax(x, (1,))
-            hot = np.zeros(e.shape, e.dtype)
+            hot = np.zeros(ctx.p.shape, ctx.p.dtype)
             hot[ctx.rows, ctx.target] = 1
             diff = p - x._wrap_const(hot)
             if red == "mean":
                 return diff * (grad / float(n)), None, None
             return diff * (grad if red == "sum" else grad.unsqueeze(1)), None, None
-        g = grad._data
-        dt = e.dtype
+        p, g = ctx.p, grad._data
+        dt = p.dtype
         with np.errstate(all="ignore"):
             if red == "none":
                 gc = g.astype(dt, copy=False)
-                gx = np.multiply(e, gc[:, None] / se)
+                gx = np.multiply(p, gc[:, None])
                 gx[ctx.rows, ctx.target] -= gc
             else:
                 scale = dt.type(g / dt.type(n)) if red == "mean" else dt.type(g)
-                gx = np.multiply(e, scale / se)
+                gx = np.multiply(p, scale)
                 gx[ctx.rows, ctx.target] -= scale
         return _fresh(gx), None, None
 
