@@ -522,3 +522,381 @@ def test_w8_attention_block_loss_and_grads_match_pytorch():
         names.add(type(n).__name__)
         stack.extend(f for f, _ in n.next_functions)
     assert {"MaskedFillBackward0", "GeluBackward0", "SoftmaxBackward0"} <= names
+
+
+# --- row reductions along a short last axis (eager/nn/_fused.py) --------------------------
+
+ROW_LENGTHS = [2, 3, 4, 5, 7, 8, 31, 63, 64, 65, 127, 128, 129, 1024]
+
+
+def _specials(dt, n, rows=41, seed=0):
+    """(rows, n) values with NaN, +-inf, -0.0 sprinkled in, a row of -inf, a row of NaN,
+    a row of zeros of both signs and a row with its maximum twice."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((rows, n)) * 3).astype(dt)
+    flat = a.reshape(-1)
+    for v in (np.nan, np.inf, -np.inf, -0.0, 0.0):
+        flat[rng.integers(0, flat.size, max(1, flat.size // 50))] = v
+    a[0] = -np.inf
+    a[1] = np.nan
+    a[2] = np.where(np.arange(n) % 2, -0.0, 0.0)
+    a[3, :2] = 50.0
+    return a
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_row_max_gives_numpys_max(dt, n):
+    from eager.nn._fused import _row_max
+
+    a = _specials(dt, n)
+    got = _row_max(a)
+    want = a.max(axis=1, keepdims=True)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)  # (NaN where numpy's is NaN)
+    assert not np.shares_memory(got, a)
+
+
+def _exact_sums(a, b=None):
+    """Row sums of a (times b) in extended precision (np.longdouble: 64-bit mantissa on
+    x86; float32 products are exact in it), and the sums of magnitudes."""
+    p = a.astype(np.longdouble) if b is None else a.astype(np.longdouble) * b
+    return p.sum(axis=1), np.abs(p).sum(axis=1)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_row_sum_is_accurate_and_each_rows_own(dt, n):
+    """einsum's row sums stay within 4 eps * sum(|x|) of the exact sums, numpy's pairwise
+    sum's bound at these lengths (measured: up to 3.6 at 1024 on random rows, numpy's
+    3.0), on rows whose sums cancel; a row's sum does not depend on the rows around it or
+    on the array's alignment."""
+    from eager.nn._fused import _row_sum
+
+    rng = np.random.default_rng(n)
+    eps = np.finfo(dt).eps
+    a = (rng.standard_normal((97, n)) * 10.0 ** rng.integers(-3, 4, (97, 1))).astype(dt)
+    a[:, -1] = -a[:, :-1].sum(axis=1)  # sums near zero: cancellation
+    b = rng.standard_normal((97, n)).astype(dt)
+    for got, (exact, mag) in ((_row_sum(a), _exact_sums(a)), (_row_sum(a, b), _exact_sums(a, b))):
+        assert got.shape == (97,) and got.dtype == dt
+        err = np.abs(got.astype(np.longdouble) - exact)
+        assert np.all(err <= 4 * eps * mag), float(np.max(err / (eps * mag)))
+    whole = _row_sum(a)
+    raw = np.empty(a.size * a.itemsize + a.itemsize, np.uint8)[a.itemsize // 2 :]
+    shifted = raw[: a.nbytes].view(dt).reshape(a.shape)  # a misaligned copy
+    shifted[...] = a
+    np.testing.assert_array_equal(_row_sum(shifted), whole)
+    for i in (0, 1, 5, 96):
+        assert _row_sum(a[i : i + 1])[0] == whole[i]
+        assert _row_sum(a[i : i + 3])[0] == whole[i]
+
+
+def test_row_sum_of_special_values():
+    from eager.nn._fused import _row_sum
+
+    a = np.array(
+        [[np.inf, 1.0, 2.0], [np.inf, -np.inf, 0.0], [np.nan, 1.0, 2.0],
+         [-0.0, -0.0, -0.0], [3e38, 3e38, 0.0], [1e-45, 1e-45, 0.0]],
+        np.float32,
+    )  # fmt: skip
+    with np.errstate(all="ignore"):
+        want = a.sum(axis=1)
+        got = _row_sum(a)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_row_mean_divides_as_mean_does(dt):
+    """_row_mean divides in the array's dtype; _mean (numpy's mean) divides by an intp,
+    a float64 quotient rounded to float32: the same bits for every row length it takes."""
+    from eager.nn._fused import ROW_MAX_LEN, _row_mean, _row_sum
+
+    rng = np.random.default_rng(11)
+    for n in range(2, ROW_MAX_LEN + 1):
+        a = (rng.standard_normal((64, n)) * 10.0 ** rng.integers(-30, 30, (64, 1))).astype(dt)
+        s = _row_sum(a)
+        want = np.true_divide(s, np.intp(n), casting="unsafe", dtype=np.float64).astype(dt)
+        assert _row_mean(a).tobytes() == want.tobytes(), n
+
+
+def test_rows_takes_many_short_rows():
+    from eager.nn._fused import ROW_MAX_LEN, ROW_MIN_COUNT, _rows
+
+    assert ROW_MIN_COUNT == 128 and ROW_MAX_LEN == 256  # (the shapes below assume these)
+    a = np.zeros((8, 16, 5), np.float32)
+    assert _rows(a).shape == (128, 5) and np.shares_memory(_rows(a), a)
+    assert _rows(np.zeros((128, 4, 5)), 2).shape == (128, 20)
+    t = a.transpose(1, 0, 2)  # a copy, C-contiguous
+    r = _rows(t)
+    assert r.shape == (128, 5) and r.flags.c_contiguous and not np.shares_memory(r, a)
+    assert _rows(np.zeros((300, 1))) is None  # (1-element rows: numpy's reductions)
+    assert _rows(np.zeros((200, ROW_MAX_LEN + 1))) is None  # (long rows)
+    assert _rows(np.zeros((127, 64))) is None  # (few rows)
+    assert _rows(np.zeros((0, 8))) is None
+    assert _rows(np.zeros((128, ROW_MAX_LEN))).shape == (128, ROW_MAX_LEN)
+
+
+# --- softmax / log_softmax through the row helpers: float64 references, PyTorch ---------
+
+
+def _softmax_ref(x, g, log):
+    """softmax or log_softmax of x along the last axis and its gradient for the incoming
+    g, in extended precision, with the scales the errors are measured against."""
+    x, g = x.astype(np.longdouble), g.astype(np.longdouble)
+    s = x - x.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp(s).sum(axis=-1, keepdims=True))
+    y = s - lse
+    p = np.exp(y)
+    if log:
+        gx = g - p * g.sum(axis=-1, keepdims=True)
+        return y, np.abs(y) + 1, gx, np.abs(g) + p * np.abs(g).sum(axis=-1, keepdims=True)
+    gx = p * (g - (g * p).sum(axis=-1, keepdims=True))
+    return p, p, gx, p * (np.abs(g) + (np.abs(g) * p).sum(axis=-1, keepdims=True))
+
+
+def _rel_err(got, want, scale, dt):
+    """The largest |got - want| in units of eps * scale (0 where both are equal, so a zero
+    scale with an exact value counts as no error; NaN where got is NaN)."""
+    err = np.abs(got.astype(np.longdouble) - want)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        units = np.where(err == 0, 0, err / (scale * np.finfo(dt).eps))
+    return float(np.max(units))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("n", [2, 3, 63, 64, 65, 128, 256, 1024])
+def test_softmax_fast_path_error_against_extended_precision(dt, log, n):
+    """Values and gradients within 24 eps of the exact ones (relative to the value, and to
+    the gradient's terms): exp's relative error grows with |x - max| (the rounding of the
+    difference, ~|x - max| / 2 eps: up to ~22 here); PyTorch 2.13 measured up to 14.2 eps
+    on inputs like these, eager up to 16.6.  (1024-element rows take numpy's reductions.)"""
+    from eager.nn._fused import _rows
+
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((4, 32, n)) * 4).astype(dt)
+    assert (_rows(x) is None) == (n > 256)
+    g = rng.standard_normal(x.shape).astype(dt)
+    name = "log_softmax" if log else "softmax"
+    a = eager.tensor(x, requires_grad=True)
+    y = getattr(a, name)(-1)
+    assert type(y.grad_fn).__name__ == ("LogSoftmaxBackward0" if log else "SoftmaxBackward0")
+    y.backward(eager.tensor(g))
+    yr, ys, gr, gs = _softmax_ref(x, g, log)
+    assert y.dtype == a.grad.dtype == a.dtype
+    assert _rel_err(y.detach().numpy(), yr, ys, dt) <= 24
+    assert _rel_err(a.grad.numpy(), gr, gs, dt) <= 24
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 3, 63, 64, 65, 257])
+@pytest.mark.parametrize("rows", [130, 12])
+def test_softmax_special_values_and_row_lengths_match_pytorch(dt, log, n, rows):
+    """NaN, +-inf, -0.0, all -inf rows (NaN, as PyTorch's), rows of zeros, the last axis
+    strided (a transposed input), and shapes the fast path leaves to numpy (rows of 1 or
+    257 elements, 12 rows):
+    eager's values and gradients where PyTorch's are NaN and close to them elsewhere; the
+    extended-precision error of both is compared on the finite rows."""
+    torch = pytest.importorskip("torch")
+    x = _specials(dt, n, rows=rows, seed=n)
+    rng = np.random.default_rng(1)
+    g = rng.standard_normal(x.shape).astype(dt)
+    name = "log_softmax" if log else "softmax"
+    eps = np.finfo(dt).eps
+    for src in (x, np.ascontiguousarray(x.T).T):  # (C order, then the last axis strided)
+        a, t = eager.tensor(src, requires_grad=True), torch.tensor(src, requires_grad=True)
+        with np.errstate(all="ignore"):
+            y = getattr(a, name)(-1)
+            y.backward(eager.tensor(g))
+        yt = getattr(t, name)(-1)
+        yt.backward(torch.tensor(g))
+        for got, want in (
+            (y.detach().numpy(), yt.detach().numpy()),
+            (a.grad.numpy(), t.grad.numpy()),
+        ):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_allclose(got, want, rtol=64 * eps, atol=64 * eps)
+    fin = np.isfinite(x).all(axis=1)
+    yr, ys, gr, gs = _softmax_ref(x[fin], g[fin], log)
+    err_e = _rel_err(y.detach().numpy()[fin], yr, ys, dt)
+    err_t = _rel_err(yt.detach().numpy()[fin], yr, ys, dt)
+    assert err_e <= max(16.0, 1.5 * err_t)
+
+
+def test_softmax_over_other_axes_and_0_size_take_numpys_reductions():
+    """softmax over a non-last axis, of a size-0 input and of 1-element rows: the
+    composite's numpy operations, the composite's bits."""
+    import eager.methods.stats as MS
+
+    x = eager.tensor(R.standard_normal((4, 6, 5)).astype(np.float32))
+    for dim in (0, 1):
+        np.testing.assert_array_equal(
+            x.softmax(dim).numpy(), MS.composite_softmax(x, (dim,)).numpy()
+        )
+    z = eager.tensor(np.zeros((0, 4), np.float32), requires_grad=True)
+    assert z.softmax(-1).shape == (0, 4)
+    one = eager.tensor(R.standard_normal((3, 1)), requires_grad=True)
+    y = one.log_softmax(-1)
+    np.testing.assert_array_equal(y.detach().numpy(), np.zeros((3, 1)))
+    y.sum().backward()
+    np.testing.assert_array_equal(one.grad.numpy(), np.zeros((3, 1)))
+
+
+def test_w8_masked_softmax_against_extended_precision_and_pytorch():
+    """W8's shapes: scores (8, 4, 64, 64) masked causally with -inf, then softmax(-1):
+    values and gradients against the extended-precision reference (the masked entries
+    are exact zeros) and PyTorch's error on the same input."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((8, 4, 64, 64)) * 2).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    m = _causal(64)
+    a, t = eager.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y = (a * 1.0).masked_fill(eager.tensor(m), float("-inf")).softmax(-1)
+    yt = (t * 1.0).masked_fill(torch.from_numpy(m), float("-inf")).softmax(-1)
+    y.backward(eager.tensor(g))
+    yt.backward(torch.tensor(g))
+    xm = np.where(m, -np.inf, x)
+    yr, ys, gr, gs = _softmax_ref(xm, g, False)
+    ye = y.detach().numpy()
+    assert np.all(ye[:, :, m] == 0) and np.all(a.grad.numpy()[:, :, m] == 0)
+    keep = ~np.broadcast_to(m, x.shape)
+    gr = gr * keep  # (the gradient through the fill is zero)
+    for got, want, ref, sc in (
+        (ye, yt.detach().numpy(), yr, ys),
+        (a.grad.numpy(), t.grad.numpy(), gr, gs),
+    ):
+        with np.errstate(invalid="ignore"):
+            sc = np.where(keep, sc, 1)
+        err_e, err_t = _rel_err(got, ref, sc, np.float32), _rel_err(want, ref, sc, np.float32)
+        assert err_e <= max(16.0, 1.5 * err_t), (err_e, err_t)
+
+
+# --- masked_fill's bit masks ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fill_bits_gives_np_copytos_bits(dt):
+    from eager.nn._fused import _fill_bits
+
+    it = np.int32 if dt == np.float32 else np.int64
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 2, 8, 8)).astype(dt)
+    xb = x.view(it).reshape(-1)
+    xb[:5] = np.array(
+        [-1, 0x7FC00001, -(2**31) if it is np.int32 else -(2**63), 1, 0x7F800001]
+    ).astype(it)  # NaN payloads, -0.0, a subnormal
+    fills = [-np.inf, np.inf, 0.0, -0.0, np.nan, 2.5, 1e-45]
+    masks = [_causal(8), rng.standard_normal((8, 1)) > 0, np.array(True), np.zeros((8, 8), bool),
+             rng.standard_normal((2, 1, 8)) > 0]  # fmt: skip
+    for src in (x, x.transpose(0, 1, 3, 2)):
+        for m in masks:
+            for v in fills:
+                fill = np.asarray(v, dt)
+                got = _fill_bits(src, m, fill)
+                want = np.array(src, order="C")
+                np.copyto(want, fill, where=m)
+                assert got.flags.c_contiguous and got.dtype == dt
+                assert got.tobytes() == want.tobytes()
+    raw = np.array([[0, 2], [1, 255]], np.uint8).view(bool)  # bytes other than 0/1: True
+    got = _fill_bits(np.zeros((4, 2, 2), dt), raw, np.asarray(7.0, dt))
+    np.testing.assert_array_equal(got, np.broadcast_to([[0, 7], [7, 7]], (4, 2, 2)))
+    assert _fill_bits(x, rng.standard_normal(x.shape) > 0, np.asarray(1.0, dt)) is None
+    assert _fill_bits(x.astype(np.float16), _causal(8), np.asarray(1.0, np.float16)) is None
+
+
+# --- layer_norm and cross_entropy through the row helpers ---------------------------------
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("ns", [(64,), (4, 6), (3,), (1,), (300,)])
+@pytest.mark.parametrize("lead", [(8, 16), (4, 5)])
+def test_layer_norm_row_paths_against_extended_precision_and_pytorch(dt, ns, lead):
+    """layer_norm's fast path (row means and the weight/bias gradients' column sums by
+    einsum) on 128 rows, and numpy's means (1- and 300-element rows, 20 rows): values and
+    the three gradients against an extended-precision reference, with a bound of 64 eps
+    relative to each quantity's scale, and PyTorch's error on the same scale."""
+    from eager.nn._fused import _rows
+
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(len(ns) + ns[0])
+    x = (rng.standard_normal(lead + ns) * 3 + 2).astype(dt)
+    assert (_rows(x, len(ns)) is None) == (lead == (4, 5) or ns in ((1,), (300,)))
+    g = rng.standard_normal(x.shape).astype(dt)
+    w = (rng.standard_normal(ns) + 1).astype(dt)
+    b = rng.standard_normal(ns).astype(dt)
+    eps = 1e-5
+    res = []
+    for lib in (eager, torch):
+        xs, ws, bs = (lib.tensor(v, requires_grad=True) for v in (x, w, b))
+        y = lib.nn.functional.layer_norm(xs, ns, ws, bs, eps)
+        y.backward(lib.tensor(g))
+        res.append([y.detach().numpy(), xs.grad.numpy(), ws.grad.numpy(), bs.grad.numpy()])
+    axes = tuple(range(2, x.ndim))
+    X, G, W = (v.astype(np.longdouble) for v in (x, g, w))
+    d = X - X.mean(axis=axes, keepdims=True)
+    rstd = 1 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)
+    xh = d * rstd
+    t = G * W
+    gx = rstd * (
+        t - t.mean(axis=axes, keepdims=True) - xh * (t * xh).mean(axis=axes, keepdims=True)
+    )
+    refs = [xh * W + b, gx, (G * xh).sum(axis=(0, 1)), G.sum(axis=(0, 1))]
+    scales = [np.abs(xh * W) + np.abs(b) + 1, rstd * (np.abs(t) + np.abs(t).mean(axis=axes, keepdims=True) * 3),
+              np.abs(G * xh).sum(axis=(0, 1)), np.abs(G).sum(axis=(0, 1))]  # fmt: skip
+    for e, t_, r, s in zip(res[0], res[1], refs, scales):
+        assert _rel_err(e, r, s, dt) <= 64
+        # PyTorch's error on the same scale (but of 1-element rows its x-hat is rounding
+        # noise, not 0: its weight gradient is ~1e-4 in float32 where the exact one is 0)
+        assert ns == (1,) or _rel_err(t_, r, s, dt) <= 64
+    if ns == (1,):  # eager's x-hat of a 1-element row is exactly 0: so are x's and w's grads
+        assert not res[0][1].any() and not res[0][2].any()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("c", [1, 2, 3, 65, 128, 257])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_row_paths_match_pytorch(dt, c, reduction):
+    """cross_entropy's fast path (row max by halving, sums by einsum, the softmax's
+    division folded into the gradient) for class counts on and off it, against PyTorch,
+    with a row holding +inf and one holding NaN (NaN losses and gradients, as PyTorch's)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(c)
+    x = (rng.standard_normal((130, c)) * 3).astype(dt)
+    from eager.nn._fused import _rows
+
+    assert (_rows(x) is None) == (c in (1, 257))
+    x[5, 0] = np.inf
+    x[7, -1] = np.nan
+    tg = rng.integers(0, c, 130)
+    grad = rng.standard_normal(130).astype(dt) if reduction == "none" else None
+    res = []
+    for lib in (eager, torch):
+        xs = lib.tensor(x, requires_grad=True)
+        with np.errstate(all="ignore"):
+            loss = lib.nn.functional.cross_entropy(xs, lib.tensor(tg), reduction=reduction)
+            loss.backward(None if grad is None else lib.tensor(grad))
+        res.append((loss.detach().numpy(), xs.grad.numpy()))
+        assert (
+            type(loss.grad_fn).__name__ if lib is eager else loss.grad_fn.name()
+        ) == "NllLossBackward0"
+    tol = 64 * np.finfo(dt).eps
+    for e, t in zip(res[0], res[1]):
+        np.testing.assert_array_equal(np.isnan(e), np.isnan(t))
+        np.testing.assert_allclose(e, t, rtol=tol, atol=tol)
+    # finite rows only: against extended precision
+    ok = np.ones(130, bool)
+    ok[[5, 7]] = False
+    xs = eager.tensor(x[ok], requires_grad=True)
+    loss = F.cross_entropy(xs, eager.tensor(tg[ok]), reduction="sum")
+    loss.backward()
+    X = x[ok].astype(np.longdouble)
+    s = X - X.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(s).sum(axis=1))
+    picked = s[np.arange(ok.sum()), tg[ok]] - lse
+    p = np.exp(s - lse[:, None])
+    p[np.arange(ok.sum()), tg[ok]] -= 1
+    assert _rel_err(loss.detach().numpy(), -picked.sum(), np.abs(picked).sum() + 1, dt) <= 64
+    assert _rel_err(xs.grad.numpy(), p, np.abs(p) + np.exp(s - lse[:, None]), dt) <= 64
