@@ -128,6 +128,8 @@ def _gelu_table() -> Any:
 
 
 _SIGN_BIT = np.uint32(0x80000000)
+#: elements per chunk of :func:`gelu_float32_table` (its temporaries: ~0.6 MB in all)
+GELU_CHUNK = 1 << 15
 
 
 @np.errstate(all="ignore")
@@ -140,31 +142,49 @@ def gelu_float32_table(x: Any, grad: bool = False) -> tuple:
     has x's sign (the composite's -0.0 for x <= -0.0, where PyTorch's gives +0.0)."""
     q0, q1, r0, r1 = _gelu_table()
     flat = x.reshape(-1)  # (a 0-d array's ufunc results would be numpy scalars)
-    a = np.abs(flat)
-    big = a.size and not a.max() < _GT_MAX  # some |x| >= 14, inf or NaN: the slow branch
-    if big:  # (NaN stays NaN: its row is some row, and c0 + c1 NaN is NaN)
-        np.minimum(a, np.float32(_GT_MAX), out=a)
-    k = np.right_shift(a.view(np.int32), _GT_SHIFT).astype(np.intp)
-    # ("wrap": every index is in range but NaN's, whose row does not matter)
-    q = q1.take(k, mode="wrap")
-    q *= a
-    q += q0.take(k, mode="wrap")  # q(a)
-    q *= a  # a q(a)
-    out = np.maximum(flat, np.float32(0))
-    out -= q  # max(x, 0) - a q(a): <= 0 for x < 0, >= 0 for x > 0
-    # gelu(x) has x's sign; a zero result too (-0.0 for x <= -0.0: the composite's
-    # x * Phi(x), so graphc's values; PyTorch's float32 kernel gives +0.0 there)
-    sign = np.bitwise_and(flat.view(np.uint32), _SIGN_BIT)
-    ov = out.view(np.uint32)
-    np.bitwise_or(ov, sign, out=ov)
-    d = None
-    if grad:  # gelu'(x) = 1/2 + copysign(r(a), x), r >= 0: the copysign is an OR
-        d = r1.take(k, mode="wrap")
-        d *= a
-        d += r0.take(k, mode="wrap")
-        dv = d.view(np.uint32)
-        np.bitwise_or(dv, sign, out=dv)
-        d += np.float32(0.5)
+    n = flat.size
+    out = np.empty(n, np.float32)
+    d = np.empty(n, np.float32) if grad else None
+    # In chunks of GELU_CHUNK elements with temporaries reused across chunks: each
+    # chunk's ~16 passes then run on data that stays in the core's cache (W8's 131,072
+    # values: 0.66 -> 0.53 ms forward with the derivative, one call per pass more)
+    c = min(n, GELU_CHUNK)
+    a_buf, k32_buf = np.empty(c, np.float32), np.empty(c, np.int32)
+    k_buf, t_buf, s_buf = np.empty(c, np.intp), np.empty(c, np.float32), np.empty(c, np.uint32)
+    big = False
+    for lo in range(0, n, GELU_CHUNK):
+        hi = min(lo + GELU_CHUNK, n)
+        m = hi - lo
+        xs, a, k, t, sign = flat[lo:hi], a_buf[:m], k_buf[:m], t_buf[:m], s_buf[:m]
+        np.abs(xs, out=a)
+        if not a.max() < _GT_MAX:  # some |x| >= 14, inf or NaN: clamped, fixed below
+            big = True  # (NaN stays NaN: its row is some row, and c0 + c1 NaN is NaN)
+            np.minimum(a, np.float32(_GT_MAX), out=a)
+        np.right_shift(a.view(np.int32), _GT_SHIFT, out=k32_buf[:m])
+        k[...] = k32_buf[:m]  # (take wants intp indices; it would convert each call)
+        # ("wrap": every index is in range but NaN's, whose row does not matter)
+        q = out[lo:hi]
+        q1.take(k, out=q, mode="wrap")
+        q *= a
+        q0.take(k, out=t, mode="wrap")
+        q += t  # q(a)
+        q *= a  # a q(a)
+        np.maximum(xs, np.float32(0), out=t)
+        np.subtract(t, q, out=q)  # max(x, 0) - a q(a): <= 0 for x < 0, >= 0 for x > 0
+        # gelu(x) has x's sign; a zero result too (-0.0 for x <= -0.0: the composite's
+        # x * Phi(x), so graphc's values; PyTorch's float32 kernel gives +0.0 there)
+        np.bitwise_and(xs.view(np.uint32), _SIGN_BIT, out=sign)
+        qv = q.view(np.uint32)
+        np.bitwise_or(qv, sign, out=qv)
+        if d is not None:  # gelu'(x) = 1/2 + copysign(r(a), x), r >= 0: the copysign is an OR
+            dd = d[lo:hi]
+            r1.take(k, out=dd, mode="wrap")
+            dd *= a
+            r0.take(k, out=t, mode="wrap")
+            dd += t
+            dv = dd.view(np.uint32)
+            np.bitwise_or(dv, sign, out=dv)
+            dd += np.float32(0.5)
     if big:
         out[flat == -np.inf] = np.nan
         if d is not None:

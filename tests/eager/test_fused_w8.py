@@ -900,3 +900,27 @@ def test_cross_entropy_row_paths_match_pytorch(dt, c, reduction):
     p[np.arange(ok.sum()), tg[ok]] -= 1
     assert _rel_err(loss.detach().numpy(), -picked.sum(), np.abs(picked).sum() + 1, dt) <= 64
     assert _rel_err(xs.grad.numpy(), p, np.abs(p) + np.exp(s - lse[:, None]), dt) <= 64
+
+
+@pytest.mark.parametrize("n", [1, 5, 32767, 32768, 32769, 65536 + 3])
+def test_gelu_float32_chunks_give_the_one_pass_bits(n, monkeypatch):
+    """gelu_float32_table runs in chunks of GELU_CHUNK elements with reused temporaries:
+    the same bits as one chunk over everything, special values at the chunk edges and a
+    big value (the clamped branch) in one chunk only, strided and 2-D inputs too."""
+    x = (R.standard_normal(n) * 5).astype(np.float32)
+    for i, v in zip([0, n - 1, n // 2], [np.nan, -np.inf, 20.0]):
+        x[i] = v
+    edge = [i for i in (32767, 32768) if 0 < i < n - 1 and i != n // 2]
+    x[edge] = -0.0
+    views = [x, x[::-1], x[: n - n % 3].reshape(-1, 3)[:, 1], x.reshape(1, n)]
+    got = [FP.gelu_float32_table(v, grad=True) for v in views]
+    monkeypatch.setattr(FP, "GELU_CHUNK", 1 << 30)
+    for v, (y, d) in zip(views, got):
+        y1, d1 = FP.gelu_float32_table(v, grad=True)
+        assert y.shape == v.shape == d.shape
+        assert y.tobytes() == y1.tobytes() and d.tobytes() == d1.tobytes()
+        assert FP.gelu_float32_table(v)[0].tobytes() == y1.tobytes()
+    y, d = got[0]
+    assert np.isnan(y[0]) and np.isnan(y[n - 1]) and np.isnan(d[[0, n - 1]]).all()
+    if n > 2:
+        assert y[n // 2] == 20.0 and d[n // 2] == 1.0
