@@ -65,8 +65,14 @@ from . import llvm_engine
 #: the most workers the pool starts (a job uses at most nthreads - 1 of them)
 MAX_WORKERS = 63
 #: how long an idle worker (and a caller waiting for a worker's last chunk) spins
-#: before it sleeps on a condition variable
-SPIN_NS = 50_000
+#: before it sleeps on a condition variable.  Waking a sleeping worker costs tens of
+#: microseconds on a virtual machine, and a training step has serial kernels of that
+#: length between its parallel ones: on a 2-CPU VM, W8's compiled step took 2.46 ms
+#: with 50 us, 2.28 with 200 us, 2.24 with 1 ms and 3.63 ms never spinning; W7's 2.76
+#: ms with 50 us, 2.66 with 500 us (medians of six alternating rounds in one process).
+#: (PyTorch's OpenMP workers spin far longer: GNU OpenMP ~0.3 M iterations, Intel's
+#: 200 ms.)  An idle pool still sleeps within a millisecond.
+SPIN_NS = 500_000
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
