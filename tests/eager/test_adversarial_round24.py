@@ -608,3 +608,62 @@ def test_graphc_compiled_model_matches_eager_fast_paths():
         got = graphc.compile(fn)(xn).numpy()
         assert np.array_equal(np.isnan(want), np.isnan(got))
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_outputs_written_in_place_before_the_backward_as_pytorch():
+    """Writing the output of softmax / log_softmax on >= 128 rows in place (directly or
+    through a view) before the backward raises as PyTorch does (their gradient reads the
+    output); layer_norm's, GELU's and masked_fill's outputs may be written (their
+    gradients do not read them), with PyTorch's gradients."""
+    torch = pytest.importorskip("torch")
+    x0 = np.random.default_rng(0).standard_normal((130, 8)).astype(np.float32)
+    m0 = np.eye(8, dtype=bool)[0]
+
+    def fns(mod, x):
+        tf = torch.nn.functional
+        return {
+            "softmax": lambda: F.softmax(x, -1) if mod is eager else torch.softmax(x, -1),
+            "log_softmax": lambda: (
+                F.log_softmax(x, -1) if mod is eager else torch.log_softmax(x, -1)
+            ),
+            "layer_norm": lambda: (F.layer_norm if mod is eager else tf.layer_norm)(x, (8,)),
+            "gelu": lambda: (F.gelu if mod is eager else tf.gelu)(x),
+            "masked_fill": lambda: x.masked_fill(mod.tensor(m0), 0.25),
+        }
+
+    def run(mod, name, write):
+        x = mod.tensor(x0, requires_grad=True)
+        y = fns(mod, x)[name]()
+        if write == "add_":
+            y.add_(1)
+        elif write == "view":
+            y[0].zero_()
+        try:
+            (y * mod.tensor(x0)).sum().backward()
+        except RuntimeError as e:
+            return "modified by an inplace operation" in str(e)
+        return x.grad.numpy()
+
+    for name in ("softmax", "log_softmax", "layer_norm", "gelu", "masked_fill"):
+        for write in ("add_", "view", "none"):
+            got, want = run(eager, name, write), run(torch, name, write)
+            if isinstance(want, bool):
+                assert got is True and want is True, (name, write)
+            else:
+                np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_row_paths_on_a_million_rows_of_two():
+    """10**6 rows of 2 (the row helpers' shortest rows): softmax is 1 / (1 + exp(b - a))
+    per row, layer_norm (eps 0) +-1 with the sign of x - mean, within the rounding of
+    x - mean (eps |mean| / |x - mean| relative)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((10**6, 2)).astype(np.float32)
+    p = F.softmax(eager.tensor(x), -1).numpy()
+    xd = x.astype(np.float64)
+    want = 1 / (1 + np.exp(xd[:, 1] - xd[:, 0]))
+    assert np.abs(p[:, 0] - want).max() <= 2e-7
+    ln = F.layer_norm(eager.tensor(x), (2,), eps=0.0).numpy()
+    d = np.abs(xd[:, :1] - xd[:, 1:]) / 2
+    bound = 4 * 2.0**-23 * (1 + np.abs(xd.mean(-1, keepdims=True)) / d)
+    assert np.all(np.abs(ln - np.sign(xd - xd.mean(-1, keepdims=True))) <= bound)
