@@ -123,6 +123,28 @@ def test_gelu_float32_huge_inf_and_nan_payloads_anywhere_in_the_array():
         assert y[xs == np.inf][0] == np.inf and np.isnan(y[xs == -np.inf][0])
 
 
+def test_gelu_float32_misaligned_strided_and_broadcast_inputs():
+    """A misaligned float32 buffer, negative strides, a stride-0 broadcast and a transposed
+    view give the contiguous copy's values and derivatives (the node's too)."""
+    from eager.tensor import Tensor
+
+    x = (R.standard_normal(1000) * 5).astype(np.float32)
+    raw = np.empty(x.nbytes + 4, np.uint8)[2 : 2 + x.nbytes]
+    mis = raw.view(np.float32)
+    mis[...] = x
+    assert not mis.flags.aligned
+    views = [mis, x[::-3], np.broadcast_to(x[:1], (500,)), x.reshape(10, 100).T]
+    for v in views:
+        want_y, want_d = FP.gelu_float32_table(np.ascontiguousarray(v), grad=True)
+        got_y, got_d = FP.gelu_float32_table(v, grad=True)
+        assert got_y.tobytes() == want_y.tobytes() and got_d.tobytes() == want_d.tobytes()
+        t = Tensor._make(v).requires_grad_()
+        y = F.gelu(t)
+        y.backward(eager.ones_like(y))
+        assert y.detach().numpy().tobytes() == want_y.tobytes()
+        assert np.ascontiguousarray(t.grad.numpy()).tobytes() == want_d.tobytes()
+
+
 def test_gelu_float32_autograd_modes_agree():
     """requires_grad, no_grad, inference_mode and the recorded node give the same bits; the
     node's gradient is the table's derivative times g; retain_graph twice doubles it;
