@@ -67,9 +67,9 @@ MAX_WORKERS = 63
 #: how long an idle worker (and a caller waiting for a worker's last chunk) spins
 #: before it sleeps on a condition variable.  Waking a sleeping worker costs tens of
 #: microseconds on a virtual machine, and a training step has serial kernels of that
-#: length between its parallel ones: on a 2-CPU VM, W8's compiled step took 2.46 ms
-#: with 50 us, 2.28 with 200 us, 2.24 with 1 ms and 3.63 ms never spinning; W7's 2.76
-#: ms with 50 us, 2.66 with 500 us (medians of six alternating rounds in one process).
+#: length between its parallel ones: on a quiet 2-CPU VM, W8's compiled step took 2.46
+#: ms with 50 us, 2.21 with 500 us, 2.20 with 2 ms (and 3.63 ms never spinning); W7's
+#: 2.57, 2.49 and 2.45 ms (medians of six alternating rounds in one process).
 #: (PyTorch's OpenMP workers spin far longer: GNU OpenMP ~0.3 M iterations, Intel's
 #: 200 ms.)  An idle pool still sleeps within a millisecond.
 SPIN_NS = 500_000
