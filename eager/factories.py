@@ -12,6 +12,7 @@ wiring, the one place where the layers below receive ``Tensor`` and the factorie
 from __future__ import annotations
 
 import builtins
+import sys
 import threading
 from typing import Optional
 
@@ -96,8 +97,25 @@ def _dt(dtype, default=None) -> np.dtype:
     return D.to_np(dtype)
 
 
+_FOREIGN_ORDER = ">" if sys.byteorder == "little" else "<"
+
+
+def _native_order(arr: np.ndarray) -> None:
+    """PyTorch's refusal of an array whose bytes are not in the machine's order (eager's
+    dtypes and kernels are the native ones: such an array would reach numpy code as a
+    dtype eager does not know)."""
+    if arr.dtype.byteorder == _FOREIGN_ORDER:
+        raise ValueError(
+            "given numpy array has byte order different from the native byte order. "
+            "Conversion between byte orders is currently not supported. (Convert it "
+            "first: arr.astype(arr.dtype.newbyteorder('=')))"
+        )
+
+
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """Copy ``data`` (nested lists, numbers, arrays, tensors) into a new leaf tensor."""
+    if isinstance(data, np.ndarray):
+        _native_order(data)
     if isinstance(data, Tensor):
         arr = data._data.copy() if dtype is None else data._data.astype(D.to_np(dtype))
         return _finish(arr, requires_grad, device)
@@ -155,8 +173,10 @@ def _tensors_to_lists(data):
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor) and (dtype is None or D.to_np(dtype) == data._data.dtype):
         return data
-    if isinstance(data, np.ndarray) and (dtype is None or D.to_np(dtype) == data.dtype):
-        return _finish(data, False, device)
+    if isinstance(data, np.ndarray):
+        _native_order(data)
+        if dtype is None or D.to_np(dtype) == data.dtype:
+            return _finish(data, False, device)
     return tensor(data, dtype=dtype, device=device)
 
 
@@ -164,6 +184,7 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     """Share memory with a numpy array (writes show in both)."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
+    _native_order(arr)
     if arr.dtype not in D.FROM_NP:
         raise TypeError(
             f"can't convert np.ndarray of type {arr.dtype}; supported: float64, "

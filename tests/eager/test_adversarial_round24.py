@@ -689,3 +689,41 @@ def test_row_paths_on_a_million_rows_of_two():
     d = np.abs(xd[:, :1] - xd[:, 1:]) / 2
     bound = 4 * 2.0**-23 * (1 + np.abs(xd.mean(-1, keepdims=True)) / d)
     assert np.all(np.abs(ln - np.sign(xd - xd.mean(-1, keepdims=True))) <= bound)
+
+
+# --- arrays in the other byte order (found by the round-24 adversary) -----------------
+# eager.tensor / as_tensor kept a big-endian array as it was: printing it or asking its
+# dtype raised KeyError, layer_norm a TypeError. PyTorch refuses such an array with a
+# ValueError at the factory; eager now does the same, with the same words.
+
+
+def _foreign(dt):
+    import sys
+
+    return dt if sys.byteorder == "little" else "<" + dt[1:]
+
+
+@pytest.mark.parametrize("make", ["tensor", "as_tensor", "from_numpy"])
+@pytest.mark.parametrize("dt", [">f4", ">f8", ">i8", ">i4"])
+def test_foreign_byte_order_is_refused_like_pytorch(make, dt):
+    a = np.arange(6, dtype=_foreign(dt)).reshape(2, 3)
+    with pytest.raises(ValueError, match="byte order different from the native byte order"):
+        getattr(eager, make)(a)
+    native = a.astype(a.dtype.newbyteorder("="))  # what the message says to do
+    t = getattr(eager, make)(native)
+    assert t.shape == (2, 3)
+    np.testing.assert_array_equal(t.numpy(), np.arange(6).reshape(2, 3))
+
+
+@pytest.mark.parametrize("make", ["tensor", "as_tensor", "from_numpy"])
+def test_foreign_byte_order_pytorch_refuses_it_too(make):
+    torch = pytest.importorskip("torch")
+    a = np.arange(6, dtype=_foreign(">f4"))
+    with pytest.raises(ValueError, match="byte order different from the native byte order"):
+        getattr(torch, make)(a)
+
+
+def test_native_and_single_byte_orders_still_work():
+    for a in (np.arange(3, dtype="=f4"), np.array([1, 2], dtype="|u1"), np.array([True])):
+        assert eager.tensor(a).numpy().tolist() == a.tolist()
+        assert eager.from_numpy(a).numpy().tolist() == a.tolist()
