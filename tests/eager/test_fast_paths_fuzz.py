@@ -41,11 +41,15 @@ def test_where_bool_with_other_bytes_than_0_1():
 
 
 def test_where_foreign_byte_order_gives_what_np_where_gives():
+    # eager.tensor refuses a foreign-order array, as PyTorch does
+    # (test_adversarial_round24.py); one can still reach an op as a plain numpy operand
     rng = np.random.default_rng(1)
     c = rng.random(5000) < 0.5
     x = rng.standard_normal(5000).astype(">f8")
     y = rng.standard_normal(5000).astype(">f8")
-    r = eager.where(eager.from_numpy(c), eager.tensor(x), eager.tensor(y)).numpy()
+    with pytest.raises(ValueError, match="byte order"):
+        eager.tensor(x)
+    r = eager.where(eager.from_numpy(c), eager.tensor(x.astype("=f8")), y).numpy()
     w = np.where(c, x, y)
     assert r.dtype == w.dtype and np.array_equal(r, w)
 
