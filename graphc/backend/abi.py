@@ -56,7 +56,9 @@ NPY_WRITEABLE = 0x400
 
 RC_OK, RC_LAYOUT, RC_NOMEM, RC_INDEX, RC_ARGS, RC_TYPE = 0, 1, 2, 3, 4, 5
 GIL_FREE_MIN = 1 << 14  # loop elements above which the entry releases the GIL
-PARALLEL_MIN = 1 << 18  # elements a loop needs before it is split across threads
+# loop elements from which schedule's fusion treats a loop as one that threads share;
+# the split itself: parallel_policy.PARALLEL_MIN and lowering/conv.py's (2^16)
+PARALLEL_MIN = 1 << 18
 GEMM_PARALLEL_MIN = 1 << 21  # multiply-adds a matrix product needs before it is split
 MAX_THREADS = 64
 CHUNKS_PER_THREAD = 4  # chunks per thread of a split loop (claimed dynamically)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN, PARALLEL_MIN
+from .abi import GEMM_PARALLEL_MIN, GIL_FREE_MIN
 from .lowering import conv
 from .lowering.matmul import gemm_dims
 from .lowering.reduce import reduction
@@ -22,9 +22,17 @@ ROW_PARALLEL = True
 #: (:func:`epilogues`); off: only loops over a 2-D product's (M, N) (a switch to
 #: measure against).
 FOLDED_EPILOGUES = True
-#: the :func:`loop_work` from which such a loop is split: 4x ``PARALLEL_MIN``, since on
-#: a shared 2-core machine each extra fork/join risks waiting for a descheduled worker
-ROW_PARALLEL_MIN_WORK = 4 * PARALLEL_MIN
+#: elements a loop (or random-draw) kernel needs before it is split across threads.  It
+#: was 2^18 (``abi.PARALLEL_MIN``, which schedule's fusion still uses); with workers
+#: that spin 500 us between jobs (runtime/pool.py) a split of 2^16 elements pays off:
+#: W7's compiled step 2.62 -> 2.52 and 2.72 -> 2.65 ms with this and the pooling
+#: kernels' threshold (lowering/conv.py) lowered together, W6 and W8 unchanged
+#: (0.158/0.158, 2.297/2.297 ms; A/B in one process, six alternating rounds)
+PARALLEL_MIN = 1 << 16
+#: the :func:`loop_work` from which such a loop is split: 2^20 (4x the 2^18 elements
+#: ``PARALLEL_MIN`` was), since on a shared 2-core machine each extra fork/join risks
+#: waiting for a descheduled worker
+ROW_PARALLEL_MIN_WORK = 1 << 20
 
 
 def parallel_ok(plan: Schedule, kern: Kernel) -> bool:

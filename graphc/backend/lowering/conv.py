@@ -27,12 +27,15 @@ from llvmlite import ir
 from eager.interop import MAX_BYTES
 
 from .. import blas
-from ..abi import GEMM_PARALLEL_MIN, I1, I32, I64, PARALLEL_MIN, PTR
+from ..abi import GEMM_PARALLEL_MIN, I1, I32, I64, PTR
 from ..llvmir import const, reg_type
 from ..strided import cstrides, numel
 from .table import kernel
 
 _I32_MAX = int(np.iinfo(np.int32).max)
+#: input elements a max pooling (or its gradient) needs before it is split across threads
+#: by batch items (as backend/parallel_policy.py's loops: 2^16, see there)
+PARALLEL_MIN = 1 << 16
 # the kernels that may call BLAS's gemm (graphc.runtime.native registers its symbols)
 CALLS_BLAS = frozenset({"conv2d", "conv2d_input_grad", "conv2d_weight_grad"})
 
