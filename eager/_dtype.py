@@ -73,6 +73,8 @@ def to_np(d) -> np.dtype:
         npd = np.dtype(d)
     except TypeError:
         raise TypeError(f"dtype must be an eager dtype such as eager.float32, got {d!r}") from None
+    if not npd.isnative:  # e.g. zeros_like(a big-endian array): its native dtype
+        npd = npd.newbyteorder("=")
     if npd not in FROM_NP:
         raise TypeError(
             f"dtype {npd} is not supported; use one of {', '.join(repr(x) for x in _ALL)}"
