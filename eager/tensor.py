@@ -426,9 +426,7 @@ class Tensor(TensorOps):
             self._data = value._data
             return
         arr = np.asarray(value)
-        from .factories import _native_order
-
-        _native_order(arr)  # PyTorch's ValueError, not a buffer no eager dtype names
+        D.native_order(arr)  # PyTorch's ValueError, not a buffer no eager dtype names
         self._data = arr
 
     def retain_grad(self) -> None:

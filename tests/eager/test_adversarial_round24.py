@@ -797,3 +797,37 @@ def test_foreign_byte_order_operands_and_indices_give_native_results():
     u = t.clone()
     u[0] = a[1]
     np.testing.assert_array_equal(u.numpy(), [[4.5, 6.0, 7.5], [1, 1, 1]])
+
+
+# eager.tensor([a0, a1]) of numpy arrays took the default float dtype: float64 rows were
+# silently rounded to float32 (PyTorch keeps the arrays' dtype, promoted as for numpy
+# scalars); rows in the other byte order count by their native dtype
+
+
+@pytest.mark.parametrize(
+    "rows, want",
+    [
+        ([np.array([0.1, 0.2]), np.array([0.3, 0.4])], eager.float64),
+        ([np.array([0.1], np.float32), np.array([0.3], np.float32)], eager.float32),
+        ([np.array([0.1], np.float32), np.array([0.3])], eager.float64),
+        ([np.arange(2, dtype=np.int32), np.arange(2, dtype=np.int32)], eager.int32),
+        ([np.arange(2, dtype=np.int32), [1.5, 2.5]], eager.float32),
+        ([np.arange(2, dtype=np.int32), [1, 2]], eager.int64),
+        ([np.array([True]), np.array([False])], eager.bool),
+        ([np.array([1], np.uint8), np.array([2], np.uint8)], eager.uint8),
+        ([[np.float32(1)], np.array([0.1])], eager.float64),
+        ([[np.array([0.1])], [np.array([0.2])]], eager.float64),
+        (
+            [np.array([0.1]).astype(_foreign(">f8")), np.array([0.2]).astype(_foreign(">f8"))],
+            eager.float64,
+        ),
+    ],
+)
+def test_tensor_of_a_list_of_arrays_keeps_their_dtype_like_pytorch(rows, want):
+    t = eager.tensor(rows)
+    assert t.dtype == want
+    assert t.numpy().dtype.isnative
+    # the values: each row converted to the wanted dtype (float64 rows not rounded)
+    ref = [np.asarray(r).astype(np.asarray(r).dtype.newbyteorder("=")) for r in rows]
+    ref = np.array([np.asarray(r, dtype=D.to_np(want)).ravel() for r in ref])
+    np.testing.assert_array_equal(t.numpy().reshape(ref.shape), ref)
