@@ -11,6 +11,8 @@ calls.  None of these found a bug: they are kept as regression tests."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -327,7 +329,6 @@ if __name__ == "__main__":
 def test_forked_child_after_split_calls_computes_the_same(tmp_path):
     import os
     import subprocess
-    import sys
 
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
@@ -338,3 +339,26 @@ def test_forked_child_after_split_calls_computes_the_same(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().endswith("done") and p.stdout.startswith(root)
+
+
+def test_inputs_in_the_other_byte_order_give_the_native_results(threads):
+    """The split kernels read their operands in place: an array in the other byte order
+    must reach them converted (the same bits as the native array), not reinterpreted."""
+    rng = np.random.default_rng(8)
+    x = _special((3, 3, 149, 147), np.float64, 8)
+    a = rng.standard_normal((300, 400))
+    other = ">" if sys.byteorder == "little" else "<"
+    cases = [
+        (lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True), x),
+        (graphc.grad(lambda t: F.max_pool2d(t, 2).sum()), x.astype(np.float32)),
+        (lambda t: (t * 2.0).exp().sum(), a),
+        (lambda t: F.softmax(t, -1), a),
+        (lambda t: t * 3 + 1, np.arange(M + 1)),
+    ]
+    threads(2)
+    for f, arr in cases:
+        c = graphc.compile(f)
+        swapped = arr.astype(arr.dtype.newbyteorder(other))
+        native = np.asarray(c(arr))
+        got = np.asarray(c(swapped))
+        assert got.dtype.isnative and got.tobytes() == native.tobytes()
