@@ -10,6 +10,7 @@ Those two cases are handled here, once, for every op.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,8 @@ def to_np(d) -> np.dtype:
         npd = np.dtype(d)
     except TypeError:
         raise TypeError(f"dtype must be an eager dtype such as eager.float32, got {d!r}") from None
+    if not npd.isnative:  # e.g. zeros_like(a big-endian array): its native dtype
+        npd = npd.newbyteorder("=")
     if npd not in FROM_NP:
         raise TypeError(
             f"dtype {npd} is not supported; use one of {', '.join(repr(x) for x in _ALL)}"
@@ -170,8 +173,8 @@ def infer_tensor_dtype(data) -> np.dtype:
     """The dtype ``eager.tensor(data)`` / ``eager.as_tensor(data)`` pick, as PyTorch's
     ``torch.tensor`` does: a numpy array or numpy scalar keeps its own dtype
     (``np.float64(1.5)`` -> float64, ``np.int32(3)`` -> int32), and a list or tuple holding
-    numpy scalars promotes the dtypes of its elements, where a Python float counts as the
-    default float dtype, a Python int as int64 and a Python bool as bool
+    numpy scalars or arrays (``[a0, a1]``) promotes the dtypes of its elements, where a
+    Python float counts as the default float dtype, a Python int as int64 and a Python bool as bool
     (``[np.int32(1), 2]`` -> int64, ``[np.float32(1), 2.0]`` -> float32).  Data without numpy
     scalars, or a numpy dtype eager has no tensor type for, is inferred as
     :func:`infer_np_dtype` does."""
@@ -187,11 +190,14 @@ def infer_tensor_dtype(data) -> np.dtype:
         s = stack.pop()
         if isinstance(s, (list, tuple)):
             stack.extend(s)
-        elif isinstance(s, np.generic):
-            if np.dtype(s.dtype) not in FROM_NP:
+        elif isinstance(s, (np.generic, np.ndarray)):  # arrays too: [a0, a1] (PyTorch)
+            dt = np.dtype(s.dtype)
+            if not dt.isnative:  # a row in the other byte order: its values, natively
+                dt = dt.newbyteorder("=")
+            if dt not in FROM_NP:
                 return infer_np_dtype(data)
             seen_np = True
-            leaves.append(np.dtype(s.dtype))
+            leaves.append(dt)
         elif s.__class__ is _pybool:
             leaves.append(np.dtype(np.bool_))
         elif s.__class__ is _pyint:
@@ -263,3 +269,18 @@ def checked_fill(value, npd: np.dtype) -> np.ndarray:
         if npd.kind == "u" and B.int(v) < 0:
             return np.asarray(B.int(v) % (info.max + 1)).astype(npd)
     return np.asarray(value).astype(npd)
+
+
+_FOREIGN_ORDER = ">" if sys.byteorder == "little" else "<"
+
+
+def native_order(arr: np.ndarray) -> None:
+    """PyTorch's refusal of an array whose bytes are not in the machine's order (eager's
+    dtypes and kernels are the native ones: such an array would reach numpy code as a
+    dtype eager does not know)."""
+    if arr.dtype.byteorder == _FOREIGN_ORDER:
+        raise ValueError(
+            "given numpy array has byte order different from the native byte order. "
+            "Conversion between byte orders is currently not supported. (Convert it "
+            "first: arr.astype(arr.dtype.newbyteorder('=')))"
+        )

@@ -12,7 +12,6 @@ wiring, the one place where the layers below receive ``Tensor`` and the factorie
 from __future__ import annotations
 
 import builtins
-import sys
 import threading
 from typing import Optional
 
@@ -97,19 +96,7 @@ def _dt(dtype, default=None) -> np.dtype:
     return D.to_np(dtype)
 
 
-_FOREIGN_ORDER = ">" if sys.byteorder == "little" else "<"
-
-
-def _native_order(arr: np.ndarray) -> None:
-    """PyTorch's refusal of an array whose bytes are not in the machine's order (eager's
-    dtypes and kernels are the native ones: such an array would reach numpy code as a
-    dtype eager does not know)."""
-    if arr.dtype.byteorder == _FOREIGN_ORDER:
-        raise ValueError(
-            "given numpy array has byte order different from the native byte order. "
-            "Conversion between byte orders is currently not supported. (Convert it "
-            "first: arr.astype(arr.dtype.newbyteorder('=')))"
-        )
+_native_order = D.native_order  # PyTorch's refusal of the other byte order
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

@@ -41,6 +41,8 @@ class _Writer:
         self.seen: dict = {}
 
     def array(self, arr: np.ndarray, extra: dict) -> int:
+        if not arr.dtype.isnative:  # stored (and loaded back) in the native byte order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if arr.dtype not in D.FROM_NP:
             raise TypeError(f"eager.save: cannot save a numpy array of dtype {arr.dtype}")
         self.arrays.append(arr)

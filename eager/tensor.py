@@ -422,7 +422,12 @@ class Tensor(TensorOps):
                 "buffer than it was traced for. Replace it before or after the "
                 "call, not inside."
             )
-        self._data = value._data if isinstance(value, Tensor) else np.asarray(value)
+        if isinstance(value, Tensor):
+            self._data = value._data
+            return
+        arr = np.asarray(value)
+        D.native_order(arr)  # PyTorch's ValueError, not a buffer no eager dtype names
+        self._data = arr
 
     def retain_grad(self) -> None:
         if not self._rg:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import eager
+import eager._dtype as D
 import eager.nn._fn_pointwise as FP
 import eager.nn.functional as F
 from tests.eager.test_fused_w8 import GELU_F32_ERR, GELU_F32_GRAD_ERR, _gelu_exact
@@ -727,3 +728,106 @@ def test_native_and_single_byte_orders_still_work():
     for a in (np.arange(3, dtype="=f4"), np.array([1, 2], dtype="|u1"), np.array([True])):
         assert eager.tensor(a).numpy().tolist() == a.tolist()
         assert eager.from_numpy(a).numpy().tolist() == a.tolist()
+
+
+# --- round 24b: the other eager entries that take a numpy array in the other byte order
+# (found by the round-24b adversary): ``t.data = arr`` kept the foreign buffer (then
+# ``t.dtype`` raised KeyError), ``zeros_like(arr)`` & co. raised TypeError ("dtype >f8 is
+# not supported") and ``eager.save`` a TypeError. Each now gives PyTorch's ValueError or
+# the native result; the rest (operands, indices, collate) already did.
+
+
+def _be(values, dt=">f8"):
+    return np.asarray(values).astype(_foreign(dt))
+
+
+def test_foreign_byte_order_assigned_to_data_is_refused():
+    t = eager.ones(3, dtype=eager.float64)
+    with pytest.raises(ValueError, match="byte order different from the native byte order"):
+        t.data = _be([0.0, 1.0, 2.0])
+    assert t.dtype == eager.float64  # unchanged
+    np.testing.assert_array_equal(t.numpy(), np.ones(3))
+    t.data = np.arange(3.0)  # native arrays are still taken
+    assert t.dtype == eager.float64 and t.numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("dt", [">f4", ">f8", ">i8"])
+def test_like_factories_of_a_foreign_byte_order_array_are_native(dt):
+    a = _be(np.arange(6).reshape(2, 3), dt)
+    native = np.dtype(dt).newbyteorder("=")
+    for t, want in (
+        (eager.zeros_like(a), 0),
+        (eager.ones_like(a), 1),
+        (eager.full_like(a, 3), 3),
+        (eager.empty_like(a), None),
+    ):
+        assert t.shape == (2, 3) and t.numpy().dtype == native and t.numpy().dtype.isnative
+        assert t.dtype == D.FROM_NP[native]
+        if want is not None:
+            assert t.numpy().tolist() == np.full((2, 3), want).tolist()
+        repr(t)
+
+
+def test_save_of_a_foreign_byte_order_array_loads_its_values():
+    import io
+
+    a = _be([[0.0, 1.5, -3.0], [4.5, np.inf, np.nan]])
+    buf = io.BytesIO()
+    eager.save({"a": a, "i": _be([1, -2], ">i4")}, buf)
+    buf.seek(0)
+    got = eager.load(buf)
+    np.testing.assert_array_equal(np.asarray(got["a"]), a.astype("=f8"))
+    np.testing.assert_array_equal(np.asarray(got["i"]), [1, -2])
+
+
+def test_foreign_byte_order_operands_and_indices_give_native_results():
+    a = _be([[0.0, 1.5, 3.0], [4.5, 6.0, 7.5]])
+    t = eager.ones(2, 3, dtype=eager.float64)
+    ref = a.astype("=f8")
+    for r, want in (
+        (t + a, ref + 1),
+        (a + t, ref + 1),
+        (t * _be([[1, 2, 3], [4, 5, 6]], ">i8"), np.array([[1, 2, 3], [4, 5, 6]], float)),
+        (eager.where(t > 0, a, t), ref),
+        (t[_be([1, 0], ">i8")], np.ones((2, 3))),
+        (t.index_select(0, _be([1, 0], ">i8")), np.ones((2, 3))),
+    ):
+        assert r.numpy().dtype.isnative
+        np.testing.assert_array_equal(r.numpy(), want)
+    u = t.clone()
+    u[0] = a[1]
+    np.testing.assert_array_equal(u.numpy(), [[4.5, 6.0, 7.5], [1, 1, 1]])
+
+
+# eager.tensor([a0, a1]) of numpy arrays took the default float dtype: float64 rows were
+# silently rounded to float32 (PyTorch keeps the arrays' dtype, promoted as for numpy
+# scalars); rows in the other byte order count by their native dtype
+
+
+@pytest.mark.parametrize(
+    "rows, want",
+    [
+        ([np.array([0.1, 0.2]), np.array([0.3, 0.4])], eager.float64),
+        ([np.array([0.1], np.float32), np.array([0.3], np.float32)], eager.float32),
+        ([np.array([0.1], np.float32), np.array([0.3])], eager.float64),
+        ([np.arange(2, dtype=np.int32), np.arange(2, dtype=np.int32)], eager.int32),
+        ([np.arange(2, dtype=np.int32), [1.5, 2.5]], eager.float32),
+        ([np.arange(2, dtype=np.int32), [1, 2]], eager.int64),
+        ([np.array([True]), np.array([False])], eager.bool),
+        ([np.array([1], np.uint8), np.array([2], np.uint8)], eager.uint8),
+        ([[np.float32(1)], np.array([0.1])], eager.float64),
+        ([[np.array([0.1])], [np.array([0.2])]], eager.float64),
+        (
+            [np.array([0.1]).astype(_foreign(">f8")), np.array([0.2]).astype(_foreign(">f8"))],
+            eager.float64,
+        ),
+    ],
+)
+def test_tensor_of_a_list_of_arrays_keeps_their_dtype_like_pytorch(rows, want):
+    t = eager.tensor(rows)
+    assert t.dtype == want
+    assert t.numpy().dtype.isnative
+    # the values: each row converted to the wanted dtype (float64 rows not rounded)
+    ref = [np.asarray(r).astype(np.asarray(r).dtype.newbyteorder("=")) for r in rows]
+    ref = np.array([np.asarray(r, dtype=D.to_np(want)).ravel() for r in ref])
+    np.testing.assert_array_equal(t.numpy().reshape(ref.shape), ref)
