@@ -337,16 +337,20 @@ def _outs(x, g, gl, tgt):
     return out
 
 
-def _eager_runs(x, g, gl, tgt):
+def _eager_runs(x, g, gl, tgt, make=None):
+    """Each row path (softmax, log_softmax, layer_norm, cross_entropy) run forward and
+    backward on x: (output, leaf) pairs.  ``make`` turns an array into a tensor (default:
+    eager.tensor, a copy; _eager_runs_on keeps the array's layout)."""
+    wrap = make or eager.tensor
     for kind in ("softmax", "log_softmax", "layer_norm", "cross_entropy"):
-        t = eager.tensor(x, requires_grad=True)
+        t = wrap(x).requires_grad_()
         if kind == "layer_norm":
             y = F.layer_norm(t, (x.shape[-1],))
         elif kind == "cross_entropy":
             y = F.cross_entropy(t, eager.tensor(tgt), reduction="none")
         else:
             y = getattr(F, kind)(t, -1)
-        y.backward(eager.tensor(gl if kind == "cross_entropy" else g))
+        y.backward(wrap(gl if kind == "cross_entropy" else g))
         yield y, t
 
 
@@ -445,16 +449,7 @@ def _eager_runs_on(x, g, gl, tgt):
     """_eager_runs with x and the gradients kept in their layouts (Tensor._make: no copy)."""
     from eager.tensor import Tensor
 
-    for kind in ("softmax", "log_softmax", "layer_norm", "cross_entropy"):
-        t = Tensor._make(x).requires_grad_()
-        if kind == "layer_norm":
-            y = F.layer_norm(t, (x.shape[-1],))
-        elif kind == "cross_entropy":
-            y = F.cross_entropy(t, eager.tensor(tgt), reduction="none")
-        else:
-            y = getattr(F, kind)(t, -1)
-        y.backward(Tensor._make(gl if kind == "cross_entropy" else g))
-        yield y, t
+    return _eager_runs(x, g, gl, tgt, make=Tensor._make)
 
 
 # --- masked_fill by bit masks --------------------------------------------------------------
