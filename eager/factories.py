@@ -96,13 +96,10 @@ def _dt(dtype, default=None) -> np.dtype:
     return D.to_np(dtype)
 
 
-_native_order = D.native_order  # PyTorch's refusal of the other byte order
-
-
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """Copy ``data`` (nested lists, numbers, arrays, tensors) into a new leaf tensor."""
     if isinstance(data, np.ndarray):
-        _native_order(data)
+        D.native_order(data)
     if isinstance(data, Tensor):
         arr = data._data.copy() if dtype is None else data._data.astype(D.to_np(dtype))
         return _finish(arr, requires_grad, device)
@@ -161,7 +158,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor) and (dtype is None or D.to_np(dtype) == data._data.dtype):
         return data
     if isinstance(data, np.ndarray):
-        _native_order(data)
+        D.native_order(data)
         if dtype is None or D.to_np(dtype) == data.dtype:
             return _finish(data, False, device)
     return tensor(data, dtype=dtype, device=device)
@@ -171,7 +168,7 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     """Share memory with a numpy array (writes show in both)."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
-    _native_order(arr)
+    D.native_order(arr)
     if arr.dtype not in D.FROM_NP:
         raise TypeError(
             f"can't convert np.ndarray of type {arr.dtype}; supported: float64, "
